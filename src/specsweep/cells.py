@@ -1,0 +1,196 @@
+"""Expand resolved study configs into server cells and bench cells with stable ids.
+
+A server cell is everything that needs a server restart; bench cells run against it. A cell's id is a
+hash of its resolved spec, so the same grid point gets the same path whichever way it was asked for.
+A bench cell's id leaves out its server, so its matched baseline sits at the same bench id under the
+baseline server cell.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import ConfigError, aslist
+
+# Settings that change how a server is run here, not what it computes: left out of the id.
+OPERATIONAL_SERVER_KEYS = ("executable", "python", "host", "port", "port_range", "ready_timeout_s",
+                           "stop_grace_s", "request_timeout_s")
+
+
+def stable_hash(obj) -> str:
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text.rstrip("/").split("/")[-1]).strip("-").lower() or "x"
+
+
+@dataclass(frozen=True)
+class ServerCell:
+    study: str
+    spec: dict            # what the id hashes
+    run: dict             # operational settings (port range, timeouts, executable)
+    pair: dict            # the pair's config as composed (name, thinking training, ...)
+    gpus: int             # GPUs it holds while running; 0 for a CPU server, which takes every core instead
+
+    @property
+    def id(self) -> str:
+        h = stable_hash(self.spec)[:10]
+        if self.spec["method"] == "none":
+            return f"base-{_slug(self.spec['target'])}-{h}"
+        return f"{_slug(self.pair['name'])}-{self.spec['method']}-k{self.spec['num_speculative_tokens']}-{h}"
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.spec["method"] == "none"
+
+
+@dataclass(frozen=True)
+class BenchCell:
+    spec: dict
+
+    @property
+    def id(self) -> str:
+        s = self.spec
+        return (f"{_slug(s['dataset']['name'])}-t{int(s['thinking'])}-c{s['concurrency']}"
+                f"-r{s['repeat']}-{stable_hash(s)[:8]}")
+
+
+@dataclass
+class Grid:
+    results_dir: Path
+    servers: dict[str, ServerCell] = field(default_factory=dict)
+    benches: dict[str, dict[str, BenchCell]] = field(default_factory=dict)   # server id -> bench id -> cell
+    baseline_of: dict[str, str] = field(default_factory=dict)                # spec server id -> baseline id
+    configs: dict[str, dict] = field(default_factory=dict)                   # server id -> a job config
+    tracking: dict[str, dict] = field(default_factory=dict)                  # study -> tracking config
+
+    # ---- paths -------------------------------------------------------------------------------------
+    def server_dir(self, sid: str) -> Path:
+        return self.results_dir / self.servers[sid].study / sid
+
+    def bench_dir(self, sid: str, bid: str) -> Path:
+        return self.server_dir(sid) / bid
+
+    def metrics_path(self, sid: str, bid: str) -> Path:
+        return self.bench_dir(sid, bid) / "metrics.json"
+
+    def studies(self) -> list[str]:
+        return sorted({c.study for c in self.servers.values()})
+
+    def cells_of_study(self, study: str) -> list[tuple[str, str]]:
+        return [(sid, bid) for sid, cell in self.servers.items() if cell.study == study
+                for bid in self.benches[sid]]
+
+    def pending(self, sid: str) -> list[str]:
+        return [bid for bid in self.benches[sid] if not self.metrics_path(sid, bid).exists()]
+
+    def run_marker(self, sid: str) -> Path:
+        """The server job's output: named after the bench cells it still has to run."""
+        todo = stable_hash(sorted(self.pending(sid)))[:12]
+        return self.server_dir(sid) / "runs" / f"{todo}.done"
+
+    def metrics_or_producer(self, sid: str, bid: str) -> Path:
+        """A finished cell's metrics file, or the marker of the server job that will write it."""
+        path = self.metrics_path(sid, bid)
+        return path if path.exists() else self.run_marker(sid)
+
+    def server_inputs(self, sid: str) -> list[Path]:
+        """What a server job needs first: its datasets and, for a speculative cell, its baseline's results."""
+        inputs = {Path(self.dataset_file(b.spec["dataset"])) for b in self.benches[sid].values()}
+        base = self.baseline_of.get(sid)
+        if base:
+            inputs |= {self.metrics_or_producer(base, bid) for bid in self.benches[sid]}
+        return sorted(inputs)
+
+    def subset(self, *sids: str) -> "Grid":
+        """The part of the grid a job needs: some server cells, their baselines, and their bench cells."""
+        keep = set(sids) | {self.baseline_of[s] for s in sids if s in self.baseline_of}
+        return Grid(results_dir=self.results_dir,
+                    servers={s: self.servers[s] for s in keep}, benches={s: self.benches[s] for s in keep},
+                    baseline_of={s: b for s, b in self.baseline_of.items() if s in keep},
+                    configs={s: self.configs[s] for s in keep},
+                    tracking={self.servers[s].study: self.tracking[self.servers[s].study] for s in keep})
+
+    def of_study(self, study: str) -> "Grid":
+        return self.subset(*(sid for sid, c in self.servers.items() if c.study == study))
+
+    def dataset_file(self, dataset: dict) -> str:
+        if dataset["source"] == "jsonl":
+            return dataset["path"]
+        return str(self.results_dir / "datasets" / f"{dataset['name']}-{stable_hash(dataset)[:8]}.jsonl")
+
+
+def _server_spec(cfg: dict, k: int | None) -> dict:
+    pair, server, kernel = cfg["pair"], cfg["server"], cfg["kernel"]
+    spec = {
+        "target": pair["target"],
+        "tokenizer": pair["tokenizer"] or pair["target"],
+        "server": {k_: v for k_, v in server.items() if k_ not in OPERATIONAL_SERVER_KEYS},
+        "kernel": {k_: v for k_, v in kernel.items() if k_ != "name"},
+        "method": "none",
+        "num_speculative_tokens": 0,
+    }
+    if k is not None:
+        spec.update(method=pair["method"], num_speculative_tokens=k, drafter=pair["drafter"],
+                    block_size=pair["block_size"], mask_token_id=pair["mask_token_id"],
+                    speculative_extra=pair["speculative_extra"])
+    return spec
+
+
+def _server_cell(cfg: dict, k: int | None) -> ServerCell:
+    server = cfg["server"]
+    run = {k_: server[k_] for k_ in OPERATIONAL_SERVER_KEYS}
+    pair = dict(cfg["pair"])
+    if k is None:
+        pair = {"name": "baseline", "target": pair["target"], "method": "none",
+                "trained_with_thinking": pair["trained_with_thinking"]}
+    gpus = server["tensor_parallel_size"] * server["data_parallel_size"] if server["device"] == "cuda" else 0
+    return ServerCell(study=cfg["study"], spec=_server_spec(cfg, k), run=run, pair=pair, gpus=gpus)
+
+
+def _bench_specs(cfg: dict) -> list[dict]:
+    sweep = cfg["sweep"]
+    out = []
+    for thinking in aslist(sweep["thinking"]):
+        for conc in aslist(sweep["concurrency"]):
+            if conc < 1:
+                raise ConfigError(f"config: sweep.concurrency {conc} must be at least 1")
+            for rep in range(sweep["repeats"]):
+                out.append({"dataset": cfg["dataset"], "thinking": bool(thinking), "concurrency": int(conc),
+                            "repeat": rep, "max_tokens": sweep["max_tokens"],
+                            "temperature": sweep["temperature"], "seed": sweep["seed"],
+                            "warmup": sweep["warmup"], "max_error_rate": sweep["max_error_rate"]})
+    return out
+
+
+def expand(jobs: list[dict]) -> Grid:
+    """Every (server cell, bench cell) the jobs ask for, with each speculative cell's matched baseline."""
+    if not jobs:
+        raise ConfigError("config: the sweep is empty: give at least one pair and dataset")
+    results = {j["results_dir"] for j in jobs}
+    if len(results) > 1:
+        raise ConfigError(f"config: one sweep must use one results_dir, got {sorted(results)}")
+    grid = Grid(results_dir=Path(results.pop()))
+    for cfg in jobs:
+        grid.tracking[cfg["study"]] = cfg["tracking"]
+        method = cfg["pair"]["method"]
+        ks = [] if method == "none" else aslist(cfg["sweep"]["num_speculative_tokens"])
+        for k in ks:
+            if k < 1:
+                raise ConfigError(f"config: sweep.num_speculative_tokens {k} must be positive: "
+                                  f"the authors use block_size - 1 = {cfg['pair']['block_size'] - 1}")
+        cells = [_server_cell(cfg, k) for k in ks]
+        baseline = _server_cell(cfg, None) if (cfg["sweep"]["baseline"] or not ks) else None
+        benches = {BenchCell(s).id: BenchCell(s) for s in _bench_specs(cfg)}
+        for cell in ([baseline] if baseline else []) + cells:
+            grid.servers[cell.id] = cell
+            grid.benches.setdefault(cell.id, {}).update(benches)
+            grid.configs.setdefault(cell.id, cfg)
+            if baseline and cell is not baseline:
+                grid.baseline_of[cell.id] = baseline.id
+    return grid

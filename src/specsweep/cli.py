@@ -1,0 +1,147 @@
+"""`specsweep`: sweep (Hydra multirun into the Snakemake DAG), bench, cells, doctor."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .config import REPO, ConfigError, compose_jobs
+
+
+def expand_multirun(overrides: list[str]) -> list[list[str]]:
+    """Hydra's own multirun expansion: `a=1,2 b=x,y` -> four override lists."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as e:
+        raise ConfigError(f"config: {' '.join(str(e).split())[:300]}") from None
+    batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
+    return [list(job) for batch in batches for job in batch]
+
+
+def cmd_sweep(args) -> int:
+    runs = expand_multirun(args.overrides) if args.multirun else [args.overrides]
+    jobs = [job for ov in runs for job in compose_jobs(ov)]
+    from .cells import expand, stable_hash
+    from .results import atomic_write_yaml
+
+    grid = expand(jobs)   # validates the whole grid before Snakemake starts
+    jobs_file = grid.results_dir / "sweeps" / f"{stable_hash(jobs)[:12]}.yaml"
+    atomic_write_yaml(jobs_file, jobs)
+    snakemake = Path(sys.executable).parent / "snakemake"
+    argv = [str(snakemake) if snakemake.exists() else "snakemake", "--cores", str(args.cores),
+            "--config", f"jobs_file={jobs_file.resolve()}"] + (["-n"] if args.dry_run else []) + args.snakemake_args
+    print(f"specsweep: {len(runs)} Hydra job(s), {len(grid.servers)} server cells, "
+          f"{sum(len(b) for b in grid.benches.values())} bench cells -> {' '.join(argv)}", flush=True)
+    return subprocess.call(argv, cwd=REPO)
+
+
+def cmd_cells(args) -> int:
+    from .cells import expand
+
+    runs = expand_multirun(args.overrides) if args.multirun else [args.overrides]
+    grid = expand([job for ov in runs for job in compose_jobs(ov)])
+    for sid, cell in grid.servers.items():
+        base = grid.baseline_of.get(sid)
+        print(f"{cell.study}/{sid}  gpus={cell.gpus}" + (f"  baseline={base}" if base else ""))
+        for bid in grid.benches[sid]:
+            state = "done" if grid.metrics_path(sid, bid).exists() else "todo"
+            print(f"    {state}  {bid}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    """Benchmark a server the user already runs; writes requests.jsonl and metrics.json to --out."""
+    from . import runner
+    from .client import ChatSettings
+    from .datasets import jsonl_rows, synthetic_rows
+    from .results import atomic_write_json, atomic_write_jsonl
+
+    if args.dataset == "synthetic":
+        prompts = [r["turns"] for r in synthetic_rows(args.num_prompts, 0)]
+    else:
+        rows, _ = jsonl_rows(args.dataset, "skip")
+        prompts = [r["turns"] for r in rows[: args.num_prompts]]
+    if not prompts:
+        raise ConfigError(f"bench: {args.dataset} has no usable prompts: give a JSONL with 'prompt' or 'turns'")
+    settings = ChatSettings(model=args.model, max_tokens=args.max_tokens, temperature=args.temperature,
+                            seed=0, thinking=args.thinking, timeout_s=args.timeout)
+    rows, figures = asyncio.run(runner.measure(args.base_url.rstrip("/"), prompts, settings, args.concurrency,
+                                               args.warmup, progress=True))
+    out = Path(args.out)
+    atomic_write_jsonl(out / "requests.jsonl", rows)
+    atomic_write_json(out / "metrics.json", figures)
+    print(json.dumps({k: figures[k] for k in ("requests_sent", "requests_completed", "output_tok_s",
+                                              "tpot_ms", "spec_decode")}, indent=2))
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from . import preflight
+
+    jobs = compose_jobs(args.overrides)
+    out = Path(jobs[0]["results_dir"]) / jobs[0]["study"] / "env.json"
+    env = preflight.write_env(jobs, str(out))
+    print(json.dumps(env, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specsweep", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("sweep", help="compose a grid with Hydra and run it through the Snakemake DAG")
+    s.add_argument("-m", "--multirun", action="store_true", help="Hydra multirun: a=1,2 expands to two jobs")
+    s.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    s.add_argument("-n", "--dry-run", action="store_true", help="list the cells still to run")
+    s.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. sweep.num_speculative_tokens=3,7")
+    s.add_argument("--snakemake-args", nargs=argparse.REMAINDER, default=[], help="passed on to snakemake")
+    s.set_defaults(fn=cmd_sweep)
+
+    c = sub.add_parser("cells", help="list the grid's server and bench cells, and which are done")
+    c.add_argument("-m", "--multirun", action="store_true")
+    c.add_argument("overrides", nargs="*")
+    c.set_defaults(fn=cmd_cells)
+
+    b = sub.add_parser("bench", help="benchmark a running OpenAI-compatible server")
+    b.add_argument("--base-url", required=True)
+    b.add_argument("--model", required=True, help="the served model name")
+    b.add_argument("--dataset", default="synthetic", help="'synthetic' or a JSONL file")
+    b.add_argument("--num-prompts", type=int, default=16)
+    b.add_argument("--concurrency", type=int, default=4)
+    b.add_argument("--max-tokens", type=int, default=64)
+    b.add_argument("--temperature", type=float, default=0.0)
+    b.add_argument("--thinking", action="store_true")
+    b.add_argument("--warmup", type=int, default=1)
+    b.add_argument("--timeout", type=float, default=120.0)
+    b.add_argument("--out", default="results/bench")
+    b.set_defaults(fn=cmd_bench)
+
+    d = sub.add_parser("doctor", help="record and check this machine's environment for a composed config")
+    d.add_argument("overrides", nargs="*")
+    d.set_defaults(fn=cmd_doctor)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .snakejob import known_errors
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except known_errors() as e:
+        print(f"specsweep: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

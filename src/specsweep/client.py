@@ -1,0 +1,176 @@
+"""Async OpenAI-compatible client: streamed chat completions under a concurrency limit.
+
+Every failure (HTTP status, HTML or non-JSON body, broken stream, timeout) becomes a record with a
+reason; nothing here raises out of a run.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass, field
+
+import httpx
+
+from .progress import progress_bar
+
+
+@dataclass
+class RequestRecord:
+    index: int                  # prompt index in the dataset
+    turn: int                   # 0-based turn of a multi-turn prompt
+    ok: bool = False
+    error: str | None = None
+    status: int | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    itl_s: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    text: str = ""
+    start_s: float = 0.0        # seconds since the cell's start
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ChatSettings:
+    model: str
+    max_tokens: int
+    temperature: float
+    seed: int
+    thinking: bool
+    timeout_s: float
+
+
+def _payload(messages: list[dict], s: ChatSettings) -> dict:
+    return {"model": s.model, "messages": messages, "max_tokens": s.max_tokens, "temperature": s.temperature,
+            "seed": s.seed, "stream": True, "stream_options": {"include_usage": True},
+            "chat_template_kwargs": {"enable_thinking": s.thinking}}
+
+
+def _reason_for_body(status: int, body: bytes, content_type: str) -> str:
+    snippet = body[:120].decode("utf-8", "replace").replace("\n", " ")
+    if "html" in content_type or snippet.lstrip().lower().startswith(("<!doctype", "<html")):
+        return f"HTTP {status} with an HTML body: {snippet!r}"
+    try:
+        detail = json.loads(body)
+        msg = detail.get("message") or detail.get("error", {}).get("message") or detail
+    except (ValueError, AttributeError):
+        msg = snippet
+    return f"HTTP {status}: {str(msg)[:200]}"
+
+
+async def chat_once(http: httpx.AsyncClient, url: str, messages: list[dict], s: ChatSettings,
+                    rec: RequestRecord, t0: float) -> RequestRecord:
+    start = time.perf_counter()
+    rec.start_s = start - t0
+    last = None
+    parts: list[str] = []
+    try:
+        async with asyncio.timeout(s.timeout_s):
+            async with http.stream("POST", f"{url}/v1/chat/completions", json=_payload(messages, s)) as resp:
+                rec.status = resp.status_code
+                ctype = resp.headers.get("content-type", "")
+                if resp.status_code != 200:
+                    rec.error = _reason_for_body(resp.status_code, await resp.aread(), ctype)
+                    return rec
+                if "text/event-stream" not in ctype:
+                    rec.error = f"expected an event stream, got {ctype or 'no content type'}: " + \
+                                _reason_for_body(resp.status_code, await resp.aread(), ctype)
+                    return rec
+                done = False
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        done = True
+                        break
+                    try:
+                        chunk = json.loads(data)
+                    except ValueError:
+                        rec.error = f"non-JSON stream chunk: {data[:120]!r}"
+                        return rec
+                    if "error" in chunk:
+                        rec.error = f"server error in stream: {str(chunk['error'])[:200]}"
+                        return rec
+                    for choice in chunk.get("choices") or []:
+                        delta = (choice.get("delta") or {})
+                        piece = (delta.get("content") or "") + (delta.get("reasoning_content") or "") \
+                            + (delta.get("reasoning") or "")
+                        if piece:
+                            now = time.perf_counter()
+                            if last is None:
+                                rec.ttft_s = now - start
+                            else:
+                                rec.itl_s.append(now - last)
+                            last = now
+                            parts.append(piece)
+                        if choice.get("finish_reason"):
+                            rec.finish_reason = choice["finish_reason"]
+                    usage = chunk.get("usage")
+                    if usage:
+                        rec.prompt_tokens = usage.get("prompt_tokens")
+                        rec.completion_tokens = usage.get("completion_tokens")
+                if not done:
+                    rec.error = "stream ended before [DONE] (truncated)"
+                    return rec
+    except TimeoutError:
+        rec.error = f"timed out after {s.timeout_s:.0f} s (server.request_timeout_s)"
+        return rec
+    except httpx.HTTPError as e:
+        rec.error = f"{type(e).__name__}: {str(e)[:200] or 'connection failed'}"
+        return rec
+    finally:
+        rec.text = "".join(parts)
+        rec.e2e_s = time.perf_counter() - start
+    if rec.completion_tokens is None:
+        rec.error = "no usage in the stream: cannot count tokens"
+        return rec
+    rec.ok = True
+    return rec
+
+
+async def run_conversation(http, url, turns: list[str], index: int, s: ChatSettings, t0: float,
+                           sem: asyncio.Semaphore) -> list[RequestRecord]:
+    """One prompt; a multi-turn prompt sends each next turn after the model's own previous answer."""
+    records, messages = [], []
+    for turn, text in enumerate(turns):
+        messages.append({"role": "user", "content": text})
+        async with sem:
+            rec = await chat_once(http, url, messages, s, RequestRecord(index=index, turn=turn), t0)
+        records.append(rec)
+        if not rec.ok:
+            break
+        messages.append({"role": "assistant", "content": rec.text})
+    return records
+
+
+async def run_requests(url: str, prompts: list[list[str]], s: ChatSettings, concurrency: int,
+                       progress: bool = True, desc: str = "requests") -> tuple[list[RequestRecord], float]:
+    """Send every prompt (a list of turns) with at most `concurrency` requests in flight."""
+    sem = asyncio.Semaphore(concurrency)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    bar = progress_bar(total=len(prompts), desc=desc, unit="prompt", disable=not progress)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(s.timeout_s, connect=10.0), limits=limits) as http:
+        t0 = time.perf_counter()
+
+        async def one(i, turns):
+            out = await run_conversation(http, url, turns, i, s, t0, sem)
+            bar.update(1)
+            return out
+
+        results = await asyncio.gather(*(one(i, t) for i, t in enumerate(prompts)))
+        wall = time.perf_counter() - t0
+    bar.close()
+    return [r for conv in results for r in conv], wall
+
+
+async def scrape(url: str, timeout_s: float = 10.0) -> str:
+    async with httpx.AsyncClient(timeout=timeout_s) as http:
+        resp = await http.get(f"{url}/metrics")
+        resp.raise_for_status()
+        return resp.text

@@ -1,0 +1,147 @@
+"""Compose the Hydra config tree into resolved study configs, one per (pair, dataset) job.
+
+Both ways in (Snakemake `--config` and `specsweep sweep -m`) end here, so both produce the same
+resolved dicts and therefore the same cell ids.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CONF_DIR = REPO / "conf"
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(Exception):
+    """A user mistake in the config: its message is one line that names the problem and the fix."""
+
+
+def format_override_value(value: Any) -> str:
+    """Render a Python value (as Snakemake's --config YAML-parsed it) in Hydra override grammar."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(format_override_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{format_override_value(v)}" for k, v in value.items()) + "}"
+    text = str(value)
+    if text and all(c.isalnum() or c in "-_./:" for c in text):
+        return text
+    return json.dumps(text)  # Hydra accepts double-quoted strings with JSON escapes
+
+
+def overrides_from_snakemake(config: dict) -> list[str]:
+    """`snakemake --config sweep.num_speculative_tokens=[2,4] dataset=gsm8k` -> Hydra overrides."""
+    reserved = {"jobs_file"}
+    return [f"{k}={format_override_value(v)}" for k, v in config.items() if k not in reserved]
+
+
+def _compose_one(overrides: list[str]) -> dict:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=list(overrides))
+        resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(_hydra_message(e, overrides)) from None
+    finally:
+        GlobalHydra.instance().clear()
+    return resolved
+
+
+def _hydra_message(e: Exception, overrides: list[str]) -> str:
+    text = " ".join(str(e).split())
+    if "Could not find '" in text:
+        missing = text.split("Could not find '")[1].split("'")[0]          # e.g. pair/nope
+        group, _, choice = missing.rpartition("/")
+        choices = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")) if group else []
+        if choices:
+            return f"config: {group}={choice} is not in conf/{group}/: choose one of: {', '.join(choices)}"
+        return f"config: could not find {missing!r} in conf/: check the group name"
+    if "Missing mandatory value" in text:
+        key = text.split("full_key: ")[-1].split()[0] if "full_key: " in text else "a value"
+        return f"config: {key} is required: set it, e.g. `{key}=...`"
+    if "Key '" in text and ("not in struct" in text or "Could not override" in text):
+        return f"config: {text.split('. ')[0]}: check the key's spelling, or add it with `+key=value`"
+    return f"config: {text.split(' full_key')[0]} (overrides: {' '.join(overrides) or 'none'})"
+
+
+def validate(cfg: dict) -> dict:
+    """Check one resolved config against the workflow schema with Snakemake's own validator."""
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate as sm_validate
+
+    try:
+        sm_validate(cfg, str(SCHEMA), set_default=False)
+    except WorkflowError as e:
+        raise ConfigError(_schema_message(e)) from None
+    for field in ("extra_args",):
+        for item in cfg["server"][field]:
+            if str(item).lstrip().startswith(("{", "[")):
+                try:
+                    json.loads(item)
+                except json.JSONDecodeError as je:
+                    raise ConfigError(
+                        f"config: server.{field} item {item!r} is not valid JSON ({je.msg} at char {je.pos}): "
+                        "quote keys and strings with double quotes") from None
+    return cfg
+
+
+def _schema_message(e: Exception) -> str:
+    import jsonschema
+
+    cause = e
+    while cause is not None and not isinstance(cause, jsonschema.ValidationError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return "config: " + " ".join(str(e).split())[:300]
+    key = ".".join(str(p) for p in cause.absolute_path) or "(top level)"
+    return f"config: {key}: {cause.message}; fix it in conf/ or with an override `{key}=...`"
+
+
+def aslist(value: Any) -> list:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def compose_jobs(overrides: Iterable[str] = ()) -> list[dict]:
+    """One resolved, validated config per (pair, dataset) named in the sweep."""
+    overrides = list(overrides)
+    base = validate(_compose_one(overrides))
+    pairs = aslist(base["sweep"]["pairs"]) or [None]
+    datasets = aslist(base["sweep"]["datasets"]) or [None]
+    if pairs == [None] and datasets == [None]:
+        return [base]
+    jobs = []
+    for p in pairs:
+        for d in datasets:
+            extra = ([f"pair={p}"] if p else []) + ([f"dataset={d}"] if d else [])
+            jobs.append(validate(_compose_one(overrides + extra)))
+    return jobs
+
+
+def load_jobs_file(path: str | Path) -> list[dict]:
+    """Jobs written by `specsweep sweep -m` for Snakemake to run."""
+    jobs = yaml.safe_load(Path(path).read_text())
+    return [validate(j) for j in jobs]
+
+
+def jobs_from_snakemake(config: dict) -> list[dict]:
+    if "jobs_file" in config:
+        return load_jobs_file(config["jobs_file"])
+    return compose_jobs(overrides_from_snakemake(config))

@@ -1,0 +1,116 @@
+"""Benchmark prompts: the embedded synthetic set, hub datasets (cached), and local JSONL.
+
+Every source is normalised to JSONL rows `{"turns": [str, ...]}` under results/datasets/.
+"""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from .config import ConfigError
+from .results import atomic_write_jsonl, read_jsonl
+
+NAMES = ["Ada", "Ben", "Caro", "Dev", "Eli", "Fay", "Gus", "Hana"]
+ITEMS = ["apples", "books", "coins", "marbles", "pens", "shells", "stamps", "tickets"]
+
+
+def synthetic_problem(rng: random.Random) -> tuple[str, str, int]:
+    """A multi-step arithmetic word problem, its worked answer, and the final number."""
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    total = rng.randint(2, 20)
+    question = f"{name} has {total} {item}."
+    steps = []
+    for _ in range(rng.randint(1, 3)):
+        n = rng.randint(1, 9)
+        if rng.random() < 0.5 or total - n < 0:
+            question += f" {name} gets {n} more."
+            steps.append(f"{total} + {n} = {total + n}.")
+            total += n
+        else:
+            question += f" {name} gives away {n}."
+            steps.append(f"{total} - {n} = {total - n}.")
+            total -= n
+    question += f" How many {item} does {name} have now?"
+    answer = " ".join(steps) + f" The answer is {total}."
+    return question, answer, total
+
+
+def synthetic_rows(n: int, seed: int) -> list[dict]:
+    rng = random.Random(10_000 + seed)   # disjoint from the seeds the tiny pair trains on
+    return [{"turns": [synthetic_problem(rng)[0]]} for _ in range(n)]
+
+
+def jsonl_rows(path: str | Path, on_bad_line: str = "skip") -> tuple[list[dict], int]:
+    """Rows of a local JSONL file, and how many malformed lines were skipped."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"dataset: {path} does not exist: set dataset.path to a JSONL file")
+    rows, bad = [], 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                turns = obj["turns"] if "turns" in obj else [obj["prompt"]]
+                if not turns or not all(isinstance(t, str) and t for t in turns):
+                    raise ValueError("empty turn")
+            except (ValueError, KeyError, TypeError) as e:
+                if on_bad_line == "fail":
+                    raise ConfigError(f"dataset: {path}:{lineno} is not a JSON object with a 'prompt' string or "
+                                      f"'turns' list ({e}): fix the line, or set dataset.on_bad_line=skip") from None
+                bad += 1
+                continue
+            rows.append({"turns": turns})
+    return rows, bad
+
+
+def hub_rows(cfg: dict) -> list[dict]:
+    import datasets as hf
+
+    hub = cfg["hub"]
+    try:
+        ds = hf.load_dataset(hub["path"], hub.get("name"), split=hub["split"])
+    except Exception as e:  # the hub client raises many types; all mean "not reachable or not there"
+        raise ConfigError(f"dataset {cfg['name']}: could not load {hub['path']} from the hub "
+                          f"({type(e).__name__}): run where the hub is reachable once to fill results/datasets/, "
+                          "or use dataset=jsonl dataset.path=FILE") from None
+    fields, template = cfg["fields"], cfg.get("template", "{prompt}")
+    rows = []
+    for ex in ds:
+        if "turns" in fields:
+            turns = [template.format(prompt=t) for t in ex[fields["turns"]]]
+        else:
+            text = ex[fields["prompt"]]
+            extra = ex.get(fields["input"]) if "input" in fields else None
+            turns = [template.format(prompt=f"{text}\n\n{extra}" if extra else text)]
+        rows.append({"turns": turns})
+    return rows
+
+
+def materialise(cfg: dict, out: str | Path) -> dict:
+    """Write the dataset's prompts (first num_prompts) to `out`; returns counts for the log."""
+    bad = 0
+    if cfg["source"] == "synthetic":
+        rows = synthetic_rows(cfg["num_prompts"], cfg.get("seed", 0))
+    elif cfg["source"] == "jsonl":
+        rows, bad = jsonl_rows(cfg["path"], cfg.get("on_bad_line", "skip"))
+    else:
+        rows = hub_rows(cfg)
+    if not rows:
+        raise ConfigError(f"dataset {cfg['name']}: no usable prompts ({bad} malformed lines): "
+                          "give a file with at least one prompt")
+    rows = rows[: cfg["num_prompts"]]
+    atomic_write_jsonl(out, rows)
+    return {"prompts": len(rows), "skipped_lines": bad}
+
+
+def load_prompts(path: str | Path, cfg: dict) -> tuple[list[list[str]], int]:
+    """Prompts (as turn lists) for a bench cell, and how many malformed lines were skipped."""
+    if cfg["source"] == "jsonl":
+        rows, bad = jsonl_rows(path, cfg.get("on_bad_line", "skip"))
+        if not rows:
+            raise ConfigError(f"dataset {cfg['name']}: {path} has no usable prompts: give at least one")
+        return [r["turns"] for r in rows[: cfg["num_prompts"]]], bad
+    return [r["turns"] for r in read_jsonl(path)], 0

@@ -1,0 +1,65 @@
+"""Plots of one study's summary: acceptance and speedup against K, per-position acceptance, throughput."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+
+def _save(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _by_k(table: pd.DataFrame, column: str, ylabel: str, title: str, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    spec = table[(table.method != "none") & table.valid]
+    for (dataset, thinking, conc), g in spec.groupby(["dataset", "thinking", "concurrency"]):
+        g = g.sort_values("num_speculative_tokens")
+        ax.errorbar(g.num_speculative_tokens, g[column], yerr=g[f"{column}_mad"].fillna(0), marker="o",
+                    capsize=3, label=f"{dataset} think={thinking} c={conc}")
+    invalid = int((~table.valid).sum())
+    ax.set(xlabel="num_speculative_tokens (K)", ylabel=ylabel,
+           title=title + (f" ({invalid} invalid cells left out)" if invalid else ""))
+    if column.startswith("speedup"):
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def plot_study(summary_csv: str, out_dir: str) -> list[Path]:
+    table = pd.read_csv(summary_csv)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / n for n in ("acceptance_length_vs_k.png", "per_position_acceptance.png",
+                               "speedup_vs_k.png", "throughput_vs_concurrency.png")]
+    _by_k(table, "mean_acceptance_length", "mean acceptance length", "Acceptance length", paths[0])
+    _by_k(table, "speedup_output_tok_s", "speedup (output tok/s vs baseline)", "Speedup", paths[2])
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for _, row in table[(table.method != "none") & table.valid].iterrows():
+        rates = json.loads(row.per_position_acceptance)
+        if rates:
+            ax.plot(range(1, len(rates) + 1), rates, marker="o",
+                    label=f"K={row.num_speculative_tokens} {row.dataset} c={row.concurrency}")
+    ax.set(xlabel="draft position", ylabel="acceptance rate", ylim=(0, 1.05), title="Per-position acceptance")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    _save(fig, paths[1])
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for (sid, dataset), g in table[table.valid].groupby(["server_cell", "dataset"]):
+        g = g.sort_values("concurrency")
+        ax.plot(g.concurrency, g.output_tok_s, marker="o", label=f"{sid.rsplit('-', 1)[0]} {dataset}")
+    ax.set(xlabel="concurrency", ylabel="output tok/s", title="Throughput vs concurrency")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    _save(fig, paths[3])
+    return paths

@@ -1,0 +1,54 @@
+"""Result files: atomic writes (temp file + rename), log tails, and the per-study summary table."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import deque
+from pathlib import Path
+
+import yaml
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | Path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def atomic_write_yaml(path: str | Path, obj) -> None:
+    atomic_write_text(path, yaml.safe_dump(obj, sort_keys=True))
+
+
+def atomic_write_jsonl(path: str | Path, rows) -> None:
+    atomic_write_text(path, "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows))
+
+
+def read_json(path: str | Path):
+    return json.loads(Path(path).read_text())
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def tail(path: str | Path, n: int = 40) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return "".join(deque(f, maxlen=n))
+    except OSError:
+        return ""

@@ -1,0 +1,45 @@
+"""What a workflow script calls: run one library function with its output in the rule's log.
+
+A known failure (bad config, failed cell, server trouble) ends the job with its one-line message on
+stderr, where Snakemake's user sees it, and in the log; no traceback.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from typing import Callable
+
+
+def known_errors() -> tuple[type[Exception], ...]:
+    from .config import ConfigError
+    from .runner import CellError
+    from .server import ServerError
+    from .tracking import TrackingError
+
+    return ConfigError, CellError, ServerError, TrackingError
+
+
+class Terminated(BaseException):
+    """SIGTERM/SIGHUP to a job: unwind like Ctrl-C, so every `with Server` stops what it started."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated(f"stopped by signal {signal.Signals(signum).name}")
+
+
+def run(log_path: str, fn: Callable[[], object]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_terminated)
+    stderr = sys.stderr
+    with open(log_path, "w", buffering=1) as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        try:
+            fn()
+        except known_errors() as e:
+            print(f"specsweep: {e}", file=log)
+            first = str(e).splitlines()[0]
+            print(f"specsweep: {first} (details: {log_path})", file=stderr)
+            sys.exit(1)
+        except (KeyboardInterrupt, Terminated) as e:
+            print(f"specsweep: interrupted ({e or 'SIGINT'}); servers started by this job were stopped", file=log)
+            sys.exit(130)

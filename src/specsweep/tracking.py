@@ -1,0 +1,121 @@
+"""MLflow ingest: the single writer. One parent run per study, one child run per bench cell.
+
+Idempotent: a child run is keyed by its cell id (a tag), so re-ingesting never duplicates runs.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from .cells import Grid
+from .config import REPO
+from .results import atomic_write_json, read_json
+
+CELL_TAG = "specsweep.cell_id"
+STUDY_TAG = "specsweep.study"
+KIND_TAG = "specsweep.kind"
+
+
+class TrackingError(Exception):
+    """MLflow could not be written; results/ is intact and a later run ingests again."""
+
+
+def tracking_uri(grid: Grid, study: str) -> str:
+    uri = grid.tracking[study]["uri"]
+    return uri or f"sqlite:///{(grid.results_dir / 'mlflow.db').resolve()}"
+
+
+def flatten(obj, prefix: str = "") -> dict:
+    out = {}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    elif isinstance(obj, list) and obj and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in obj):
+        for i, v in enumerate(obj):
+            out[f"{prefix}{i}"] = v
+    else:
+        out[prefix.rstrip(".")] = obj
+    return out
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def _numeric(d: dict) -> dict:
+    return {k: float(v) for k, v in flatten(d).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v}
+
+
+def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: str, out: str) -> dict:
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
+    from mlflow.entities import Metric, Param
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    uri = tracking_uri(grid, study)
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        name = grid.tracking[study]["experiment"]
+        exp = client.get_experiment_by_name(name)
+        # With the default SQLite store, artifacts go under results/ too (MLflow's own default is ./mlruns).
+        artifacts = None if grid.tracking[study]["uri"] else (grid.results_dir / "mlartifacts").resolve().as_uri()
+        exp_id = exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifacts)
+        existing = {r.data.tags.get(CELL_TAG): r for r in client.search_runs(
+            [exp_id], filter_string=f"tags.`{STUDY_TAG}` = '{study}'", max_results=50000)}
+        parent = existing.get(f"study:{study}")
+        if parent is None:
+            parent = client.create_run(exp_id, run_name=study, tags={STUDY_TAG: study, KIND_TAG: "study",
+                                                                      CELL_TAG: f"study:{study}"})
+        parent_id = parent.info.run_id
+        commit, added = git_commit(), 0
+        for sid, bid in grid.cells_of_study(study):
+            cell_id = f"{sid}/{bid}"
+            mpath = grid.metrics_path(sid, bid)
+            if cell_id in existing or not mpath.exists():
+                continue
+            figures = read_json(mpath)
+            cdir = grid.bench_dir(sid, bid)
+            bench, server = grid.benches[sid][bid].spec, grid.servers[sid]
+            tags = {STUDY_TAG: study, KIND_TAG: "bench_cell", CELL_TAG: cell_id, "mlflow.parentRunId": parent_id,
+                    "pair": server.pair["name"], "method": server.spec["method"],
+                    "dataset": bench["dataset"]["name"], "thinking": str(bench["thinking"]).lower(),
+                    "vllm_version": str(figures.get("vllm_version")), "git_commit": commit,
+                    "valid": str(figures["valid"]).lower()}
+            run = client.create_run(exp_id, run_name=cell_id, tags=tags)
+            params = [Param(k[:250], str(v)[:6000]) for k, v in flatten(read_yaml(cdir / "config.yaml")).items()]
+            for i in range(0, len(params), 100):
+                client.log_batch(run.info.run_id, params=params[i:i + 100])
+            metrics = [Metric(k, v, 0, 0) for k, v in _numeric(figures).items()]
+            for i in range(0, len(metrics), 500):
+                client.log_batch(run.info.run_id, metrics=metrics[i:i + 500])
+            for art in ("metrics.json", "requests.jsonl", "config.yaml", "server.log"):
+                if (cdir / art).exists():
+                    client.log_artifact(run.info.run_id, str((cdir / art).resolve()))
+            client.set_terminated(run.info.run_id)
+            added += 1
+        client.log_artifact(parent_id, summary_csv)
+        client.log_artifact(parent_id, env_json)
+        for png in sorted(Path(plots_dir).glob("*.png")):
+            client.log_artifact(parent_id, str(png), artifact_path="plots")
+        client.set_terminated(parent_id)
+    except (MlflowException, OSError) as e:
+        raise TrackingError(f"MLflow at {uri} could not be written ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0][:200]}): results/ is complete; start the server or fix "
+                            "tracking.uri, then rerun snakemake to ingest") from None
+    record = {"tracking_uri": uri, "experiment": name, "parent_run": parent_id, "runs_added": added}
+    atomic_write_json(out, record)
+    print(f"mlflow: {added} new bench-cell runs under {parent_id} at {uri}")
+    return record
+
+
+def read_yaml(path: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(path.read_text())

@@ -1,0 +1,53 @@
+from specsweep.cells import expand
+from specsweep.cli import expand_multirun
+from specsweep.config import compose_jobs, jobs_from_snakemake
+
+
+def ids(grid):
+    return {(sid, bid) for sid in grid.servers for bid in grid.benches[sid]}
+
+
+def test_default_grid_has_one_shared_baseline_and_two_dflash_cells():
+    grid = expand(compose_jobs([]))
+    base = [s for s, c in grid.servers.items() if c.is_baseline]
+    spec = [s for s, c in grid.servers.items() if not c.is_baseline]
+    assert len(base) == 1 and len(spec) == 2
+    assert all(grid.baseline_of[s] == base[0] for s in spec)
+    # the matched baseline bench cell has the same bench id under the baseline server cell
+    assert set(grid.benches[spec[0]]) == set(grid.benches[base[0]])
+
+
+def test_ids_are_the_same_through_snakemake_config_and_hydra_multirun():
+    via_snakemake = expand(jobs_from_snakemake({"sweep.num_speculative_tokens": [3, 7], "sweep.datasets": ["synthetic", "gsm8k"]}))
+    runs = expand_multirun(["sweep.num_speculative_tokens=3,7", "dataset=synthetic,gsm8k"])
+    assert len(runs) == 4
+    via_multirun = expand([j for ov in runs for j in compose_jobs(ov)])
+    assert ids(via_snakemake) == ids(via_multirun)
+    assert len(via_snakemake.servers) == 3   # one baseline shared by K=3 and K=7
+
+
+def test_ids_are_stable_and_ignore_operational_settings():
+    a = expand(compose_jobs([]))
+    b = expand(compose_jobs(["server.port_range=[20000,20010]", "server.ready_timeout_s=9"]))
+    assert ids(a) == ids(b)
+    c = expand(compose_jobs(["server.max_model_len=1024"]))
+    assert not ids(a) & ids(c)
+
+
+def test_one_new_grid_value_adds_only_its_own_server_cell():
+    a = expand(compose_jobs([]))
+    b = expand(compose_jobs(["sweep.num_speculative_tokens=[2,4,6]"]))
+    assert ids(a) < ids(b)
+    assert len({s for s, _ in ids(b) - ids(a)}) == 1
+
+
+def test_bench_axes_and_repeats():
+    grid = expand(compose_jobs(["sweep.concurrency=[1,8]", "sweep.thinking=[false,true]", "sweep.repeats=3",
+                                "sweep.num_speculative_tokens=3"]))
+    assert len(grid.servers) == 2
+    assert all(len(b) == 2 * 2 * 3 for b in grid.benches.values())
+
+
+def test_method_none_is_a_baseline_only_study():
+    grid = expand(compose_jobs(["pair.method=none"]))
+    assert [c.is_baseline for c in grid.servers.values()] == [True]

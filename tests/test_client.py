@@ -1,0 +1,108 @@
+"""The client against a real local HTTP server that misbehaves in every way a proxy or server can."""
+import asyncio
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from specsweep.client import ChatSettings, run_requests
+
+
+def sse(chunks, done=True):
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks)
+    return body + ("data: [DONE]\n\n" if done else "")
+
+
+GOOD = [{"choices": [{"delta": {"content": "Hel"}}]}, {"choices": [{"delta": {"content": "lo"}}]},
+        {"choices": [{"delta": {}, "finish_reason": "stop"}]},
+        {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2}}]
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        mode = body["messages"][-1]["content"]
+        self.server.seen.append(body)
+        if mode == "html":
+            self._reply(502, "text/html", "<html><body>Bad Gateway</body></html>")
+        elif mode == "500":
+            self._reply(500, "application/json", json.dumps({"message": "engine dead"}))
+        elif mode == "notjson":
+            self._reply(200, "text/event-stream", "data: {not json\n\n")
+        elif mode == "truncated":
+            self._reply(200, "text/event-stream", sse(GOOD[:2], done=False))
+        elif mode == "plainjson":
+            self._reply(200, "application/json", json.dumps({"choices": []}))
+        elif mode == "slow":
+            import time
+            time.sleep(3)
+            self._reply(200, "text/event-stream", sse(GOOD))
+        else:
+            self._reply(200, "text/event-stream", sse(GOOD))
+
+    def _reply(self, status, ctype, text):
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.seen = []
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_bad_answers_become_errors_with_reasons(server):
+    url = f"http://127.0.0.1:{server.server_port}"
+    prompts = [["ok"], ["html"], ["500"], ["notjson"], ["truncated"], ["plainjson"], ["slow"]]
+    s = ChatSettings(model="m", max_tokens=8, temperature=0.0, seed=0, thinking=False, timeout_s=1.0)
+    records, wall = asyncio.run(run_requests(url, prompts, s, concurrency=3, progress=False))
+    by = {r.index: r for r in records}
+    assert len(records) == 7 and wall > 0
+    assert by[0].ok and by[0].text == "Hello" and by[0].completion_tokens == 2 and by[0].finish_reason == "stop"
+    assert by[0].ttft_s is not None and len(by[0].itl_s) == 1
+    assert "HTML body" in by[1].error and by[1].status == 502
+    assert by[2].error == "HTTP 500: engine dead"
+    assert "non-JSON stream chunk" in by[3].error
+    assert "truncated" in by[4].error and by[4].text == "Hello"
+    assert "expected an event stream" in by[5].error
+    assert "timed out" in by[6].error
+    assert sum(r.ok for r in records) == 1
+
+
+def test_thinking_and_sampling_settings_reach_the_server(server):
+    url = f"http://127.0.0.1:{server.server_port}"
+    s = ChatSettings(model="m", max_tokens=5, temperature=0.5, seed=3, thinking=True, timeout_s=5.0)
+    asyncio.run(run_requests(url, [["ok"]], s, concurrency=1, progress=False))
+    body = server.seen[-1]
+    assert body["chat_template_kwargs"] == {"enable_thinking": True}
+    assert body["stream"] and body["stream_options"] == {"include_usage": True}
+    assert (body["max_tokens"], body["temperature"], body["seed"]) == (5, 0.5, 3)
+
+
+def test_multi_turn_sends_the_models_own_first_answer(server):
+    url = f"http://127.0.0.1:{server.server_port}"
+    s = ChatSettings(model="m", max_tokens=5, temperature=0.0, seed=0, thinking=False, timeout_s=5.0)
+    records, _ = asyncio.run(run_requests(url, [["first", "second"]], s, concurrency=1, progress=False))
+    assert [r.turn for r in records] == [0, 1]
+    assert server.seen[-1]["messages"] == [{"role": "user", "content": "first"},
+                                           {"role": "assistant", "content": "Hello"},
+                                           {"role": "user", "content": "second"}]
+
+
+def test_connection_refused_is_an_error_not_a_crash():
+    s = ChatSettings(model="m", max_tokens=5, temperature=0.0, seed=0, thinking=False, timeout_s=2.0)
+    records, _ = asyncio.run(run_requests("http://127.0.0.1:9", [["a"], ["b"]], s, concurrency=2, progress=False))
+    assert all(not r.ok and "Connect" in r.error for r in records)

@@ -1,0 +1,52 @@
+import pytest
+
+from specsweep.config import ConfigError, compose_jobs, format_override_value, overrides_from_snakemake
+
+
+def test_default_composes_the_tiny_pair_on_vllm_cpu():
+    [cfg] = compose_jobs([])
+    assert cfg["pair"]["name"] == "tiny" and cfg["pair"]["method"] == "dflash"
+    assert cfg["pair"]["target"] == "results/models/tiny/target"   # follows results_dir
+    assert cfg["server"]["device"] == "cpu" and cfg["kernel"]["name"] == "cpu"
+    assert cfg["sweep"]["num_speculative_tokens"] == [2, 4]
+    assert cfg["tracking"]["enabled"] is True
+
+
+def test_overrides_and_group_choices():
+    [cfg] = compose_jobs(["pair=qwen3-8b-dflash-b16", "server=vllm_gpu", "kernel=flash_attn_graphs",
+                          "sweep.num_speculative_tokens=[7,15]", "results_dir=/tmp/r"])
+    assert cfg["pair"]["drafter"] == "z-lab/Qwen3-8B-DFlash-b16" and cfg["pair"]["mask_token_id"] == 151669
+    assert cfg["kernel"]["attention_backend"] == "FLASH_ATTN" and cfg["server"]["dtype"] == "bfloat16"
+    assert cfg["sweep"]["num_speculative_tokens"] == [7, 15]
+
+
+def test_sweep_pairs_and_datasets_expand_to_one_job_each():
+    jobs = compose_jobs(["sweep.pairs=[tiny,tiny-ngram]", "sweep.datasets=[synthetic,gsm8k]"])
+    assert sorted((j["pair"]["name"], j["dataset"]["name"]) for j in jobs) == [
+        ("tiny", "gsm8k"), ("tiny", "synthetic"), ("tiny-ngram", "gsm8k"), ("tiny-ngram", "synthetic")]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["sweep.nope=1"], "config: Could not override 'sweep.nope'"),
+    (["pair=nope"], "choose one of: llama3.1-8b-dflash-ultrachat, qwen3-4b-dflash-b16"),
+    (["dataset=nope"], "choose one of: alpaca, gsm8k"),
+    (["pair.block_size=0"], "config: pair.block_size: 0 is less than the minimum of 1"),
+    (["sweep.concurrency=abc"], "config: sweep.concurrency: 'abc' is not valid"),
+    (["server.max_model_len=many"], "config: server.max_model_len: 'many' is not of type 'integer'"),
+    (["dataset=jsonl"], "config: dataset.path is required"),
+    (['server.extra_args=["{\\"a\\": 1,}"]'], "is not valid JSON"),
+])
+def test_bad_config_is_one_line_naming_the_problem(overrides, message):
+    with pytest.raises(ConfigError) as e:
+        compose_jobs(overrides)
+    text = str(e.value)
+    assert message in text and "\n" not in text
+
+
+def test_snakemake_config_becomes_hydra_overrides():
+    # What `snakemake --config sweep.num_speculative_tokens=[2,4] dataset=gsm8k sweep.thinking=false` gives
+    config = {"sweep.num_speculative_tokens": [2, 4], "dataset": "gsm8k", "sweep.thinking": False,
+              "study": "a b"}
+    assert overrides_from_snakemake(config) == ["sweep.num_speculative_tokens=[2,4]", "dataset=gsm8k",
+                                                "sweep.thinking=false", 'study="a b"']
+    assert format_override_value(None) == "null" and format_override_value({"x": 1}) == "{x:1}"

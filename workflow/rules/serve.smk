@@ -1,0 +1,30 @@
+# One job per server cell: start vLLM, run its unfinished bench cells, stop vLLM. Its output is a marker
+# named after the set of bench cells it still had to run; finished cells are never declared outputs, so a
+# failed job cannot make Snakemake delete them. A CPU server takes every core, so CPU cells never run
+# side by side and skew each other's timings; GPU cells run side by side on disjoint GPUs.
+
+
+def serve_inputs(wildcards):
+    inputs = [str(p) for p in GRID.server_inputs(wildcards.server)]
+    if GRID.configs[wildcards.server]["pair"]["built_by_workflow"]:
+        inputs += rules.build_tiny_pair.output
+    return inputs + [RESULTS + f"/{wildcards.study}/env.json"]
+
+
+rule serve_and_bench:
+    input:
+        serve_inputs,
+    output:
+        RESULTS + "/{study}/{server}/runs/{todo}.done",
+    log:
+        RESULTS + "/{study}/{server}/logs/job-{todo}.log",
+    params:
+        pending=lambda w: GRID.pending(w.server),
+        grid=lambda w: GRID.subset(w.server),
+    message:
+        "server cell {wildcards.server}: bench cells to run: {params.pending}"
+    threads: lambda w: 1 if GRID.servers[w.server].gpus else workflow.cores
+    resources:
+        gpu=lambda w: GRID.servers[w.server].gpus,
+    script:
+        "../scripts/serve_and_bench.py"

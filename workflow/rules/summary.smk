@@ -1,0 +1,22 @@
+rule summarize:
+    input:
+        metrics_inputs,
+    output:
+        RESULTS + "/{study}/summary.csv",
+    log:
+        RESULTS + "/{study}/logs/summarize.log",
+    params:
+        grid=lambda w: GRID.of_study(w.study),
+    script:
+        "../scripts/summarize.py"
+
+
+rule plots:
+    input:
+        RESULTS + "/{study}/summary.csv",
+    output:
+        touch(RESULTS + "/{study}/plots/done"),
+    log:
+        RESULTS + "/{study}/logs/plots.log",
+    script:
+        "../scripts/plots.py"

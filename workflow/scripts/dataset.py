@@ -1,0 +1,3 @@
+from specsweep import datasets, snakejob
+
+snakejob.run(snakemake.log[0], lambda: print(datasets.materialise(snakemake.params.cfg, snakemake.output[0])))

@@ -1,0 +1,4 @@
+from specsweep import runner, snakejob
+
+snakejob.run(snakemake.log[0], lambda: runner.run_server_cell(snakemake.params.grid, snakemake.wildcards.server,
+                                                              snakemake.output[0]))
