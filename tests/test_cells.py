@@ -18,7 +18,8 @@ def test_default_grid_has_one_shared_baseline_and_two_dflash_cells():
 
 
 def test_ids_are_the_same_through_snakemake_config_and_hydra_multirun():
-    via_snakemake = expand(jobs_from_snakemake({"sweep.num_speculative_tokens": [3, 7], "sweep.datasets": ["synthetic", "gsm8k"]}))
+    via_snakemake = expand(jobs_from_snakemake(
+        {"sweep": {"num_speculative_tokens": ["3", "7"]}, "overrides": "sweep.datasets=[synthetic,gsm8k]"}))
     runs = expand_multirun(["sweep.num_speculative_tokens=3,7", "dataset=synthetic,gsm8k"])
     assert len(runs) == 4
     via_multirun = expand([j for ov in runs for j in compose_jobs(ov)])

@@ -44,9 +44,14 @@ def test_bad_config_is_one_line_naming_the_problem(overrides, message):
 
 
 def test_snakemake_config_becomes_hydra_overrides():
-    # What `snakemake --config sweep.num_speculative_tokens=[2,4] dataset=gsm8k sweep.thinking=false` gives
-    config = {"sweep.num_speculative_tokens": [2, 4], "dataset": "gsm8k", "sweep.thinking": False,
-              "study": "a b"}
-    assert overrides_from_snakemake(config) == ["sweep.num_speculative_tokens=[2,4]", "dataset=gsm8k",
-                                                "sweep.thinking=false", 'study="a b"']
+    # `snakemake --config dataset=gsm8k 'sweep={num_speculative_tokens: [2,4]}' study=a
+    #     overrides="server.max_model_len=1024 pair.block_size=16"`, values as Snakemake's YAML loader gives them
+    config = {"dataset": "gsm8k", "sweep": {"num_speculative_tokens": ["2", "4"], "thinking": "false"},
+              "study": "a b", "overrides": "server.max_model_len=1024 pair.block_size=16"}
+    assert overrides_from_snakemake(config) == [
+        "dataset=gsm8k", "sweep.num_speculative_tokens=[2,4]", "sweep.thinking=false", 'study="a b"',
+        "server.max_model_len=1024", "pair.block_size=16"]
+    [cfg] = compose_jobs(overrides_from_snakemake({**config, "study": "a"}))
+    assert cfg["sweep"]["num_speculative_tokens"] == [2, 4] and cfg["sweep"]["thinking"] is False
+    assert cfg["server"]["max_model_len"] == 1024 and cfg["dataset"]["name"] == "gsm8k"
     assert format_override_value(None) == "null" and format_override_value({"x": 1}) == "{x:1}"

@@ -14,13 +14,19 @@ def snakemake(workdir, *args, timeout=900):
                timeout=timeout)
 
 
-SMOKE = ["study=smoke", "sweep=smoke", "dataset.num_prompts=4"]
+SMOKE = ["study=smoke", "sweep=smoke", "dataset.num_prompts=4"]   # Hydra overrides
+
+
+def smk_config(results, *extra):
+    """The smoke study as `snakemake --config` takes it."""
+    return ["--config", "study=smoke", "sweep=smoke", f"results_dir={results}",
+            "overrides=" + " ".join(["dataset.num_prompts=4", *extra])]
 
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     work = tmp_path_factory.mktemp("smoke")
-    cfg = ["--config", *SMOKE, f"results_dir={work / 'results'}"]
+    cfg = smk_config(work / "results")
     first = snakemake(work, *cfg)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     return work, cfg
@@ -78,7 +84,7 @@ def test_reingest_never_duplicates_runs(smoke):
 
 def test_one_new_grid_value_runs_only_its_server_cell(smoke):
     work, cfg = smoke
-    dry = snakemake(work, *cfg, "sweep.num_speculative_tokens=[3,5]", "-n")
+    dry = snakemake(work, *smk_config(work / "results", "sweep.num_speculative_tokens=[3,5]"), "-n")
     out = dry.stdout + dry.stderr
     assert dry.returncode == 0, out[-2000:]
     jobs = [line for line in out.splitlines() if line.startswith("Job ") and "server cell" in line]

@@ -71,6 +71,11 @@ def cmd_bench(args) -> int:
         prompts = [r["turns"] for r in rows[: args.num_prompts]]
     if not prompts:
         raise ConfigError(f"bench: {args.dataset} has no usable prompts: give a JSONL with 'prompt' or 'turns'")
+    from .preflight import check_base_url
+
+    reachable = check_base_url(args.base_url, args.model)
+    if reachable.status == "fail":
+        raise ConfigError(f"bench: {reachable.message}")
     settings = ChatSettings(model=args.model, max_tokens=args.max_tokens, temperature=args.temperature,
                             seed=0, thinking=args.thinking, timeout_s=args.timeout)
     rows, figures = asyncio.run(runner.measure(args.base_url.rstrip("/"), prompts, settings, args.concurrency,
@@ -84,13 +89,79 @@ def cmd_bench(args) -> int:
 
 
 def cmd_doctor(args) -> int:
+    """Every preflight check on the composed config and this machine; env.json is written either way."""
+    from dataclasses import asdict
+
     from . import preflight
+    from .results import atomic_write_json
 
     jobs = compose_jobs(args.overrides)
+    env = preflight.environment(jobs[0]["server"])
+    checks = preflight.run_checks(jobs, env)
+    if args.base_url:
+        checks.append(preflight.check_base_url(args.base_url, args.model or "model"))
+    env["checks"] = [asdict(c) for c in checks]
     out = Path(jobs[0]["results_dir"]) / jobs[0]["study"] / "env.json"
-    env = preflight.write_env(jobs, str(out))
-    print(json.dumps(env, indent=2))
+    atomic_write_json(out, env)
+    se = env["server_env"]
+    print(f"python {env['python']}  torch {env['torch']}  cuda {env['cuda']}  transformers {env['transformers']}  "
+          f"flash-attn {env['flash_attn']}")
+    print(f"vllm {se.get('vllm')} (DFlash: {se.get('dflash_module')}) via {' '.join(env['vllm_command']) or 'none'} "
+          f"under {se.get('executable')}")
+    gpus = ", ".join(f"{g['index']}:{g.get('name', '?')} sm_{g.get('compute_capability', '?')} "
+                     f"{g.get('memory_free_mib', '?')} MiB free" for g in env["gpus"])
+    print(f"GPUs: {gpus or 'none'}  "
+          f"CUDA_VISIBLE_DEVICES={env['cuda_visible_devices']}")
+    for c in checks:
+        print(f"[{c.status:4}] {c.name}: {c.message}")
+    print(f"wrote {out}")
+    return 1 if any(c.status == "fail" for c in checks) else 0
+
+
+def cmd_drafter_inspect(args) -> int:
+    """What a drafter checkpoint is: shapes, its config or the one they imply, and its fit to a target."""
+    from . import drafter_config, preflight
+    from .results import atomic_write_json
+
+    path = Path(args.path)
+    if not path.is_dir():
+        raise ConfigError(f"drafter: {path} is not a directory: give a checkpoint directory")
+    shapes = drafter_config.weight_shapes(path)
+    if not shapes:
+        raise ConfigError(f"drafter: {path} holds no *.safetensors weights")
+    for name, shape in sorted(shapes.items()):
+        if not name.startswith("layers.") or name.startswith("layers.0."):
+            print(f"  {name:48s} {list(shape)}")
+    n_layers = len({n.split(".")[1] for n in shapes if n.startswith("layers.")})
+    print(f"  ... {n_layers} layer(s), {sum(_numel(s) for s in shapes.values()) / 1e6:.2f}M parameters")
+    target = drafter_config.read_config(args.target) if args.target else None
+    existing = drafter_config.read_config(path)
+    if existing is not None:
+        print("config.json:", json.dumps({k: existing.get(k) for k in (
+            "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+            "block_size", "num_target_layers", "dflash_config")}, indent=1))
+    else:
+        inferred, assumed = drafter_config.infer_config(shapes, target)
+        print("no config.json; the weights imply:", json.dumps(inferred, indent=1))
+        for a in assumed:
+            print(f"  assumed: {a}")
+        if args.write:
+            atomic_write_json(path / "config.json", inferred)
+            print(f"wrote {path / 'config.json'}")
+    if args.target:
+        cfg = {"pair": {"method": "dflash", "drafter": str(path), "target": args.target, "tokenizer": None,
+                        "mask_token_id": None}}
+        check = preflight.check_drafter(cfg, {})
+        print(f"[{check.status:4}] matches {args.target}: {check.message}")
+        return 1 if check.status == "fail" else 0
     return 0
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,9 +195,18 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="results/bench")
     b.set_defaults(fn=cmd_bench)
 
-    d = sub.add_parser("doctor", help="record and check this machine's environment for a composed config")
+    d = sub.add_parser("doctor", help="run every preflight check on a composed config and this machine")
+    d.add_argument("--base-url", help="also check an already running server")
+    d.add_argument("--model", help="the served model name expected at --base-url")
     d.add_argument("overrides", nargs="*")
     d.set_defaults(fn=cmd_doctor)
+
+    dr = sub.add_parser("drafter", help="drafter checkpoint tooling").add_subparsers(dest="drafter_cmd", required=True)
+    di = dr.add_parser("inspect", help="shapes, config (given or inferred from the weights), fit to a target")
+    di.add_argument("path")
+    di.add_argument("--target", help="target checkpoint directory to check the drafter against")
+    di.add_argument("--write", action="store_true", help="write the inferred config.json when there is none")
+    di.set_defaults(fn=cmd_drafter_inspect)
     return p
 
 

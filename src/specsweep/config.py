@@ -6,6 +6,7 @@ resolved dicts and therefore the same cell ids.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -39,9 +40,33 @@ def format_override_value(value: Any) -> str:
 
 
 def overrides_from_snakemake(config: dict) -> list[str]:
-    """`snakemake --config sweep.num_speculative_tokens=[2,4] dataset=gsm8k` -> Hydra overrides."""
-    reserved = {"jobs_file"}
-    return [f"{k}={format_override_value(v)}" for k, v in config.items() if k not in reserved]
+    """Snakemake's --config as Hydra overrides.
+
+    Snakemake only takes identifier keys, so dotted overrides travel in one string:
+        --config dataset=gsm8k overrides="sweep.num_speculative_tokens=[2,4,6] server.max_model_len=1024"
+    and a nested value sets fields: --config 'sweep={num_speculative_tokens: [2,4]}'.
+    """
+    out: list[str] = []
+    for key, value in config.items():
+        if key == "jobs_file":
+            continue
+        if key == "overrides":
+            out += shlex.split(value) if isinstance(value, str) else [str(v) for v in value]
+        elif isinstance(value, dict):
+            out += [f"{key}.{k}={format_override_value(v)}" for k, v in _flat(value).items()]
+        else:
+            out.append(f"{key}={format_override_value(value)}")
+    return out
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def _compose_one(overrides: list[str]) -> dict:

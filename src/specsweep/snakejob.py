@@ -13,11 +13,12 @@ from typing import Callable
 
 def known_errors() -> tuple[type[Exception], ...]:
     from .config import ConfigError
+    from .preflight import PreflightError
     from .runner import CellError
     from .server import ServerError
     from .tracking import TrackingError
 
-    return ConfigError, CellError, ServerError, TrackingError
+    return ConfigError, CellError, ServerError, TrackingError, PreflightError
 
 
 class Terminated(BaseException):
@@ -37,8 +38,11 @@ def run(log_path: str, fn: Callable[[], object]) -> None:
             fn()
         except known_errors() as e:
             print(f"specsweep: {e}", file=log)
-            first = str(e).splitlines()[0]
-            print(f"specsweep: {first} (details: {log_path})", file=stderr)
+            lines = str(e).splitlines()
+            shown = lines if type(e).__name__ == "PreflightError" else lines[:1]   # one line per failed check
+            for line in shown:
+                print(f"specsweep: {line}", file=stderr)
+            print(f"specsweep: details in {log_path}", file=stderr)
             sys.exit(1)
         except (KeyboardInterrupt, Terminated) as e:
             print(f"specsweep: interrupted ({e or 'SIGINT'}); servers started by this job were stopped", file=log)

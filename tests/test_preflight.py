@@ -1,0 +1,252 @@
+"""Every preflight check, failing and passing, on real files, ports, interpreters and HTTP servers.
+Only the GPU inventory is injected (SPECSWEEP_GPUS), since no GPU is here."""
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from conftest import BIN, REPO, run
+from specsweep import preflight
+from specsweep.config import compose_jobs
+
+H200 = {"index": "0", "name": "NVIDIA H200", "compute_capability": "9.0", "memory_total_mib": 143771,
+        "memory_free_mib": 143000}
+
+
+def job(*overrides, results="results"):
+    [cfg] = compose_jobs([f"results_dir={results}", *overrides])
+    return cfg
+
+
+def env_for(cfg, monkeypatch, gpus=None, visible=None):
+    if gpus is not None:
+        monkeypatch.setenv("SPECSWEEP_GPUS", json.dumps(gpus))
+    if visible is not None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    return preflight.environment(cfg["server"])
+
+
+def gpu(i, **kw):
+    return {**H200, "index": str(i), **kw}
+
+
+# 1 -------------------------------------------------------------------------------------------------
+def test_parallel_layout(monkeypatch):
+    cfg = job("server=vllm_gpu", "server.tensor_parallel_size=2", "server.data_parallel_size=2")
+    env = env_for(cfg, monkeypatch, [gpu(i) for i in range(4)], visible="0,1")
+    c = preflight.check_parallel(cfg, env)
+    assert (c.status, c.message) == ("fail", "server.tensor_parallel_size x server.data_parallel_size = 4, but 2 GPUs "
+                                             "are visible (CUDA_VISIBLE_DEVICES=0,1): set data_parallel_size=1 or "
+                                             "expose 4 GPUs")
+    env = env_for(cfg, monkeypatch, [gpu(i) for i in range(8)], visible="0,1,2,3,4,5,6,7")
+    assert preflight.check_parallel(cfg, env).status == "pass"
+    cfg3 = job("server=vllm_gpu", "server.tensor_parallel_size=3")
+    c = preflight.check_parallel(cfg3, env)
+    assert c.status == "warn" and "2 will idle" in c.message
+
+
+# 2 -------------------------------------------------------------------------------------------------
+def fake_flash_attn(tmp_path, version):
+    site = tmp_path / f"fa{version}"
+    (site / f"flash_attn-{version}.dist-info").mkdir(parents=True)
+    (site / f"flash_attn-{version}.dist-info" / "METADATA").write_text(f"Name: flash-attn\nVersion: {version}\n")
+    return site
+
+
+def test_flash_attn_major_against_the_gpu(tmp_path, monkeypatch):
+    cfg = job("server=vllm_gpu")
+    monkeypatch.setenv("PYTHONPATH", str(fake_flash_attn(tmp_path, "4.0.0")))
+    env = env_for(cfg, monkeypatch, [gpu(0)])
+    c = preflight.check_flash_attn(cfg, env)
+    assert (c.status, c.message) == ("fail", "flash-attn 4.0.0 targets Blackwell (sm_100) and lacks the 2.x modules "
+                                             "vLLM imports, but GPU 0 is sm_90: pip install 'flash-attn<3'")
+    monkeypatch.setenv("PYTHONPATH", str(fake_flash_attn(tmp_path, "2.8.3")))
+    env = env_for(cfg, monkeypatch, [gpu(0)])
+    assert preflight.check_flash_attn(cfg, env).status == "pass"
+
+
+# 3 -------------------------------------------------------------------------------------------------
+def test_stale_wrapper_and_shims(tmp_path, monkeypatch):
+    stale = tmp_path / "vllm"
+    stale.write_text("#!/nonexistent/venv/bin/python3\nimport vllm\n")
+    stale.chmod(0o755)
+    cfg = job(f"server.executable={stale}")
+    c = preflight.check_vllm_executable(cfg, env_for(cfg, monkeypatch))
+    assert (c.status, c.message) == ("fail", f"{stale} is a stale wrapper: its interpreter /nonexistent/venv/bin/"
+                                             "python3 does not exist; reinstall vLLM there or set server.python to "
+                                             "the Python of the environment that holds vLLM")
+    shim = tmp_path / "vllm-shim"
+    shim.write_text(f"#!/bin/sh\nexec {BIN / 'vllm'} \"$@\"\n")
+    shim.chmod(0o755)
+    cfg = job(f"server.executable={shim}")
+    c = preflight.check_vllm_executable(cfg, env_for(cfg, monkeypatch))
+    assert c.status == "fail" and "starts /bin/sh, which is not a working Python (a shim?)" in c.message
+    cfg = job()
+    monkeypatch.setenv("PATH", f"{BIN}:/usr/bin:/bin")
+    assert preflight.check_vllm_executable(cfg, env_for(cfg, monkeypatch)).status == "pass"
+
+
+# 4 -------------------------------------------------------------------------------------------------
+def test_vllm_without_dflash(tmp_path, monkeypatch):
+    venv = tmp_path / "old-vllm"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next(venv.glob("lib/python*/site-packages"))
+    (site / "vllm").mkdir()
+    (site / "vllm" / "__init__.py").write_text("")
+    (site / "vllm-0.8.0.dist-info").mkdir()
+    (site / "vllm-0.8.0.dist-info" / "METADATA").write_text("Name: vllm\nVersion: 0.8.0\n")
+    cfg = job(f"server.python={venv / 'bin' / 'python'}")
+    c = preflight.check_dflash_support(cfg, env_for(cfg, monkeypatch))
+    assert (c.status, c.message) == ("fail", "vLLM 0.8.0 has no DFlash (vllm.v1.spec_decode.dflash is missing): "
+                                             "upgrade vLLM in the server environment, or choose "
+                                             "pair.method=none|ngram|eagle3")
+    cfg = job()
+    assert preflight.check_dflash_support(cfg, env_for(cfg, monkeypatch)).status == "pass"
+
+
+# 5 -------------------------------------------------------------------------------------------------
+def broken_drafter(tiny_results, tmp_path, edit):
+    d = tmp_path / "drafter"
+    shutil.copytree(tiny_results / "models" / "tiny" / "drafter", d)
+    cfg = json.loads((d / "config.json").read_text())
+    if edit == "no-config":
+        (d / "config.json").unlink()
+    else:
+        edit(cfg)
+        (d / "config.json").write_text(json.dumps(cfg))
+    target = tiny_results / "models" / "tiny" / "target"
+    return job(f"pair.drafter={d}", f"pair.target={target}", "pair.built_by_workflow=false"), d
+
+
+@pytest.mark.parametrize("edit, message", [
+    ("no-config", "has no config.json: run `specsweep drafter inspect"),
+    (lambda c: c["dflash_config"].pop("mask_token_id"), "config.json has no mask_token_id: add "
+                                                        "dflash_config.mask_token_id (Qwen3 drafters use 151669"),
+    (lambda c: c["dflash_config"].update(target_layer_ids=[1, 2, 3]),
+     "target_layer_ids [3] out of range for a 4-layer target: vLLM adds 1 to each, so each must be 0..2"),
+    (lambda c: c.update(hidden_size=256), "drafter hidden_size 256 != target's 128"),
+    (lambda c: c.update(num_target_layers=36), "drafter num_target_layers 36 != the target's 4 layers"),
+    (lambda c: c.update(vocab_size=151936), "drafter vocab_size 151936 != target's"),
+])
+def test_drafter_problems(tiny_results, tmp_path, monkeypatch, edit, message):
+    cfg, _ = broken_drafter(tiny_results, tmp_path, edit)
+    c = preflight.check_drafter(cfg, {})
+    assert c.status == "fail" and message in c.message, c.message
+
+
+def test_a_good_drafter_passes_and_inference_recovers_its_config(tiny_results, tmp_path):
+    cfg, d = broken_drafter(tiny_results, tmp_path, lambda c: None)
+    assert preflight.check_drafter(cfg, {}).status == "pass"
+    out = run([str(BIN / "specsweep"), "drafter", "inspect", str(d), "--target",
+               str(tiny_results / "models" / "tiny" / "target")])
+    assert out.returncode == 0 and "[pass] matches" in out.stdout
+
+
+# 6, 7, 11 --------------------------------------------------------------------------------------------
+def test_num_speculative_tokens_against_block_size():
+    c = preflight.check_num_speculative_tokens(job("sweep.num_speculative_tokens=[3,9]"), {})
+    assert (c.status, c.message) == ("warn", "sweep.num_speculative_tokens [9] exceed block_size - 1 = 7: the drafter "
+                                             "was trained to fill one block; the authors' convention is K = 7")
+    assert preflight.check_num_speculative_tokens(job("sweep.num_speculative_tokens=[0]"), {}).status == "fail"
+    assert preflight.check_num_speculative_tokens(job("sweep.num_speculative_tokens=[7]"), {}).status == "pass"
+
+
+def test_thinking_against_the_drafters_training():
+    c = preflight.check_thinking(job("pair=qwen3-8b-dflash-b16", "sweep.thinking=[false,true]"), {})
+    assert c.status == "fail" and "trained without thinking traces" in c.message
+    c = preflight.check_thinking(job("pair=qwen3.5-27b-dflash", "sweep.thinking=false"), {})
+    assert c.status == "fail" and "trained with thinking traces" in c.message
+    allowed = job("pair=qwen3-8b-dflash-b16", "sweep.thinking=true", "+pair.allow_thinking_mismatch=true")
+    assert preflight.check_thinking(allowed, {}).status == "pass"
+    assert preflight.check_thinking(job("pair=qwen3-8b-dflash-b16", "sweep.thinking=false"), {}).status == "pass"
+
+
+def test_max_tokens_with_thinking():
+    c = preflight.check_max_tokens(job("pair=qwen3.5-27b-dflash", "sweep.thinking=true", "sweep.max_tokens=64"), {})
+    assert c.status == "fail" and "cut off inside the thinking trace" in c.message
+    ok = job("pair=qwen3.5-27b-dflash", "sweep.thinking=true", "sweep.max_tokens=4096")
+    assert preflight.check_max_tokens(ok, {}).status == "pass"
+
+
+# 8 -------------------------------------------------------------------------------------------------
+def test_taken_port_names_its_process():
+    import os
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        c = preflight.check_port(job(f"server.port={port}"), {})
+        assert c.status == "fail" and f"taken by pid {os.getpid()}" in c.message
+    assert preflight.check_port(job(f"server.port={port}"), {}).status == "pass"
+
+
+class Fake(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        html = self.server.mode == "html"
+        body = b"<html>login</html>" if html else json.dumps({"data": [{"id": "target"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html" if html else "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.mark.parametrize("mode, model, status, message", [
+    ("html", "target", "fail", "answered HTML (status 200)"),
+    ("json", "other", "fail", "serves ['target'], not 'other': pass --model target"),
+    ("json", "target", "pass", "serves target"),
+])
+def test_existing_server_base_url(mode, model, status, message):
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Fake)
+    srv.mode = mode
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        c = preflight.check_base_url(f"http://127.0.0.1:{srv.server_port}", model)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert c.status == status and message in c.message
+
+
+# 9 -------------------------------------------------------------------------------------------------
+def test_attention_backend_must_be_non_causal_capable():
+    c = preflight.check_attention_backend(job("server=vllm_gpu", "kernel.attention_backend=FLASHINFER"), {})
+    assert c.status == "fail" and "cannot do the non-causal attention" in c.message
+    assert preflight.check_attention_backend(job("server=vllm_gpu", "kernel=flash_attn_graphs"), {}).status == "pass"
+    assert preflight.check_attention_backend(job(), {}).status == "pass"
+
+
+# 10 ------------------------------------------------------------------------------------------------
+def test_weights_against_free_gpu_memory(tiny_results, monkeypatch):
+    cfg = job("server=vllm_gpu", results=str(tiny_results))
+    env = env_for(cfg, monkeypatch, [gpu(0, memory_free_mib=1)])
+    c = preflight.check_memory(cfg, env)
+    assert c.status == "fail" and "offers 0.0 GiB at server.gpu_memory_utilization=0.85" in c.message
+    env = env_for(cfg, monkeypatch, [gpu(0)])
+    assert preflight.check_memory(cfg, env).status == "pass"
+
+
+# the rule ------------------------------------------------------------------------------------------
+def test_broken_pair_stops_the_dag_at_env_check_before_any_server(tiny_results, tmp_path):
+    cfg, d = broken_drafter(tiny_results, tmp_path, lambda c: c["dflash_config"].pop("mask_token_id"))
+    results = tmp_path / "results"
+    out = run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--cores", "2",
+               "--config", f"results_dir={results}",
+               f"overrides=pair.drafter={d} pair.built_by_workflow=false dataset.num_prompts=2 "
+               f"pair.target={tiny_results / 'models' / 'tiny' / 'target'}"], timeout=300)
+    err = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert f"specsweep: drafter: {d}/config.json has no mask_token_id: add dflash_config.mask_token_id" in err
+    assert "Traceback" not in err
+    assert not list(results.glob("*/*/logs/server.json"))      # no server was started
+    assert "Error in rule env_check" in err
+    assert ": server cell " not in err          # the server job's start message never appeared
