@@ -34,5 +34,5 @@ rule all:
     input:
         expand(RESULTS + "/{study}/summary.csv", study=STUDIES),
         expand(RESULTS + "/{study}/plots/done", study=STUDIES),
-        [RESULTS + f"/{s}/mlflow.done" for s in STUDIES if GRID.tracking[s]["enabled"]],
+        [mlflow_marker(GRID, s) for s in STUDIES if GRID.tracking[s]["enabled"]],
     default_target: True

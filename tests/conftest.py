@@ -33,3 +33,27 @@ def lock_dir(tmp_path, monkeypatch):
 
     monkeypatch.setattr(server, "LOCK_DIR", tmp_path / "locks")
     return tmp_path / "locks"
+
+
+def snakemake_argv(workdir, results, *overrides, study="t", extra=()):
+    """`snakemake --cores 2` on this repo's workflow, with Hydra overrides passed as its users pass them."""
+    return [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--cores", "2", *extra,
+            "--config", f"study={study}", f"results_dir={results}", "overrides=" + " ".join(overrides)]
+
+
+def prebuilt_pair(tiny_results) -> list[str]:
+    """Overrides that point a study at the session's tiny pair instead of building another."""
+    models = tiny_results / "models" / "tiny"
+    return [f"pair.target={models / 'target'}", f"pair.drafter={models / 'drafter'}", "pair.built_by_workflow=false"]
+
+
+def wait_for(predicate, timeout_s, what, interval_s=0.2):
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")

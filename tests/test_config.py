@@ -52,6 +52,6 @@ def test_snakemake_config_becomes_hydra_overrides():
         "dataset=gsm8k", "sweep.num_speculative_tokens=[2,4]", "sweep.thinking=false", 'study="a b"',
         "server.max_model_len=1024", "pair.block_size=16"]
     [cfg] = compose_jobs(overrides_from_snakemake({**config, "study": "a"}))
-    assert cfg["sweep"]["num_speculative_tokens"] == [2, 4] and cfg["sweep"]["thinking"] is False
+    assert cfg["sweep"]["num_speculative_tokens"] == [2, 4] and cfg["sweep"]["thinking"] == [False]   # axes are lists
     assert cfg["server"]["max_model_len"] == 1024 and cfg["dataset"]["name"] == "gsm8k"
     assert format_override_value(None) == "null" and format_override_value({"x": 1}) == "{x:1}"

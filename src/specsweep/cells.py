@@ -94,19 +94,6 @@ class Grid:
         todo = stable_hash(sorted(self.pending(sid)))[:12]
         return self.server_dir(sid) / "runs" / f"{todo}.done"
 
-    def metrics_or_producer(self, sid: str, bid: str) -> Path:
-        """A finished cell's metrics file, or the marker of the server job that will write it."""
-        path = self.metrics_path(sid, bid)
-        return path if path.exists() else self.run_marker(sid)
-
-    def server_inputs(self, sid: str) -> list[Path]:
-        """What a server job needs first: its datasets and, for a speculative cell, its baseline's results."""
-        inputs = {Path(self.dataset_file(b.spec["dataset"])) for b in self.benches[sid].values()}
-        base = self.baseline_of.get(sid)
-        if base:
-            inputs |= {self.metrics_or_producer(base, bid) for bid in self.benches[sid]}
-        return sorted(inputs)
-
     def subset(self, *sids: str) -> "Grid":
         """The part of the grid a job needs: some server cells, their baselines, and their bench cells."""
         keep = set(sids) | {self.baseline_of[s] for s in sids if s in self.baseline_of}

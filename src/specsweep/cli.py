@@ -108,7 +108,7 @@ def cmd_doctor(args) -> int:
           f"flash-attn {env['flash_attn']}")
     print(f"vllm {se.get('vllm')} (DFlash: {se.get('dflash_module')}) via {' '.join(env['vllm_command']) or 'none'} "
           f"under {se.get('executable')}")
-    gpus = ", ".join(f"{g['index']}:{g.get('name', '?')} sm_{g.get('compute_capability', '?')} "
+    gpus = ", ".join(f"{g['index']}:{g.get('name', '?')} sm_{str(g.get('compute_capability', '?')).replace('.', '')} "
                      f"{g.get('memory_free_mib', '?')} MiB free" for g in env["gpus"])
     print(f"GPUs: {gpus or 'none'}  "
           f"CUDA_VISIBLE_DEVICES={env['cuda_visible_devices']}")

@@ -123,7 +123,21 @@ def validate(cfg: dict) -> dict:
                     raise ConfigError(
                         f"config: server.{field} item {item!r} is not valid JSON ({je.msg} at char {je.pos}): "
                         "quote keys and strings with double quotes") from None
-    return cfg
+    sweep = cfg["sweep"]   # an axis given as a scalar (as multirun gives it) is a list of one
+    for axis in ("num_speculative_tokens", "thinking", "concurrency"):
+        sweep[axis] = aslist(sweep[axis])
+    for axis in ("pairs", "datasets"):
+        sweep[axis] = aslist(sweep[axis]) or None
+    return _canonical(cfg)
+
+
+def _canonical(obj):
+    """Keys sorted at every level, so a config read back from a jobs file is the same value, repr included."""
+    if isinstance(obj, dict):
+        return {k: _canonical(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, list):
+        return [_canonical(v) for v in obj]
+    return obj
 
 
 def _schema_message(e: Exception) -> str:

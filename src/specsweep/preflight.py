@@ -203,15 +203,15 @@ def local_dir(path: str | None) -> Path | None:
         return None
 
 
-def check_drafter(cfg, env, built_later: bool = False):
+def check_drafter(cfg, env):
     name = "drafter"
     pair = cfg["pair"]
     if pair["method"] != "dflash":
         return ok(name, "no DFlash drafter")
     ddir, tdir = local_dir(pair["drafter"]), local_dir(pair["target"])
     if ddir is None:
-        return ok(name, "built by the workflow before its server starts") if built_later else \
-            warn(name, f"drafter {pair['drafter']} is not on this machine: its config is checked when it is downloaded")
+        return warn(name, f"drafter {pair['drafter']} is not on this machine: its config is checked when it is "
+                          "downloaded")
     target = drafter_config.read_config(tdir) if tdir else None
     cfg_d = drafter_config.read_config(ddir)
     if cfg_d is None:
@@ -372,7 +372,28 @@ def check_max_tokens(cfg, env):
     return ok(name, f"max_tokens {mt} leaves room for thinking")
 
 
-CHECKS = [check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support, check_drafter,
+def check_dataset(cfg, env):
+    """A local JSONL is read before any server starts: malformed lines, empty files, bad encodings."""
+    from .config import ConfigError
+    from .datasets import jsonl_rows
+
+    name, ds = "dataset", cfg["dataset"]
+    if ds["source"] != "jsonl":
+        return ok(name, f"{ds['name']} ({ds['source']})")
+    try:
+        rows, bad = jsonl_rows(ds["path"], ds.get("on_bad_line", "skip"))
+    except ConfigError as e:
+        return fail(name, str(e).removeprefix("dataset: "))
+    if not rows:
+        return fail(name, f"{ds['path']} has no usable prompts ({bad} malformed lines): give a JSONL file with "
+                          "at least one {\"prompt\": ...} or {\"turns\": [...]} line")
+    if bad:
+        return warn(name, f"{ds['path']}: {bad} malformed lines will be skipped (dataset.on_bad_line=skip); set "
+                          "dataset.on_bad_line=fail to stop on them instead")
+    return ok(name, f"{ds['path']}: {len(rows)} prompts")
+
+
+CHECKS = [check_dataset, check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support, check_drafter,
           check_num_speculative_tokens, check_thinking, check_port, check_attention_backend, check_memory,
           check_max_tokens]
 
@@ -382,10 +403,7 @@ def run_checks(configs: list[dict], env: dict) -> list[Check]:
     seen, out = set(), []
     for cfg in configs:
         for check in CHECKS:
-            if check is check_drafter:
-                result = check(cfg, env, built_later=cfg["pair"]["built_by_workflow"])
-            else:
-                result = check(cfg, env)
+            result = check(cfg, env)
             key = (result.name, result.status, result.message)
             if key not in seen:
                 seen.add(key)

@@ -66,15 +66,19 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, srv: Server, progress: bool =
                                    temperature=bench["temperature"], seed=bench["seed"],
                                    thinking=bench["thinking"], timeout_s=cell.run["request_timeout_s"])
     atomic_write_yaml(out / "config.yaml", cell_config(grid, sid, bid))
-    rows, figures = asyncio.run(measure(srv.url, prompts, settings, bench["concurrency"], bench["warmup"],
-                                        progress, desc=f"{sid}/{bid}"))
+    try:
+        rows, figures = asyncio.run(measure(srv.url, prompts, settings, bench["concurrency"], bench["warmup"],
+                                            progress, desc=f"{sid}/{bid}"))
+    except httpx.HTTPError as e:           # /metrics did not answer before the requests started
+        rows, figures = [], {"scrape_error": f"{type(e).__name__}: {e}"}
     atomic_write_jsonl(out / "requests.jsonl", rows)
     if not srv.alive() or "scrape_error" in figures:
-        atomic_write_json(out / "failed.json", {"reason": "server died during the cell", "requests_kept": len(rows),
+        reason = "server died during the cell" if not srv.alive() else f"/metrics failed: {figures['scrape_error']}"
+        atomic_write_json(out / "failed.json", {"reason": reason, "requests_kept": len(rows),
                                                 "server_log": str(srv.log_path)})
-        raise CellError(f"bench cell {sid}/{bid}: the vLLM server died during its requests "
-                        f"({sum(r['ok'] for r in rows)} of {len(rows)} requests finished and are kept in "
-                        f"{out / 'requests.jsonl'}); log {srv.log_path}, last lines:\n{srv.log_tail()}")
+        raise CellError(f"bench cell {sid}/{bid}: {reason} ({sum(r['ok'] for r in rows)} of {len(rows)} requests "
+                        f"finished and are kept in {out / 'requests.jsonl'}); log {srv.log_path}, last lines:\n"
+                        f"{srv.log_tail()}")
     figures["dataset_lines_skipped"] = skipped
     figures["valid"] = figures["error_rate"] <= bench["max_error_rate"]
     figures.update(compare_with_baseline(grid, sid, bid, figures, rows))

@@ -256,6 +256,9 @@ class Server:
     _claims: list[Claim] = field(default_factory=list)
 
     def start(self) -> None:
+        note = reap_leftover(self.log_dir, self.run["stop_grace_s"])
+        if note:
+            print(f"[specsweep] {note}", flush=True)
         command = server_command(self.run)
         python = interpreter_of(command)
         inventory = gpu_inventory()
@@ -332,6 +335,8 @@ class Server:
                 if not port_is_free(self.run["host"], self.port):
                     raise ServerError(f"port {self.port} is still held after stopping vLLM: "
                                       f"see {port_owner(self.port)}")
+                self.info["stopped_at"] = time.time()
+                atomic_write_json(self.log_dir / "server.json", self.info)
         finally:
             for claim in self._claims:
                 claim.release()
@@ -388,3 +393,35 @@ def group_alive(pgid: int) -> bool:
         except (ProcessLookupError, psutil.Error):
             continue
     return False
+
+
+def reap_leftover(log_dir: Path, grace_s: float = 30) -> str | None:
+    """A server recorded by an earlier launch that still runs: stop it if provably ours, else only report.
+
+    Provably ours: the recorded process group leader is alive, was created when we launched it, runs the
+    argv we recorded, and the orchestrator that launched it is gone (a killed run).
+    """
+    import psutil
+
+    try:
+        info = json.loads((Path(log_dir) / "server.json").read_text())
+    except (OSError, ValueError):
+        return None
+    pgid = info.get("pgid")
+    if not pgid or "stopped_at" in info or not group_alive(pgid):
+        return None
+    try:
+        leader = psutil.Process(pgid)
+        same_start = abs(leader.create_time() - info["started_at"]) < 5
+        same_argv = leader.cmdline()[-len(info["argv"][1:]):] == info["argv"][1:]
+    except (psutil.Error, KeyError):
+        same_start = same_argv = False
+    if not (same_start and same_argv):
+        return (f"process group {pgid} recorded in {log_dir}/server.json is alive but is not the server we started "
+                "(its start time or command differ): left alone")
+    owner = info.get("orchestrator_pid")
+    if owner and owner != os.getpid() and psutil.pid_exists(owner):
+        raise ServerError(f"the vLLM server recorded in {log_dir}/server.json (pid {pgid}) belongs to a run that is "
+                          f"still going (pid {owner}): wait for it, or stop that run first")
+    stop_group(pgid, None, grace_s)
+    return f"stopped a leftover vLLM server (pid {pgid}, port {info.get('port')}) from a killed run"

@@ -26,6 +26,14 @@ def tracking_uri(grid: Grid, study: str) -> str:
     return uri or f"sqlite:///{(grid.results_dir / 'mlflow.db').resolve()}"
 
 
+def marker(grid: Grid, study: str) -> str:
+    """The ingest rule's output, one per tracking store: a store that was down is ingested on a later run."""
+    from .cells import stable_hash
+
+    key = stable_hash([tracking_uri(grid, study), grid.tracking[study]["experiment"]])[:10]
+    return str(grid.results_dir / study / f"mlflow-{key}.done")
+
+
 def flatten(obj, prefix: str = "") -> dict:
     out = {}
     if isinstance(obj, dict):

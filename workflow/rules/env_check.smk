@@ -1,4 +1,7 @@
+# Preflight, before any server starts. A pair the workflow builds is checked once it is built.
 rule env_check:
+    input:
+        lambda w: rules.build_tiny_pair.output if tiny_models_needed() else [],
     output:
         RESULTS + "/{study}/env.json",
     log:

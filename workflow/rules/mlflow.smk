@@ -1,13 +1,17 @@
 # The single MLflow writer: one parent run per study, one child per bench cell, idempotent by cell id.
+# Its marker names the tracking store, so a store that was down when cells finished is ingested later.
+from specsweep.tracking import marker as mlflow_marker
+
+
 rule ingest_mlflow:
     input:
         summary=RESULTS + "/{study}/summary.csv",
         plots=RESULTS + "/{study}/plots/done",
         env=RESULTS + "/{study}/env.json",
     output:
-        RESULTS + "/{study}/mlflow.done",
+        RESULTS + "/{study}/mlflow-{store}.done",
     log:
-        RESULTS + "/{study}/logs/ingest_mlflow.log",
+        RESULTS + "/{study}/logs/ingest_mlflow-{store}.log",
     params:
         grid=lambda w: GRID.of_study(w.study),
     script:

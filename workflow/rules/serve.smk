@@ -1,17 +1,20 @@
 # One job per server cell: start vLLM, run its unfinished bench cells, stop vLLM. Its output is a marker
 # named after the set of bench cells it still had to run; finished cells are never declared outputs, so a
-# failed job cannot make Snakemake delete them. A CPU server takes every core, so CPU cells never run
-# side by side and skew each other's timings; GPU cells run side by side on disjoint GPUs.
+# failed job cannot make Snakemake delete them. It is a checkpoint so that, once it has run, the rules that
+# read its cells see their metrics.json files. A CPU server takes every core, so CPU cells never run side
+# by side and skew each other's timings; GPU cells run side by side on disjoint GPUs.
 
 
 def serve_inputs(wildcards):
-    inputs = [str(p) for p in GRID.server_inputs(wildcards.server)]
-    if GRID.configs[wildcards.server]["pair"]["built_by_workflow"]:
-        inputs += rules.build_tiny_pair.output
-    return inputs + [RESULTS + f"/{wildcards.study}/env.json"]
+    sid = wildcards.server
+    inputs = [GRID.dataset_file(b.spec["dataset"]) for b in GRID.benches[sid].values()]
+    base = GRID.baseline_of.get(sid)
+    if base:   # a speculative cell is compared with its matched baseline, so the baseline runs first
+        inputs += cell_metrics(base, list(GRID.benches[sid]))
+    return sorted(set(inputs)) + [RESULTS + f"/{wildcards.study}/env.json"]   # env.json: after the pair is built
 
 
-rule serve_and_bench:
+checkpoint serve_and_bench:
     input:
         serve_inputs,
     output:

@@ -1,6 +1,6 @@
 rule summarize:
     input:
-        metrics_inputs,
+        study_metrics,
     output:
         RESULTS + "/{study}/summary.csv",
     log:

