@@ -35,6 +35,10 @@ def log_has(info, text):
     return info is not None and text in Path(info["log"]).read_text(errors="replace")
 
 
+def posts(info) -> int:
+    return Path(info["log"]).read_text(errors="replace").count("POST /v1/chat/completions") if info else 0
+
+
 def dry_run_jobs(workdir, results, *overrides, study="t"):
     out = run(snakemake_argv(workdir, results, *overrides, study=study, extra=["-n"]))
     assert out.returncode == 0, out.stderr[-2000:]
@@ -49,9 +53,9 @@ def test_server_killed_mid_cell_keeps_everything_and_rerun_redoes_only_that_cell
     proc = subprocess.Popen(snakemake_argv(tmp_path, results, *study, extra=["--keep-going"]),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        victim = wait_for(lambda: (lambda i: i if log_has(i, "POST /v1/chat/completions") else None)(
-            server_info(results, "t", "tiny-dflash-k2-*")), 400, "the K=2 server to serve requests", 0.1)
-        time.sleep(1.0)
+        # two warm-up requests, then the measured ones: kill once three of those have started
+        victim = wait_for(lambda: (lambda i: i if posts(i) >= 5 else None)(
+            server_info(results, "t", "tiny-dflash-k2-*")), 400, "the K=2 server's measured requests", 0.05)
         killed_at = time.monotonic()
         os.killpg(victim["pgid"], signal.SIGKILL)
         output, _ = proc.communicate(timeout=600)

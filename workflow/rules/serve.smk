@@ -1,17 +1,18 @@
 # One job per server cell: start vLLM, run its unfinished bench cells, stop vLLM. Its output is a marker
 # named after the set of bench cells it still had to run; finished cells are never declared outputs, so a
-# failed job cannot make Snakemake delete them. It is a checkpoint so that, once it has run, the rules that
-# read its cells see their metrics.json files. A CPU server takes every core, so CPU cells never run side
-# by side and skew each other's timings; GPU cells run side by side on disjoint GPUs.
+# failed job cannot make Snakemake delete them. It is a checkpoint: `server_cell_done` asks for it only
+# while cells are unfinished, and afterwards reads the same metrics.json paths a finished grid gives, so a
+# rerun runs exactly what is missing. A CPU server takes every core, so CPU cells never run side by side
+# and skew each other's timings; GPU cells run side by side on disjoint GPUs.
 
 
 def serve_inputs(wildcards):
     sid = wildcards.server
-    inputs = [GRID.dataset_file(b.spec["dataset"]) for b in GRID.benches[sid].values()]
+    inputs = sorted({GRID.dataset_file(b.spec["dataset"]) for b in GRID.benches[sid].values()})
     base = GRID.baseline_of.get(sid)
     if base:   # a speculative cell is compared with its matched baseline, so the baseline runs first
-        inputs += cell_metrics(base, list(GRID.benches[sid]))
-    return sorted(set(inputs)) + [RESULTS + f"/{wildcards.study}/env.json"]   # env.json: after the pair is built
+        inputs.append(str(GRID.cells_done(base)))
+    return inputs + [RESULTS + f"/{wildcards.study}/env.json"]   # env.json comes after the pair is built
 
 
 checkpoint serve_and_bench:
@@ -31,3 +32,14 @@ checkpoint serve_and_bench:
         gpu=lambda w: GRID.servers[w.server].gpus,
     script:
         "../scripts/serve_and_bench.py"
+
+
+rule server_cell_done:
+    input:
+        cell_metrics,
+    output:
+        RESULTS + "/{study}/{server}/cells-{cellset}.json",
+    log:
+        RESULTS + "/{study}/{server}/logs/cells-{cellset}.log",
+    script:
+        "../scripts/server_cell_done.py"

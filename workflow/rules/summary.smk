@@ -1,6 +1,6 @@
 rule summarize:
     input:
-        study_metrics,
+        lambda w: [str(GRID.cells_done(sid)) for sid in server_cells_of(w.study)],
     output:
         RESULTS + "/{study}/summary.csv",
     log:

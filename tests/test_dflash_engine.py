@@ -1,0 +1,114 @@
+"""The DFlash engine is lossless: greedy output equals transformers' generate, token for token."""
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from specsweep.dflash.engine import generate
+from specsweep.dflash.model import DFlashDrafter
+
+PROMPTS = [[5, 17, 42, 99, 23, 8], [61, 7, 7, 300], [12, 250, 33, 90, 4, 71, 18, 240, 9]]
+N = 24
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_results):
+    torch.manual_seed(0)
+    target = AutoModelForCausalLM.from_pretrained(tiny_results / "models" / "tiny" / "target",
+                                                  dtype=torch.float32).eval()
+    drafter = DFlashDrafter.from_pretrained(tiny_results / "models" / "tiny" / "drafter")
+    return target, drafter
+
+
+def reference(target, prompts, max_new, stop=None):
+    """transformers' own greedy decoding, one prompt at a time (no padding effects)."""
+    out = []
+    for p in prompts:
+        ids = target.generate(torch.tensor([p]), max_new_tokens=max_new, do_sample=False,
+                              eos_token_id=stop, pad_token_id=0, min_new_tokens=0)[0, len(p):].tolist()
+        if stop is not None and stop in ids:
+            ids = ids[: ids.index(stop) + 1]
+        out.append(ids)
+    return out
+
+
+@pytest.mark.parametrize("block_size", [1, 2, 4, 8])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_greedy_equals_transformers_generate(pair, block_size, batch):
+    target, drafter = pair
+    prompts = PROMPTS[:batch]
+    out = generate(target, drafter, prompts, block_size, N)
+    assert out.sequences == reference(target, prompts, N)
+    assert all(1 <= a <= block_size for a in out.acceptance_lengths())
+
+
+def test_stop_tokens_and_max_new_tokens_are_exact(pair):
+    target, drafter = pair
+    ref = reference(target, PROMPTS, N)
+    stop = ref[0][5]                                  # a token the first prompt really emits
+    out = generate(target, drafter, PROMPTS, 4, N, stop_ids={stop})
+    assert out.sequences == reference(target, PROMPTS, N, stop=stop)
+    assert out.sequences[0][-1] == stop and len(out.sequences[0]) == ref[0].index(stop) + 1
+    assert [len(s) for s in generate(target, drafter, PROMPTS, 8, 7).sequences] == [7, 7, 7]
+
+
+def oracle(target, prompts, right: int | None = None):
+    """A proposer that knows the greedy continuation; with `right`, only its first `right` drafts are true."""
+    ref = reference(target, prompts, N + 16)
+
+    def propose(block, positions):
+        drafts = []
+        for row, p in enumerate(prompts):
+            start = int(positions[row, 0]) - len(p)           # index in the continuation of block slot 0
+            true = ref[row][start + 1: start + block.shape[1]]
+            if right is not None:
+                true = true[:right] + [(t + 1) % 300 for t in true[right:]]
+            drafts.append(true)
+        return torch.tensor(drafts)
+    return propose
+
+
+def test_accepted_drafts_are_committed_and_the_cache_cropped(pair):
+    target, _ = pair
+    prompts = [PROMPTS[0]]
+    full = generate(target, None, prompts, 8, N, propose=oracle(target, prompts))
+    assert full.sequences == reference(target, prompts, N)
+    assert full.acceptance_lengths()[:2] == [8, 8]           # every draft right: 7 accepted + the bonus
+    assert len(full.steps) == -(-(N - 1) // 8)
+    part = generate(target, None, prompts, 8, N, propose=oracle(target, prompts, right=2))
+    assert part.sequences == reference(target, prompts, N)
+    assert set(part.acceptance_lengths()[:-1]) == {3}        # 2 right drafts + the bonus, every step
+
+
+def test_batches_commit_the_shortest_accepted_prefix_and_stay_exact(pair):
+    target, _ = pair
+    out = generate(target, None, PROMPTS, 8, N, propose=oracle(target, PROMPTS, right=3))
+    assert out.sequences == reference(target, PROMPTS, N)
+    assert all(s.committed == 4 for s in out.steps[:-1])
+
+
+def test_sampling_is_reproducible_by_seed(pair):
+    """At temperature > 0 every committed token is drawn from the target's distribution with a seeded generator."""
+    target, drafter = pair
+    a = generate(target, drafter, [PROMPTS[1]], 1, 16, temperature=0.8, seed=3).sequences
+    b = generate(target, drafter, [PROMPTS[1]], 1, 16, temperature=0.8, seed=3).sequences
+    c = generate(target, drafter, [PROMPTS[1]], 1, 16, temperature=0.8, seed=4).sequences
+    assert a == b and a != c
+
+
+def test_checkpoint_round_trip(pair, tmp_path):
+    _, drafter = pair
+    drafter.save_pretrained(tmp_path / "d")
+    again = DFlashDrafter.from_pretrained(tmp_path / "d")
+    assert again.config == drafter.config
+    assert all(torch.equal(again.state_dict()[k], v) for k, v in drafter.state_dict().items())
+
+
+def test_trace_prints_every_block(tiny_results):
+    from conftest import BIN, run
+
+    models = tiny_results / "models" / "tiny"
+    out = run([str(BIN / "specsweep"), "trace", "--target", str(models / "target"), "--drafter",
+               str(models / "drafter"), "--max-new-tokens", "10", "--block-size", "4"], timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("   drafted ") == out.stdout.count("   target  ") >= 3
+    assert "accepted 0/3" in out.stdout and "mean acceptance length" in out.stdout
