@@ -3,6 +3,7 @@
 #   snakemake --cores 2 --config dataset=gsm8k overrides="sweep.num_speculative_tokens=[2,4,6]"
 # Overrides given with --config are Hydra overrides of conf/; `specsweep sweep -m ...` writes a jobs file
 # and runs this same workflow, so both ways in share cells, paths and cache.
+import os
 import sys
 
 from snakemake.utils import min_version
@@ -32,7 +33,7 @@ include: "workflow/rules/mlflow.smk"
 
 rule all:
     input:
-        expand(RESULTS + "/{study}/summary.csv", study=STUDIES),
-        expand(RESULTS + "/{study}/plots/done", study=STUDIES),
+        expand(f"{RESULTS}/{{study}}/summary.csv", study=STUDIES),
+        expand(f"{RESULTS}/{{study}}/plots/done", study=STUDIES),
         [mlflow_marker(GRID, s) for s in STUDIES if GRID.tracking[s]["enabled"]],
     default_target: True

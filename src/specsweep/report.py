@@ -9,9 +9,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 
 def _save(fig, path: Path) -> None:
+    for ax in fig.axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # K, positions and concurrency are whole
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -133,7 +133,8 @@ def run_server_cell(grid: Grid, sid: str, marker: str | Path, progress: bool = T
             raise CellError(f"server cell {sid}: {e}") from None
     missing = grid.pending(sid)
     if missing:
-        detail = "\n".join(failures) or "the server stopped before they ran"
-        raise CellError(f"server cell {sid}: {len(missing)} bench cell(s) not finished: {', '.join(missing)}\n{detail}")
+        first = failures[0].splitlines()[0] if failures else "the server stopped before they ran"
+        raise CellError(f"server cell {sid}: {len(missing)} bench cell(s) not finished ({', '.join(missing)}); "
+                        f"first: {first}\n" + "\n".join(failures))
     Path(marker).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(marker, {"server_cell": sid, "finished_at": time.time()})

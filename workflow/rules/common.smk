@@ -14,6 +14,24 @@ def cell_metrics(wildcards):
     return [str(GRID.metrics_path(sid, bid)) for bid in GRID.benches[sid]]
 
 
+def serve_inputs(wildcards):
+    sid = wildcards.server
+    inputs = sorted({GRID.dataset_file(b.spec["dataset"]) for b in GRID.benches[sid].values()})
+    base = GRID.baseline_of.get(sid)
+    if base:   # a speculative cell is compared with its matched baseline, so the baseline runs first
+        inputs.append(str(GRID.cells_done(base)))
+    return inputs + [f"{RESULTS}/{wildcards.study}/env.json"]   # env.json comes after the pair is built
+
+
+def dataset_cfg(wildcards):
+    for cells in GRID.benches.values():
+        for cell in cells.values():
+            ds = cell.spec["dataset"]
+            if GRID.dataset_file(ds) == f"{RESULTS}/datasets/{wildcards.name}.jsonl":
+                return ds
+    raise ValueError(f"no dataset in the grid writes {wildcards.name}.jsonl")
+
+
 def tiny_models_needed():
     return any(GRID.configs[sid]["pair"]["built_by_workflow"] for sid in GRID.servers)
 

@@ -3,9 +3,9 @@ rule env_check:
     input:
         lambda w: rules.build_tiny_pair.output if tiny_models_needed() else [],
     output:
-        RESULTS + "/{study}/env.json",
+        f"{RESULTS}/{{study}}/env.json",
     log:
-        RESULTS + "/{study}/logs/env_check.log",
+        f"{RESULTS}/{{study}}/logs/env_check.log",
     params:
         configs=lambda w: [GRID.configs[sid] for sid in server_cells_of(w.study)],
     script:

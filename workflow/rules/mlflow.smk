@@ -5,13 +5,13 @@ from specsweep.tracking import marker as mlflow_marker
 
 rule ingest_mlflow:
     input:
-        summary=RESULTS + "/{study}/summary.csv",
-        plots=RESULTS + "/{study}/plots/done",
-        env=RESULTS + "/{study}/env.json",
+        summary=f"{RESULTS}/{{study}}/summary.csv",
+        plots=f"{RESULTS}/{{study}}/plots/done",
+        env=f"{RESULTS}/{{study}}/env.json",
     output:
-        RESULTS + "/{study}/mlflow-{store}.done",
+        f"{RESULTS}/{{study}}/mlflow-{{store}}.done",
     log:
-        RESULTS + "/{study}/logs/ingest_mlflow-{store}.log",
+        f"{RESULTS}/{{study}}/logs/ingest_mlflow-{{store}}.log",
     params:
         grid=lambda w: GRID.of_study(w.study),
     script:

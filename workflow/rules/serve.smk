@@ -6,22 +6,13 @@
 # and skew each other's timings; GPU cells run side by side on disjoint GPUs.
 
 
-def serve_inputs(wildcards):
-    sid = wildcards.server
-    inputs = sorted({GRID.dataset_file(b.spec["dataset"]) for b in GRID.benches[sid].values()})
-    base = GRID.baseline_of.get(sid)
-    if base:   # a speculative cell is compared with its matched baseline, so the baseline runs first
-        inputs.append(str(GRID.cells_done(base)))
-    return inputs + [RESULTS + f"/{wildcards.study}/env.json"]   # env.json comes after the pair is built
-
-
 checkpoint serve_and_bench:
     input:
         serve_inputs,
     output:
-        RESULTS + "/{study}/{server}/runs/{todo}.done",
+        f"{RESULTS}/{{study}}/{{server}}/runs/{{todo}}.done",
     log:
-        RESULTS + "/{study}/{server}/logs/job-{todo}.log",
+        f"{RESULTS}/{{study}}/{{server}}/logs/job-{{todo}}.log",
     params:
         pending=lambda w: GRID.pending(w.server),
         grid=lambda w: GRID.subset(w.server),
@@ -38,8 +29,8 @@ rule server_cell_done:
     input:
         cell_metrics,
     output:
-        RESULTS + "/{study}/{server}/cells-{cellset}.json",
+        f"{RESULTS}/{{study}}/{{server}}/cells-{{cellset}}.json",
     log:
-        RESULTS + "/{study}/{server}/logs/cells-{cellset}.log",
+        f"{RESULTS}/{{study}}/{{server}}/logs/cells-{{cellset}}.log",
     script:
         "../scripts/server_cell_done.py"

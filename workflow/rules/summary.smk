@@ -2,9 +2,9 @@ rule summarize:
     input:
         lambda w: [str(GRID.cells_done(sid)) for sid in server_cells_of(w.study)],
     output:
-        RESULTS + "/{study}/summary.csv",
+        f"{RESULTS}/{{study}}/summary.csv",
     log:
-        RESULTS + "/{study}/logs/summarize.log",
+        f"{RESULTS}/{{study}}/logs/summarize.log",
     params:
         grid=lambda w: GRID.of_study(w.study),
     script:
@@ -13,10 +13,10 @@ rule summarize:
 
 rule plots:
     input:
-        RESULTS + "/{study}/summary.csv",
+        f"{RESULTS}/{{study}}/summary.csv",
     output:
-        touch(RESULTS + "/{study}/plots/done"),
+        touch(f"{RESULTS}/{{study}}/plots/done"),
     log:
-        RESULTS + "/{study}/logs/plots.log",
+        f"{RESULTS}/{{study}}/logs/plots.log",
     script:
         "../scripts/plots.py"
