@@ -8,7 +8,7 @@ def test_default_composes_the_tiny_pair_on_vllm_cpu():
     assert cfg["pair"]["name"] == "tiny" and cfg["pair"]["method"] == "dflash"
     assert cfg["pair"]["target"] == "results/models/tiny/target"   # follows results_dir
     assert cfg["server"]["device"] == "cpu" and cfg["kernel"]["name"] == "cpu"
-    assert cfg["sweep"]["num_speculative_tokens"] == [2, 4]
+    assert cfg["sweep"]["num_speculative_tokens"] == [3, 7]
     assert cfg["tracking"]["enabled"] is True
 
 

@@ -111,4 +111,6 @@ def test_trace_prints_every_block(tiny_results):
                str(models / "drafter"), "--max-new-tokens", "10", "--block-size", "4"], timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.count("   drafted ") == out.stdout.count("   target  ") >= 3
-    assert "accepted 0/3" in out.stdout and "mean acceptance length" in out.stdout
+    import re
+
+    assert re.search(r"accepted [0-3]/3", out.stdout) and "mean acceptance length" in out.stdout

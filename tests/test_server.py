@@ -22,6 +22,27 @@ def start(c, log_dir):
     return Server(c.spec, c.run, log_dir, gpus_needed=c.gpus, served_name=runner.served_name(c.spec))
 
 
+def engine_acceptance(tiny_results, prompts, block_size, max_new_tokens) -> float:
+    """The in-process engine's token-weighted mean acceptance length on the same chat prompts."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from specsweep.dflash.engine import generate
+    from specsweep.dflash.model import DFlashDrafter
+    from specsweep.tiny import chat_ids
+
+    models = tiny_results / "models" / "tiny"
+    tok = AutoTokenizer.from_pretrained(models / "target")
+    target = AutoModelForCausalLM.from_pretrained(models / "target", dtype=torch.float32).eval()
+    drafter = DFlashDrafter.from_pretrained(models / "drafter")
+    lengths = []
+    for p in prompts:
+        out = generate(target, drafter, [chat_ids(tok, p[0])], block_size, max_new_tokens,
+                       stop_ids={tok.eos_token_id})
+        lengths += out.acceptance_lengths()
+    return sum(lengths) / len(lengths)
+
+
 @pytest.mark.server
 def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(tiny_results, tmp_path, lock_dir):
     c = cell(tiny_results, "sweep.num_speculative_tokens=3", "+server.env.VLLM_LOG_STATS_INTERVAL=1")
@@ -41,6 +62,10 @@ def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(t
     # nothing left behind: the process group is gone and the port is free
     assert not group_alive(srv.info["pgid"]) and port_is_free("127.0.0.1", srv.port)
     assert srv.proc.returncode is not None
+    # the trained tiny drafter really drafts, and vLLM accepts what our own engine accepts on the same prompts
+    assert spec["mean_acceptance_length"] > 2.0
+    assert engine_acceptance(tiny_results, prompts[:2], 4, 24) == pytest.approx(spec["mean_acceptance_length"],
+                                                                                 abs=0.25)
 
 
 @pytest.mark.server

@@ -109,7 +109,8 @@ def generate(target, drafter: DFlashDrafter | None, input_ids: list[list[int]], 
         for r in live:
             commit(r, block[r, 1:n + 1].tolist() + [int(choice[r, n])])
         # the target has now processed `last` and the n kept proposals: keep those, drop the rest
-        cache.crop(cache.get_seq_length() - (block_size - (n + 1)))
+        if block_size - (n + 1):
+            cache.crop(-(block_size - (n + 1)))
         mask = torch.cat([mask, torch.ones(b, n + 1, dtype=mask.dtype, device=device)], dim=1)
         if ctx_kv is not None:
             new = drafter.context_kv(drafter.context_states(tuple(h[:, : n + 1] for h in out.hidden_states)),

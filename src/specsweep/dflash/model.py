@@ -55,7 +55,7 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(b, t, self.kv_heads, self.hd).transpose(1, 2)
         return rope(k, cos, sin), v
 
-    def forward(self, x, cos, sin, ctx_k, ctx_v, key_mask):
+    def forward(self, x, cos, sin, ctx_k, ctx_v, mask):
         b, t, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(b, t, self.heads, self.hd)).transpose(1, 2)
         q = rope(q, cos, sin)
@@ -63,7 +63,7 @@ class Attention(nn.Module):
         k, v = torch.cat([ctx_k, k], dim=2), torch.cat([ctx_v, v], dim=2)
         rep = self.heads // self.kv_heads
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, None, :])   # not causal
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])   # mask [B, T, Lctx + T]
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -79,8 +79,8 @@ class Layer(nn.Module):
         self.mlp.up_proj = nn.Linear(h, i, bias=False)
         self.mlp.down_proj = nn.Linear(i, h, bias=False)
 
-    def forward(self, x, cos, sin, ctx_k, ctx_v, key_mask):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx_k, ctx_v, key_mask)
+    def forward(self, x, cos, sin, ctx_k, ctx_v, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx_k, ctx_v, mask)
         h = self.post_attention_layernorm(x)
         return x + self.mlp.down_proj(F.silu(self.mlp.gate_proj(h)) * self.mlp.up_proj(h))
 
@@ -138,12 +138,15 @@ class DFlashDrafter(nn.Module):
         cos, sin = self.cos_sin(ctx_positions)
         return [layer.self_attn.kv(normed, cos, sin) for layer in self.layers]
 
-    def forward(self, block_embeds, block_positions, ctx_kv, ctx_mask) -> torch.Tensor:
-        """Final hidden states of the block; ctx_mask [B, Lctx] is False at padding."""
+    def forward(self, block_embeds, block_positions, ctx_kv, mask) -> torch.Tensor:
+        """Final hidden states of the block(s). `mask` says which keys each query sees: [B, Lctx] for one
+        block (padding False; the block sees itself), or [B, T, Lctx + T] in full (training's many blocks)."""
         b, t, _ = block_embeds.shape
+        if mask.dim() == 2:
+            own = torch.ones(b, t, dtype=torch.bool, device=mask.device)
+            mask = torch.cat([mask, own], dim=1)[:, None, :].expand(b, t, -1)
         cos, sin = self.cos_sin(block_positions)
-        key_mask = torch.cat([ctx_mask, torch.ones(b, t, dtype=torch.bool, device=ctx_mask.device)], dim=1)
         x = block_embeds
         for layer, (k, v) in zip(self.layers, ctx_kv):
-            x = layer(x, cos, sin, k, v, key_mask)
+            x = layer(x, cos, sin, k, v, mask)
         return self.norm(x)

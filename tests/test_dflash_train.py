@@ -1,0 +1,73 @@
+"""The training forward and the decode-time forward agree, and training against the target helps."""
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from specsweep.dflash.engine import generate
+from specsweep.dflash.model import DFlashDrafter
+from specsweep.dflash.train import block_hidden, drafter_loss, slot_weights, target_pass, train_drafter
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_results):
+    torch.manual_seed(0)
+    target = AutoModelForCausalLM.from_pretrained(tiny_results / "models" / "tiny" / "target",
+                                                  dtype=torch.float32).eval()
+    return target, tiny_results / "models" / "tiny" / "drafter"
+
+
+def decode_time_hidden(drafter, target, ids, hidden_states, a):
+    """What one decode step computes for an anchor at a: context 0..a-1, block [x_a, MASK...] at a.."""
+    b = drafter.block_size
+    ctx_kv = drafter.context_kv(drafter.context_states(tuple(h[:, :a] for h in hidden_states)),
+                                torch.arange(a)[None])
+    block = torch.full((1, b), drafter.mask_token_id)
+    block[0, 0] = ids[0, a]
+    return drafter(target.get_input_embeddings()(block), torch.arange(a, a + b)[None], ctx_kv,
+                   torch.ones(1, a, dtype=torch.bool))
+
+
+@torch.no_grad()
+def test_training_forward_equals_the_decode_step(pair):
+    target, path = pair
+    drafter = DFlashDrafter.from_pretrained(path)
+    ids = torch.randint(10, 300, (1, 40), generator=torch.Generator().manual_seed(1))
+    hidden_states, _ = target_pass(target, ids)
+    anchors = torch.tensor([[5, 17, 30]])
+    trained = block_hidden(drafter, target.get_input_embeddings(), ids, hidden_states, anchors)
+    for j, a in enumerate(anchors[0].tolist()):
+        torch.testing.assert_close(trained[0, j], decode_time_hidden(drafter, target, ids, hidden_states, a)[0])
+    # the test has teeth: the off-by-one (context including the anchor's own feature) is visibly different
+    wrong = decode_time_hidden(drafter, target, ids, hidden_states, 18)[0]
+    assert not torch.allclose(trained[0, 1], wrong, atol=1e-4)
+
+
+def test_slot_weights_decay_with_position():
+    w = slot_weights(8, 4.0)
+    assert len(w) == 7 and w[0] == 1.0 and torch.all(w[1:] < w[:-1])
+
+
+def test_labels_past_the_end_are_masked(pair):
+    target, path = pair
+    drafter = DFlashDrafter.from_pretrained(path)
+    ids = torch.randint(10, 300, (2, 12), generator=torch.Generator().manual_seed(2))
+    loss = drafter_loss(drafter, target, ids, torch.tensor([12, 6]), torch.tensor([[10], [4]]))
+    assert torch.isfinite(loss)
+
+
+def test_training_on_the_targets_own_outputs_raises_acceptance(pair):
+    torch.set_num_threads(1)
+    target, path = pair
+    drafter = DFlashDrafter.from_pretrained(path)
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(10, 300, (6,), generator=gen).tolist() for _ in range(48)]
+    outputs = generate(target, None, prompts, 1, 40).sequences          # what the target really writes
+    sequences = [p + o for p, o in zip(prompts, outputs)]
+    before = generate(target, drafter, prompts[:8], 8, 32).acceptance_lengths()
+    losses = train_drafter(drafter, target, sequences, [len(p) for p in prompts], steps=60, batch=8,
+                           anchors=8, lr=3e-3, log=None)
+    after = generate(target, drafter, prompts[:8], 8, 32)
+    assert sum(losses[-10:]) < sum(losses[:10])
+    assert sum(after.acceptance_lengths()) / len(after.acceptance_lengths()) > \
+        sum(before) / len(before) + 0.5
+    assert after.sequences == generate(target, None, prompts[:8], 1, 32).sequences     # still lossless
