@@ -36,16 +36,16 @@ def timed(argv, cwd, env=None) -> float:
 
 def specsweep_runs(work: Path) -> dict:
     base = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work), "--cores", "2", "--config",
-            "study=bench", f"results_dir={work / 'results'}", "dataset.num_prompts=16", "sweep.max_tokens=64",
-            "sweep.concurrency=4", "sweep.warmup=0"]
+            "study=bench", f"results_dir={work / 'results'}"]
+    grid = "dataset.num_prompts=16 sweep.max_tokens=64 sweep.concurrency=4 sweep.warmup=0 sweep.num_speculative_tokens="
     from specsweep.tiny import build_pair   # the pair is shared with vLLM's run; build it outside the timing
 
     build_pair(work / "results" / "models" / "tiny")
     (work / "results" / "models" / "tiny" / "target" / "config.json").touch()
     (work / "results" / "models" / "tiny" / "drafter" / "config.json").touch()
-    return {"cold": timed(base + ["sweep.num_speculative_tokens=[2,4]"], work),
-            "noop": timed(base + ["sweep.num_speculative_tokens=[2,4]"], work),
-            "one_more": timed(base + ["sweep.num_speculative_tokens=[2,4,6]"], work)}
+    return {"cold": timed(base + [f"overrides={grid}[2,4]"], work),
+            "noop": timed(base + [f"overrides={grid}[2,4]"], work),
+            "one_more": timed(base + [f"overrides={grid}[2,4,6]"], work)}
 
 
 def vllm_runs(work: Path, models: Path) -> dict:
