@@ -67,3 +67,36 @@ def test_an_interrupted_write_leaves_the_old_file_and_no_debris(tmp_path, monkey
         atomic_write_text(target, json.dumps({"new": True}))
     assert json.loads(target.read_text()) == {"old": True}
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
+
+
+def test_hub_loader_formats_prompts_and_turns(tmp_path):
+    """The `datasets` path, on a local folder (no hub here): templates, extra inputs and multi-turn sets."""
+    gsm = tmp_path / "gsm"
+    gsm.mkdir()
+    (gsm / "test.jsonl").write_text(json.dumps({"question": "What is 2+2?", "answer": "4"}) + "\n")
+    [cfg] = compose_jobs(["dataset=gsm8k", f"dataset.hub.path={gsm}", "dataset.hub.name=null", "dataset.num_prompts=5"])
+    info = materialise(cfg["dataset"], tmp_path / "gsm.jsonl")
+    rows = [json.loads(x) for x in (tmp_path / "gsm.jsonl").read_text().splitlines()]
+    assert info == {"prompts": 1, "skipped_lines": 0}
+    assert rows == [{"turns": ["What is 2+2?\nPlease reason step by step, and put your final answer within "
+                               "\\boxed{}."]}]
+    mt = tmp_path / "mt"
+    mt.mkdir()
+    (mt / "train.jsonl").write_text(json.dumps({"prompt": ["Write a poem.", "Now shorten it."]}) + "\n")
+    [cfg] = compose_jobs(["dataset=mt-bench", f"dataset.hub.path={mt}"])
+    materialise(cfg["dataset"], tmp_path / "mt.jsonl")
+    assert json.loads((tmp_path / "mt.jsonl").read_text()) == {"turns": ["Write a poem.", "Now shorten it."]}
+    al = tmp_path / "al"
+    al.mkdir()
+    (al / "train.jsonl").write_text(json.dumps({"instruction": "Translate.", "input": "Bonjour", "output": ""}) + "\n")
+    [cfg] = compose_jobs(["dataset=alpaca", f"dataset.hub.path={al}"])
+    materialise(cfg["dataset"], tmp_path / "al.jsonl")
+    assert json.loads((tmp_path / "al.jsonl").read_text()) == {"turns": ["Translate.\n\nBonjour"]}
+
+
+def test_an_unreachable_hub_dataset_is_one_clear_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    [cfg] = compose_jobs(["dataset=gsm8k", "dataset.hub.path=no-such-org/no-such-set"])
+    with pytest.raises(ConfigError, match="could not load no-such-org/no-such-set from the hub"):
+        materialise(cfg["dataset"], tmp_path / "x.jsonl")
