@@ -27,7 +27,7 @@ def test_sweep_pairs_and_datasets_expand_to_one_job_each():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["sweep.nope=1"], "config: Could not override 'sweep.nope'"),
+    (["sweep.nope=1"], "config: sweep.nope is not a config key: check its spelling against conf/"),
     (["pair=nope"], "choose one of: llama3.1-8b-dflash-ultrachat, qwen3-4b-dflash-b16"),
     (["dataset=nope"], "choose one of: alpaca, gsm8k"),
     (["pair.block_size=0"], "config: pair.block_size: 0 is less than the minimum of 1"),

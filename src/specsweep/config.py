@@ -100,8 +100,10 @@ def _hydra_message(e: Exception, overrides: list[str]) -> str:
     if "Missing mandatory value" in text:
         key = text.split("full_key: ")[-1].split()[0] if "full_key: " in text else "a value"
         return f"config: {key} is required: set it, e.g. `{key}=...`"
-    if "Key '" in text and ("not in struct" in text or "Could not override" in text):
-        return f"config: {text.split('. ')[0]}: check the key's spelling, or add it with `+key=value`"
+    if "Could not override '" in text or "not in struct" in text:
+        key = (text.split("Could not override '")[1] if "Could not override '" in text else text.split("Key '")[1])
+        key = key.split("'")[0]
+        return f"config: {key} is not a config key: check its spelling against conf/ (the schema allows no extra keys)"
     return f"config: {text.split(' full_key')[0]} (overrides: {' '.join(overrides) or 'none'})"
 
 
