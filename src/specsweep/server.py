@@ -303,7 +303,7 @@ class Server:
                                           f"log {self.log_path}, last lines:\n{self.log_tail()}")
                     if self._answers(http):
                         return
-                    time.sleep(1.0)
+                    time.sleep(0.25)
                     now = time.monotonic()
                     bar.update(int(now - last))
                     last = now

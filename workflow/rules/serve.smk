@@ -32,5 +32,5 @@ rule server_cell_done:
         f"{RESULTS}/{{study}}/{{server}}/cells-{{cellset}}.json",
     log:
         f"{RESULTS}/{{study}}/{{server}}/logs/cells-{{cellset}}.log",
-    script:
-        "../scripts/server_cell_done.py"
+    run:
+        atomic_write_json(output[0], sorted(input))   # in-process: a Python start-up per cell costs more
