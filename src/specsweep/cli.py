@@ -90,30 +90,22 @@ def cmd_bench(args) -> int:
 
 def cmd_doctor(args) -> int:
     """Every preflight check on the composed config and this machine; env.json is written either way."""
-    from dataclasses import asdict
-
     from . import preflight
     from .results import atomic_write_json
 
     jobs = compose_jobs(args.overrides)
-    env = preflight.environment(jobs[0]["server"])
-    checks = preflight.run_checks(jobs, env)
-    if args.base_url:
-        checks.append(preflight.check_base_url(args.base_url, args.model or "model"))
-    env["checks"] = [asdict(c) for c in checks]
+    extra = (preflight.check_base_url(args.base_url, args.model or "model"),) if args.base_url else ()
+    env, checks = preflight.assess(jobs, extra)
     out = Path(jobs[0]["results_dir"]) / jobs[0]["study"] / "env.json"
     atomic_write_json(out, env)
     se = env["server_env"]
+    gpus = ", ".join(f"{g['index']}:{g.get('name', '?')} sm_{str(g.get('compute_capability', '?')).replace('.', '')} "
+                     f"{g.get('memory_free_mib', '?')} MiB free" for g in env["gpus"])
     print(f"python {env['python']}  torch {env['torch']}  cuda {env['cuda']}  transformers {env['transformers']}  "
           f"flash-attn {env['flash_attn']}")
     print(f"vllm {se.get('vllm')} (DFlash: {se.get('dflash_module')}) via {' '.join(env['vllm_command']) or 'none'} "
           f"under {se.get('executable')}")
-    gpus = ", ".join(f"{g['index']}:{g.get('name', '?')} sm_{str(g.get('compute_capability', '?')).replace('.', '')} "
-                     f"{g.get('memory_free_mib', '?')} MiB free" for g in env["gpus"])
-    print(f"GPUs: {gpus or 'none'}  "
-          f"CUDA_VISIBLE_DEVICES={env['cuda_visible_devices']}")
-    for c in checks:
-        print(f"[{c.status:4}] {c.name}: {c.message}")
+    print(f"GPUs: {gpus or 'none'}  CUDA_VISIBLE_DEVICES={env['cuda_visible_devices']}")
     print(f"wrote {out}")
     return 1 if any(c.status == "fail" for c in checks) else 0
 

