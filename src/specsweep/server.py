@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
 from .progress import progress_bar
 from .results import atomic_write_json, tail
 
@@ -163,7 +164,6 @@ def port_is_free(host: str, port: int) -> bool:
 
 def port_owner(port: int) -> str:
     """Who listens on a port, when this user can see it."""
-    import psutil
 
     try:
         for conn in psutil.net_connections("tcp"):
@@ -285,13 +285,15 @@ class Server:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%S")
         self.log_path = self.log_dir / f"server-{stamp}-{os.getpid()}-{uuid.uuid4().hex[:6]}.log"
+        vllm_version = (probe_python(python).get("vllm") if python else None) or "unknown"
         with open(self.log_path, "xb") as log:   # a fresh file per launch, never appended
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=env, start_new_session=True)
         self.info = {"pid": self.proc.pid, "pgid": os.getpgid(self.proc.pid), "argv": argv, "url": self.url,
-                     "port": self.port, "log": str(self.log_path), "python": python,
-                     "vllm_version": (probe_python(python).get("vllm") if python else None) or "unknown",
-                     "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"), "started_at": time.time(),
+                     "port": self.port, "log": str(self.log_path), "python": python, "vllm_version": vllm_version,
+                     "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+                     # the kernel's own start time: what reap_leftover compares against, whatever the load
+                     "started_at": psutil.Process(self.proc.pid).create_time(),
                      "orchestrator_pid": os.getpid()}
         atomic_write_json(self.log_dir / "server.json", self.info)
 
@@ -394,7 +396,6 @@ def group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     # A group whose members are all zombies still answers signal 0; only live members count.
-    import psutil
 
     for proc in psutil.process_iter(["pid"]):
         try:
@@ -411,7 +412,6 @@ def reap_leftover(log_dir: Path, grace_s: float = 30) -> str | None:
     Provably ours: the recorded process group leader is alive, was created when we launched it, runs the
     argv we recorded, and the orchestrator that launched it is gone (a killed run).
     """
-    import psutil
 
     try:
         info = json.loads((Path(log_dir) / "server.json").read_text())
@@ -422,7 +422,7 @@ def reap_leftover(log_dir: Path, grace_s: float = 30) -> str | None:
         return None
     try:
         leader = psutil.Process(pgid)
-        same_start = abs(leader.create_time() - info["started_at"]) < 5
+        same_start = abs(leader.create_time() - info["started_at"]) < 1
         same_argv = leader.cmdline()[-len(info["argv"][1:]):] == info["argv"][1:]
     except (psutil.Error, KeyError):
         same_start = same_argv = False
