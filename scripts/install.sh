@@ -37,4 +37,7 @@ PY
   none) pip install -q "mlflow<3.18" -e ".[models,test]" ;;
   *) echo "SPECSWEEP_VLLM must be cpu, gpu or none, not '$VLLM'" >&2; exit 2 ;;
 esac
+# The DFlash authors' reference code, for the test that compares the engine with its dflash_generate.
+# Its dependencies are exact pins that would downgrade transformers, hence --no-deps (shared notes).
+pip install -q --no-deps "dflash==0.1.0"
 echo "specsweep installed in $VENV"

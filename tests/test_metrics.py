@@ -43,3 +43,28 @@ def test_speedup_is_baseline_over_cell_for_latency():
 def test_median_and_mad_over_repeats():
     assert median_mad([1.0, 2.0, 4.0, None]) == (2.0, 1.0)
     assert median_mad([None]) == (None, None)
+
+
+def test_acceptance_from_lengths_follows_vllms_convention():
+    from specsweep.metrics import acceptance_from_lengths
+
+    # block 4 (K = 3): steps that accepted 0, 3, 1 and 3 drafts
+    a = acceptance_from_lengths([1, 4, 2, 4], block_size=4)
+    assert a["num_drafts"] == 4 and a["num_draft_tokens"] == 12 and a["num_accepted_tokens"] == 7
+    assert a["mean_acceptance_length"] == pytest.approx(1 + 7 / 4)
+    assert a["acceptance_rate"] == pytest.approx(7 / 12)
+    assert a["per_position_acceptance"] == pytest.approx([3 / 4, 2 / 4, 2 / 4])
+    assert a["acceptance_length_histogram"] == [1, 1, 0, 2]
+    # the mean length is 1 + the sum of the per-position rates, whatever the steps
+    assert a["mean_acceptance_length"] == pytest.approx(1 + sum(a["per_position_acceptance"]))
+
+
+def test_length_shares_invert_per_position_rates():
+    from specsweep.metrics import acceptance_from_lengths, length_shares
+
+    lengths = [1, 4, 2, 4, 3, 3, 1]
+    a = acceptance_from_lengths(lengths, block_size=4)
+    shares = length_shares(a["per_position_acceptance"])
+    assert shares == pytest.approx([h / len(lengths) for h in a["acceptance_length_histogram"]])
+    assert sum(shares) == pytest.approx(1.0)
+    assert length_shares([]) == [1.0]          # no drafts accepted ever: every step has length 1

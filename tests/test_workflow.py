@@ -24,9 +24,10 @@ def smk_config(results, *extra):
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    work = tmp_path_factory.mktemp("smoke")
-    cfg = smk_config(work / "results")
+def smoke(tiny_results):
+    """The smoke study in the session's results, whose tiny pair the DAG has already built there."""
+    work = tiny_results.parent / "work"
+    cfg = smk_config(tiny_results)
     first = snakemake(work, *cfg)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     return work, cfg
@@ -34,7 +35,7 @@ def smoke(tmp_path_factory):
 
 def test_smoke_study_writes_summary_plots_and_mlflow(smoke):
     work, _ = smoke
-    results = work / "results" / "smoke"
+    results = work.parent / "results" / "smoke"
     rows = list(csv.DictReader(open(results / "summary.csv")))
     assert sorted(r["method"] for r in rows) == ["dflash", "none"]
     spec = next(r for r in rows if r["method"] == "dflash")
@@ -44,8 +45,8 @@ def test_smoke_study_writes_summary_plots_and_mlflow(smoke):
     assert float(spec["greedy_agreement"]) == 1.0
     assert float(spec["speedup_output_tok_s"]) > 0
     assert sorted(p.name for p in (results / "plots").glob("*.png")) == [
-        "acceptance_length_vs_k.png", "per_position_acceptance.png", "speedup_vs_k.png",
-        "throughput_vs_concurrency.png"]
+        "acceptance_length_histogram.png", "acceptance_length_vs_k.png", "per_position_acceptance.png",
+        "speedup_vs_k.png", "throughput_vs_concurrency.png"]
     for metrics_file in results.glob("*/*/metrics.json"):
         m = json.loads(metrics_file.read_text())
         assert m["requests_sent"] == m["requests_completed"] + m["requests_errored"] == 4
@@ -55,7 +56,7 @@ def test_smoke_study_writes_summary_plots_and_mlflow(smoke):
 
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=f"sqlite:///{work / 'results' / 'mlflow.db'}")
+    client = MlflowClient(tracking_uri=f"sqlite:///{work.parent / 'results' / 'mlflow.db'}")
     exp = client.get_experiment_by_name("specsweep")
     runs = client.search_runs([exp.experiment_id])
     children = [r for r in runs if r.data.tags.get("specsweep.kind") == "bench_cell"]
@@ -76,7 +77,7 @@ def test_second_run_runs_nothing(smoke):
 
 def test_reingest_never_duplicates_runs(smoke):
     work, cfg = smoke
-    [done] = (work / "results" / "smoke").glob("mlflow-*.done")
+    [done] = (work.parent / "results" / "smoke").glob("mlflow-*.done")
     done.unlink()
     again = snakemake(work, *cfg)
     assert again.returncode == 0, again.stderr[-2000:]
@@ -85,7 +86,7 @@ def test_reingest_never_duplicates_runs(smoke):
 
 def test_one_new_grid_value_runs_only_its_server_cell(smoke):
     work, cfg = smoke
-    dry = snakemake(work, *smk_config(work / "results", "sweep.num_speculative_tokens=[3,5]"), "-n")
+    dry = snakemake(work, *smk_config(work.parent / "results", "sweep.num_speculative_tokens=[3,5]"), "-n")
     out = dry.stdout + dry.stderr
     assert dry.returncode == 0, out[-2000:]
     jobs = [line for line in out.splitlines() if line.startswith("Job ") and "server cell" in line]
@@ -94,7 +95,7 @@ def test_one_new_grid_value_runs_only_its_server_cell(smoke):
 
 def test_hydra_multirun_shares_the_snakemake_cache(smoke):
     work, _ = smoke
-    out = run([str(BIN / "specsweep"), "sweep", "-m", "-n", *SMOKE, f"results_dir={work / 'results'}",
+    out = run([str(BIN / "specsweep"), "sweep", "-m", "-n", *SMOKE, f"results_dir={work.parent / 'results'}",
                "sweep.num_speculative_tokens=3", "--snakemake-args", "-d", str(work)])
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Nothing to be done" in out.stdout + out.stderr, out.stdout[-3000:]

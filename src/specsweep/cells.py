@@ -40,6 +40,10 @@ class ServerCell:
     @property
     def id(self) -> str:
         h = stable_hash(self.spec)[:10]
+        if self.spec["server"]["backend"] == "local":      # the in-process engine: named by block size
+            block = self.spec["num_speculative_tokens"] + 1
+            name = "base" if self.spec["method"] == "none" else _slug(self.pair["name"])
+            return f"{name}-local-b{block}-{h}"
         if self.spec["method"] == "none":
             return f"base-{_slug(self.spec['target'])}-{h}"
         return f"{_slug(self.pair['name'])}-{self.spec['method']}-k{self.spec['num_speculative_tokens']}-{h}"
@@ -135,12 +139,13 @@ def _server_spec(cfg: dict, k: int | None) -> dict:
 
 def _server_cell(cfg: dict, k: int | None) -> ServerCell:
     server = cfg["server"]
-    run = {k_: server[k_] for k_ in OPERATIONAL_SERVER_KEYS}
+    run = {k_: server[k_] for k_ in OPERATIONAL_SERVER_KEYS if k_ in server}
     pair = dict(cfg["pair"])
     if k is None:
         pair = {"name": "baseline", "target": pair["target"], "method": "none",
                 "trained_with_thinking": pair["trained_with_thinking"]}
-    gpus = server["tensor_parallel_size"] * server["data_parallel_size"] if server["device"] == "cuda" else 0
+    gpus = server.get("tensor_parallel_size", 1) * server.get("data_parallel_size", 1) \
+        if server["device"] == "cuda" else 0
     return ServerCell(study=cfg["study"], spec=_server_spec(cfg, k), run=run, pair=pair, gpus=gpus)
 
 

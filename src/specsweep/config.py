@@ -117,7 +117,7 @@ def validate(cfg: dict) -> dict:
     except WorkflowError as e:
         raise ConfigError(_schema_message(e)) from None
     for field in ("extra_args",):
-        for item in cfg["server"][field]:
+        for item in cfg["server"].get(field, []):
             if str(item).lstrip().startswith(("{", "[")):
                 try:
                     json.loads(item)

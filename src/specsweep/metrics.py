@@ -38,6 +38,29 @@ def request_figures(records: list[dict], wall_s: float) -> dict:
     }
 
 
+def acceptance_from_lengths(lengths: list[int], block_size: int) -> dict:
+    """vLLM's acceptance figures from per-step acceptance lengths (accepted drafts + 1, in 1..block_size),
+    plus the histogram of lengths (index i counts steps of length i + 1)."""
+    drafts, per_step = len(lengths), block_size - 1
+    accepted = sum(n - 1 for n in lengths)
+    return {
+        "num_drafts": drafts,
+        "num_draft_tokens": drafts * per_step,
+        "num_accepted_tokens": accepted,
+        "mean_acceptance_length": 1.0 + accepted / drafts if drafts else None,
+        "acceptance_rate": accepted / (drafts * per_step) if drafts and per_step else None,
+        "per_position_acceptance": [sum(n > p for n in lengths) / drafts for p in range(1, block_size)] if drafts else [],
+        "acceptance_length_histogram": [sum(n == i for n in lengths) for i in range(1, block_size + 1)],
+    }
+
+
+def length_shares(per_position: list[float]) -> list[float]:
+    """Share of steps with acceptance length 1..K+1, from per-position acceptance rates r_1..r_K
+    (r_p: share of steps whose draft p was accepted; a step accepts a prefix, so the r_p fall with p)."""
+    rates = [1.0, *per_position, 0.0]
+    return [rates[i] - rates[i + 1] for i in range(len(rates) - 1)]
+
+
 def greedy_agreement(records: list[dict], baseline: list[dict]) -> float | None:
     """Share of requests whose text equals the baseline's for the same prompt and turn."""
     base = {(r["index"], r["turn"]): r["text"] for r in baseline if r["ok"]}

@@ -50,6 +50,8 @@ def fail(name, message):
 def environment(server_run: dict) -> dict:
     """Versions and devices of this machine, and of the Python that will really run vLLM."""
     try:
+        if server_run.get("backend") == "local":
+            raise ServerError("the local backend runs no vLLM")
         command = server_command(server_run)
         python = interpreter_of(command)
     except ServerError as e:
@@ -260,12 +262,12 @@ def check_thinking(cfg, env):
     pair = cfg["pair"]
     if pair["method"] == "none" or pair.get("allow_thinking_mismatch"):
         return ok(name, "not applicable" if pair["method"] == "none" else "mismatch allowed by the user")
-    trained = pair["trained_with_thinking"]
+    trained = aslist(pair["trained_with_thinking"])      # the modes the drafter was trained in
     thinking = aslist(cfg["sweep"]["thinking"])
-    if not trained and True in thinking:
+    if True in thinking and True not in trained:
         return fail(name, f"sweep.thinking includes true, but {pair['name']} was trained without thinking traces "
                           "(its acceptance collapses): set sweep.thinking=false, or +pair.allow_thinking_mismatch=true")
-    if trained and False in thinking:
+    if False in thinking and False not in trained:
         return fail(name, f"sweep.thinking includes false, but {pair['name']} was trained with thinking traces: "
                           "set sweep.thinking=true, or +pair.allow_thinking_mismatch=true")
     return ok(name, f"thinking {thinking} matches the drafter's training")
@@ -324,9 +326,10 @@ def check_memory(cfg, env):
     total = sum(sizes)
     if s["device"] != "cuda" or not env["gpus"]:
         return ok(name, f"weights {total / 2**20:.1f} MiB")
-    util = s["gpu_memory_utilization"] or 0.9
-    per_gpu = total / s["tensor_parallel_size"]
-    for g in env["gpus"][: s["tensor_parallel_size"] * s["data_parallel_size"]]:
+    util = s.get("gpu_memory_utilization") or 0.9
+    tp = s.get("tensor_parallel_size", 1)
+    per_gpu = total / tp
+    for g in env["gpus"][: tp * s.get("data_parallel_size", 1)]:
         budget = g.get("memory_free_mib", g.get("memory_total_mib", 0)) * 2**20 * util
         if budget and per_gpu > budget:
             return fail(name, f"weights need {per_gpu / 2**30:.1f} GiB per GPU but GPU {g['index']} offers "
@@ -340,6 +343,8 @@ def check_max_tokens(cfg, env):
     mt = cfg["sweep"]["max_tokens"]
     if True not in aslist(cfg["sweep"]["thinking"]):
         return ok(name, f"max_tokens {mt}")
+    if cfg["pair"]["built_by_workflow"]:
+        return ok(name, f"max_tokens {mt}: the embedded pair's thinking traces are a few dozen tokens")
     if mt < THINKING_MIN_TOKENS:
         return fail(name, f"sweep.max_tokens={mt} with thinking on: the answer is cut off inside the thinking trace; "
                           f"set sweep.max_tokens to at least {THINKING_WARN_TOKENS}")
@@ -375,11 +380,36 @@ CHECKS = [check_dataset, check_parallel, check_flash_attn, check_vllm_executable
           check_max_tokens]
 
 
+def check_local_engine(cfg, env):
+    """The in-process engine needs torch to see the device, and flash-attn for flash_attention_2."""
+    name = "local_engine"
+    s, impl = cfg["server"], cfg["kernel"]["attn_implementation"] or "sdpa"
+    if s["device"] == "cuda" and not env["cuda"]:
+        return fail(name, "server.device=cuda but this torch has no CUDA: install a CUDA build of torch or use "
+                          "server=local (cpu)")
+    if s["device"] == "cuda" and not env["gpus"]:
+        return fail(name, f"server.device=cuda but no GPU is visible (CUDA_VISIBLE_DEVICES="
+                          f"{env['cuda_visible_devices']}): expose a GPU or use server=local (cpu)")
+    if impl == "flash_attention_2" and (s["device"] != "cuda" or not env["flash_attn"]):
+        return fail(name, "kernel.attn_implementation=flash_attention_2 needs a GPU and flash-attn 2: "
+                          "pip install 'flash-attn<3', or use kernel=local_sdpa")
+    if cfg["kernel"]["cuda_graphs"] and s["device"] != "cuda":
+        return fail(name, "kernel.cuda_graphs=true needs server.device=cuda: use kernel=local_sdpa on CPU")
+    return ok(name, f"{impl} attention on {s['device']} ({s['dtype']})")
+
+
+# Checks of the vLLM launch; the local backend runs check_local_engine instead.
+VLLM_ONLY = {check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support, check_port,
+             check_attention_backend}
+
+
 def run_checks(configs: list[dict], env: dict) -> list[Check]:
     """Every check on every job config of a study; identical results are reported once."""
     seen, out = set(), []
     for cfg in configs:
-        for check in CHECKS:
+        local = cfg["server"]["backend"] == "local"
+        checks = [c for c in CHECKS if c not in VLLM_ONLY] + [check_local_engine] if local else CHECKS
+        for check in checks:
             result = check(cfg, env)
             key = (result.name, result.status, result.message)
             if key not in seen:

@@ -1,4 +1,5 @@
-"""Plots of one study's summary: acceptance and speedup against K, per-position acceptance, throughput."""
+"""Plots of one study's summary: acceptance and speedup against K, per-position acceptance, the
+acceptance-length histogram, throughput."""
 from __future__ import annotations
 
 import json
@@ -42,7 +43,8 @@ def plot_study(summary_csv: str, out_dir: str) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / n for n in ("acceptance_length_vs_k.png", "per_position_acceptance.png",
-                               "speedup_vs_k.png", "throughput_vs_concurrency.png")]
+                               "speedup_vs_k.png", "throughput_vs_concurrency.png",
+                               "acceptance_length_histogram.png")]
     _by_k(table, "mean_acceptance_length", "mean acceptance length", "Acceptance length", paths[0])
     _by_k(table, "speedup_output_tok_s", "speedup (output tok/s vs baseline)", "Speedup", paths[2])
 
@@ -56,6 +58,19 @@ def plot_study(summary_csv: str, out_dir: str) -> list[Path]:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     _save(fig, paths[1])
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    spec = table[(table.method != "none") & table.valid].sort_values("num_speculative_tokens")
+    width = 0.8 / max(len(spec), 1)
+    for i, (_, row) in enumerate(spec.iterrows()):
+        shares = json.loads(row.acceptance_length_shares)
+        ax.bar([n + 1 + (i - (len(spec) - 1) / 2) * width for n in range(len(shares))], shares, width=width,
+               label=f"K={row.num_speculative_tokens} {row.dataset} think={row.thinking} c={row.concurrency}")
+    ax.set(xlabel="acceptance length (drafts accepted + 1)", ylabel="share of steps",
+           title="Acceptance-length histogram")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    _save(fig, paths[4])
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for (sid, dataset), g in table[table.valid].groupby(["server_cell", "dataset"]):

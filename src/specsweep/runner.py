@@ -1,4 +1,5 @@
-"""One server cell: start vLLM once, run each of its unfinished bench cells, stop vLLM.
+"""One server cell: start vLLM once, run each of its unfinished bench cells, stop vLLM (or, for the
+`local` backend, load the in-process engine once).
 
 A bench cell is finished when its metrics.json exists; that file is written last, atomically, so a
 crash never leaves a cell that a rerun would trust. Finished cells are never touched again.
@@ -112,7 +113,11 @@ def run_server_cell(grid: Grid, sid: str, marker: str | Path, progress: bool = T
     cell = grid.servers[sid]
     pending = grid.pending(sid)
     failures: list[str] = []
-    if pending:
+    if pending and cell.spec["server"]["backend"] == "local":
+        from .local import run_local_server_cell
+
+        failures = run_local_server_cell(grid, sid, pending, progress)
+    elif pending:
         t0 = time.monotonic()
         srv = Server(cell.spec, cell.run, grid.server_dir(sid) / "logs", gpus_needed=cell.gpus,
                      served_name=served_name(cell.spec))

@@ -6,7 +6,7 @@ import json
 import pandas as pd
 
 from .cells import Grid
-from .metrics import median_mad
+from .metrics import length_shares, median_mad
 from .results import atomic_write_text, read_json
 
 FIGURES = {
@@ -39,7 +39,8 @@ def rows(grid: Grid, study: str) -> list[dict]:
     for (sid, dataset, thinking, conc), cells in sorted(groups.items()):
         cell = grid.servers[sid]
         valid = [m for _, m in cells if m["valid"]]
-        row = {"study": study, "server_cell": sid, "pair": cell.pair["name"], "method": cell.spec["method"],
+        row = {"study": study, "server_cell": sid, "backend": cell.spec["server"]["backend"],
+               "pair": cell.pair["name"], "method": cell.spec["method"],
                "num_speculative_tokens": cell.spec["num_speculative_tokens"], "dataset": dataset,
                "thinking": thinking, "concurrency": conc, "repeats": len(cells), "valid_repeats": len(valid),
                "valid": bool(valid), "bench_cells": " ".join(sorted(b for b, _ in cells))}
@@ -47,8 +48,9 @@ def rows(grid: Grid, study: str) -> list[dict]:
             row[name], row[f"{name}_mad"] = median_mad([_get(m, path) for m in valid])
         per_pos = [m["spec_decode"]["per_position_acceptance"] for m in valid if m.get("spec_decode")]
         width = max((len(p) for p in per_pos), default=0)
-        row["per_position_acceptance"] = json.dumps(
-            [median_mad([p[i] for p in per_pos if i < len(p)])[0] for i in range(width)])
+        medians = [median_mad([p[i] for p in per_pos if i < len(p)])[0] for i in range(width)]
+        row["per_position_acceptance"] = json.dumps(medians)
+        row["acceptance_length_shares"] = json.dumps(length_shares(medians) if medians else [])
         out.append(row)
     return out
 

@@ -93,6 +93,7 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
             bench, server = grid.benches[sid][bid].spec, grid.servers[sid]
             tags = {STUDY_TAG: study, KIND_TAG: "bench_cell", CELL_TAG: cell_id, "mlflow.parentRunId": parent_id,
                     "pair": server.pair["name"], "method": server.spec["method"],
+                    "backend": server.spec["server"]["backend"],
                     "dataset": bench["dataset"]["name"], "thinking": str(bench["thinking"]).lower(),
                     "vllm_version": str(figures.get("vllm_version")), "git_commit": commit,
                     "valid": str(figures["valid"]).lower()}

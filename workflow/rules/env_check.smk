@@ -1,7 +1,7 @@
 # Preflight, before any server starts. A pair the workflow builds is checked once it is built.
 rule env_check:
     input:
-        lambda w: rules.build_tiny_pair.output if tiny_models_needed() else [],
+        lambda w: [rules.tiny_target.output.config, rules.tiny_drafter.output.config] if tiny_models_needed() else [],
     output:
         f"{RESULTS}/{{study}}/env.json",
     log:

@@ -11,6 +11,7 @@ every committed token is still the target's own choice, so the output stays exac
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -25,17 +26,21 @@ class Step:
     drafted: list[list[int]]       # per row, the b-1 proposed tokens
     target: list[list[int]]        # per row, the target's b choices at the block's positions
     accepted: list[int]            # per row, how many proposals matched before the first miss
-    committed: int                 # tokens committed this step (the same for every row)
+    committed: list[int]           # per row, tokens committed this step (here the same for every row)
+    live: list[int] = field(default_factory=list)   # rows still decoding when the step ran
+    t_s: float = 0.0               # seconds since the call began, when the step's tokens were committed
 
 
 @dataclass
 class Output:
     sequences: list[list[int]]     # new tokens per row, cut at its stop token or max_new_tokens
     steps: list[Step] = field(default_factory=list)
+    first_token_s: float = 0.0     # prefill and the first token
+    finish_s: list[float] = field(default_factory=list)   # per row, when its last token was committed
 
     def acceptance_lengths(self) -> list[int]:
-        """Per step and row: accepted proposals + 1 (the target's own token), as vLLM counts it."""
-        return [a + 1 for s in self.steps for a in s.accepted]
+        """Per step and live row: accepted proposals + 1 (the target's own token), as vLLM counts it."""
+        return [s.accepted[r] + 1 for s in self.steps for r in s.live]
 
 
 def pick(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
@@ -55,6 +60,7 @@ def generate(target, drafter: DFlashDrafter | None, input_ids: list[list[int]], 
              pad_id: int = 0, seed: int = 0, propose: Proposer | None = None) -> Output:
     """Decode every prompt; `propose` replaces the drafter (tests use it to inject known drafts)."""
     device = next(target.parameters()).device
+    t0 = time.perf_counter()
     gen = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
     b = len(input_ids)
     width = max(len(p) for p in input_ids)
@@ -84,6 +90,8 @@ def generate(target, drafter: DFlashDrafter | None, input_ids: list[list[int]], 
 
     for row in range(b):
         commit(row, [int(last[row])])
+    result.first_token_s = time.perf_counter() - t0
+    result.finish_s = [result.first_token_s if d else 0.0 for d in done]
     while not all(done):
         offsets = torch.arange(block_size, device=device)
         block_pos = next_pos[:, None] + offsets                           # [B, b]
@@ -104,10 +112,14 @@ def generate(target, drafter: DFlashDrafter | None, input_ids: list[list[int]], 
             else torch.zeros(b, dtype=torch.long, device=device)
         live = [r for r in range(b) if not done[r]]
         n = int(min(match[r] for r in live))                              # proposals every live row keeps
-        result.steps.append(Step(drafted=block[:, 1:].tolist(), target=choice.tolist(), accepted=match.tolist(),
-                                 committed=n + 1))
         for r in live:
             commit(r, block[r, 1:n + 1].tolist() + [int(choice[r, n])])
+        now = time.perf_counter() - t0
+        for r in live:
+            if done[r]:
+                result.finish_s[r] = now
+        result.steps.append(Step(drafted=block[:, 1:].tolist(), target=choice.tolist(), accepted=match.tolist(),
+                                 committed=[n + 1] * b, live=live, t_s=now))
         # the target has now processed `last` and the n kept proposals: keep those, drop the rest
         if block_size - (n + 1):
             cache.crop(-(block_size - (n + 1)))

@@ -126,7 +126,8 @@ class DFlashDrafter(nn.Module):
     def cos_sin(self, positions):
         freqs = positions[..., None].float() * self.inv_freq
         emb = torch.cat([freqs, freqs], dim=-1)
-        return emb.cos(), emb.sin()
+        dtype = self.fc.weight.dtype                     # computed in fp32, applied in the weights' dtype
+        return emb.cos().to(dtype), emb.sin().to(dtype)
 
     def context_states(self, hidden_states: tuple) -> torch.Tensor:
         """fc over the concatenated target layers (HF hidden_states, index 0 = embeddings)."""

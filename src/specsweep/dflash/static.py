@@ -1,0 +1,282 @@
+"""The block-speculative step over static caches, so that one CUDA graph can replay it.
+
+engine.py runs HF modules with a growing cache; each step there launches hundreds of small kernels from
+Python, and on a GPU the host, not the GPU, sets the pace. Here the same step has fixed shapes and no
+host round trip inside it: draft, verify, accept and both cache writes are one graph.
+
+- The target is re-expressed in plain torch over the HF model's own weights (QKV and gate/up fused into
+  one matmul each), with a static K/V cache per layer.
+- The drafter's context K/V live in a static cache too.
+- A step writes both caches at the block's positions. A row's entries past its committed length are
+  stale, the causal mask hides them, and the next step overwrites them, so no cache is ever cropped.
+- Each row of a batch commits its own accepted prefix plus the target's token.
+
+Greedy only: sampling runs through engine.py. Output equals the target's greedy decoding (tests check
+it against transformers' `generate`).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from .engine import Output, Step
+from .model import DFlashDrafter
+
+
+def rms(x, weight, eps):
+    """RMSNorm as one fused kernel where torch has one (a step is hundreds of small kernels otherwise)."""
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def rotate(x, cos, sin):
+    """Rotate-half RoPE; x [B, T, heads, hd], cos/sin [B, T, hd]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos[:, :, None] + rotated * sin[:, :, None]
+
+
+def grouped(q, kv_heads):
+    """[B, T, H, hd] -> [B, KV, rep * T, hd]: each KV head's query heads side by side, so SDPA needs no
+    repeated K/V (query head h reads KV head h // rep, as in HF)."""
+    b, t, h, hd = q.shape
+    return q.view(b, t, kv_heads, h // kv_heads, hd).permute(0, 2, 3, 1, 4).reshape(b, kv_heads, -1, hd)
+
+
+def ungrouped(o, t):
+    b, kv, rt, hd = o.shape
+    return o.view(b, kv, rt // t, t, hd).permute(0, 3, 1, 2, 4).reshape(b, t, -1)
+
+
+class StaticPair:
+    """A target (HF Qwen3-style causal LM) and optional DFlash drafter on static caches for `batch` rows of
+    up to `max_len` positions, stepping `block_size` tokens at a time."""
+
+    def __init__(self, target, drafter: DFlashDrafter | None, batch: int, max_len: int, block_size: int,
+                 cuda_graph: bool = False, compile: str | None = None):
+        cfg = target.config
+        p = next(target.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        self.batch, self.max_len, self.block_size = batch, max_len, block_size
+        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.eps = cfg.rms_norm_eps
+        m = target.model
+        self.embed = m.embed_tokens.weight.detach()
+        self.norm = m.norm.weight.detach()
+        self.lm_head = target.get_output_embeddings().weight.detach()
+        self.layers = []
+        for layer in m.layers:
+            a, mlp = layer.self_attn, layer.mlp
+            if a.q_proj.bias is not None:
+                raise ValueError("the static step supports Qwen3 attention without biases")
+            self.layers.append(dict(
+                qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach(), o=a.o_proj.weight.detach(),
+                q_norm=a.q_norm.weight.detach(), k_norm=a.k_norm.weight.detach(), ln1=layer.input_layernorm.weight.detach(),
+                ln2=layer.post_attention_layernorm.weight.detach(),
+                gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(), down=mlp.down_proj.weight.detach()))
+        shape = (len(self.layers), batch, self.kv_heads, max_len, self.hd)
+        self.k_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
+        self.v_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
+        theta = getattr(cfg, "rope_theta", None) or (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta")
+        self.cos, self.sin = self._rope_table(float(theta))
+        self.drafter = drafter
+        if drafter is not None:
+            self._init_drafter(drafter)
+        self.rows = torch.arange(batch, device=self.device)
+        self.key_index = torch.arange(max_len, device=self.device)
+        self.offsets = torch.arange(block_size, device=self.device)
+        # the step's inputs and outputs: fixed buffers, as a CUDA graph needs
+        self.last = torch.zeros(batch, dtype=torch.long, device=self.device)
+        self.start = torch.zeros(batch, dtype=torch.long, device=self.device)
+        self.result = torch.zeros(batch, 2 * block_size + 1, dtype=torch.long, device=self.device)
+        # compile: a torch.compile mode ("default", "max-autotune-no-cudagraphs"), or None for eager kernels
+        self._step_fn = torch.compile(self._step, mode=compile, dynamic=False) if compile else self._step
+        self.graph = None
+        if cuda_graph:
+            self._capture()
+
+    def _rope_table(self, theta):
+        inv = 1.0 / theta ** (torch.arange(0, self.hd, 2, device=self.device).float() / self.hd)
+        freqs = torch.arange(self.max_len, device=self.device).float()[:, None] * inv
+        emb = torch.cat([freqs, freqs], dim=-1)
+        return emb.cos().to(self.dtype), emb.sin().to(self.dtype)
+
+    def _init_drafter(self, d: DFlashDrafter):
+        self.layer_ids = d.layer_ids
+        self.mask_token_id = d.mask_token_id
+        self.d_eps = d.config["rms_norm_eps"]
+        self.fc, self.hidden_norm, self.d_norm = d.fc.weight.detach(), d.hidden_norm.weight.detach(), d.norm.weight.detach()
+        self.d_layers = []
+        for layer in d.layers:
+            a, mlp = layer.self_attn, layer.mlp
+            self.d_layers.append(dict(
+                qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach(),
+                kv=torch.cat([a.k_proj.weight, a.v_proj.weight]).detach(), o=a.o_proj.weight.detach(),
+                q_norm=a.q_norm.weight.detach(), k_norm=a.k_norm.weight.detach(), ln1=layer.input_layernorm.weight.detach(),
+                ln2=layer.post_attention_layernorm.weight.detach(),
+                gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(), down=mlp.down_proj.weight.detach()))
+        attn = d.layers[0].self_attn
+        self.d_heads, self.d_kv_heads, self.d_hd = attn.heads, attn.kv_heads, attn.hd
+        shape = (len(self.d_layers), self.batch, self.d_kv_heads, self.max_len, self.d_hd)
+        self.ctx_k = torch.zeros(shape, device=self.device, dtype=self.dtype)
+        self.ctx_v = torch.zeros(shape, device=self.device, dtype=self.dtype)
+
+    # ---- the two forwards ---------------------------------------------------------------------------------
+    def target_forward(self, ids, pos):
+        """Logits [B, T, V] and HF-style hidden states (index 0 = embeddings); writes K/V at `pos`."""
+        b, t = ids.shape
+        x = F.embedding(ids, self.embed)
+        cos, sin = self.cos[pos], self.sin[pos]
+        rows = self.rows[:b, None].expand(b, t)
+        qpos = pos[:, None, :].expand(b, self.heads // self.kv_heads, t).reshape(b, 1, -1, 1)
+        mask = self.key_index <= qpos                                          # [B, 1, rep*T, S]: causal
+        hidden = [x]
+        nq, nkv = self.heads * self.hd, self.kv_heads * self.hd
+        for i, w in enumerate(self.layers):
+            h = rms(x, w["ln1"], self.eps) @ w["qkv"].T
+            q = rms(h[..., :nq].view(b, t, self.heads, self.hd), w["q_norm"], self.eps)
+            k = rms(h[..., nq:nq + nkv].view(b, t, self.kv_heads, self.hd), w["k_norm"], self.eps)
+            v = h[..., nq + nkv:].view(b, t, self.kv_heads, self.hd)
+            q, k = rotate(torch.cat([q, k], dim=2), cos, sin).split([self.heads, self.kv_heads], dim=2)
+            self.k_cache[i][rows, :, pos] = k
+            self.v_cache[i][rows, :, pos] = v
+            o = F.scaled_dot_product_attention(grouped(q, self.kv_heads), self.k_cache[i, :b], self.v_cache[i, :b],
+                                               attn_mask=mask)
+            x = x + ungrouped(o, t) @ w["o"].T
+            g, u = (rms(x, w["ln2"], self.eps) @ w["gate_up"].T).chunk(2, dim=-1)
+            x = x + (F.silu(g) * u) @ w["down"].T
+            hidden.append(x)
+        return rms(x, self.norm, self.eps) @ self.lm_head.T, hidden
+
+    def write_context(self, hidden, pos):
+        """The drafter's context K/V for these positions, from the target's hidden states there."""
+        b, t = pos.shape
+        ctx = rms(torch.cat([hidden[i + 1] for i in self.layer_ids], dim=-1) @ self.fc.T, self.hidden_norm,
+                  self.d_eps)
+        cos, sin = self.cos[pos], self.sin[pos]
+        rows = self.rows[:b, None].expand(b, t)
+        kv_heads, hd = self.d_kv_heads, self.d_hd
+        for i, w in enumerate(self.d_layers):
+            k, v = (ctx @ w["kv"].T).chunk(2, dim=-1)
+            k = rotate(rms(k.view(b, t, kv_heads, hd), w["k_norm"], self.d_eps), cos, sin)
+            self.ctx_k[i][rows, :, pos] = k
+            self.ctx_v[i][rows, :, pos] = v.view(b, t, kv_heads, hd)
+
+    def draft(self, block, pos, start):
+        """b-1 greedy drafts for blocks [last, MASK...] at `pos`; context visible below each row's start."""
+        b, t = block.shape
+        x = F.embedding(block, self.embed)
+        cos, sin = self.cos[pos], self.sin[pos]
+        heads, kv_heads, hd = self.d_heads, self.d_kv_heads, self.d_hd
+        sees_ctx = (self.key_index < start[:, None])[:, None, None, :]                  # [B, 1, 1, S]
+        mask = torch.cat([sees_ctx, torch.ones(b, 1, 1, t, dtype=torch.bool, device=self.device)], dim=-1)
+        nq, nkv = heads * hd, kv_heads * hd
+        for i, w in enumerate(self.d_layers):
+            h = rms(x, w["ln1"], self.d_eps) @ w["qkv"].T
+            q = rotate(rms(h[..., :nq].view(b, t, heads, hd), w["q_norm"], self.d_eps), cos, sin)
+            k = rotate(rms(h[..., nq:nq + nkv].view(b, t, kv_heads, hd), w["k_norm"], self.d_eps), cos, sin)
+            v = h[..., nq + nkv:].view(b, t, kv_heads, hd)
+            keys = torch.cat([self.ctx_k[i, :b], k.transpose(1, 2)], dim=2)
+            values = torch.cat([self.ctx_v[i, :b], v.transpose(1, 2)], dim=2)
+            o = F.scaled_dot_product_attention(grouped(q, kv_heads), keys, values, attn_mask=mask)
+            x = x + ungrouped(o, t) @ w["o"].T
+            g, u = (rms(x, w["ln2"], self.d_eps) @ w["gate_up"].T).chunk(2, dim=-1)
+            x = x + (F.silu(g) * u) @ w["down"].T
+        return (rms(x[:, 1:], self.d_norm, self.d_eps) @ self.lm_head.T).argmax(-1)
+
+    # ---- one step, graph-safe -----------------------------------------------------------------------------
+    def _step(self):
+        t = self.block_size
+        pos = self.start[:, None] + self.offsets
+        block = self.last[:, None].expand(-1, t).clone()     # without a drafter: a verify-only step (benchmarks)
+        if t > 1 and self.drafter is not None:
+            block[:, 1:] = self.mask_token_id
+            block[:, 1:] = self.draft(block, pos, self.start)
+        logits, hidden = self.target_forward(block, pos)
+        choice = logits.argmax(-1)
+        if self.drafter is not None:
+            self.write_context(hidden, pos)
+        if t > 1:
+            n = (block[:, 1:] == choice[:, :-1]).long().cumprod(dim=1).sum(dim=1)
+        else:
+            n = torch.zeros_like(self.last)
+        self.result.copy_(torch.cat([block, choice, n[:, None]], dim=1))
+        self.last.copy_(choice.gather(1, n[:, None]).squeeze(1))
+        # a finished row keeps stepping with the others; keep its positions inside the cache
+        self.start.copy_(torch.clamp(self.start + n + 1, max=self.max_len - t))
+
+    @torch.no_grad()
+    def _capture(self):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):                      # warm-up on a zero state; prefill overwrites it
+                self._step_fn()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self._step_fn()
+
+    @torch.no_grad()
+    def step(self):
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self._step_fn()
+
+    # ---- prefill and the decode loop ----------------------------------------------------------------------
+    @torch.no_grad()
+    def prefill(self, prompts: list[list[int]]) -> None:
+        """Right-padded prompts in one forward; padding writes stale entries the mask hides."""
+        b = len(prompts)
+        width = max(map(len, prompts))
+        ids = torch.tensor([p + [0] * (width - len(p)) for p in prompts], device=self.device)
+        pos = torch.arange(width, device=self.device).expand(b, width)
+        logits, hidden = self.target_forward(ids, pos)
+        lengths = torch.tensor([len(p) for p in prompts], device=self.device)
+        if self.drafter is not None:
+            self.write_context(hidden, pos)
+        self.last[:b] = logits[torch.arange(b, device=self.device), lengths - 1].argmax(-1)
+        self.start[:b] = lengths
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, stop_ids=frozenset()) -> Output:
+        if len(prompts) != self.batch:
+            raise ValueError(f"this StaticPair decodes batches of {self.batch}, got {len(prompts)}")
+        if max(map(len, prompts)) + max_new_tokens + self.block_size > self.max_len:
+            raise ValueError(f"prompt + max_new_tokens + block exceeds max_len {self.max_len}")
+        t0 = time.perf_counter()
+        self.prefill(prompts)
+        out = Output(sequences=[[] for _ in prompts])
+        done = [False] * self.batch
+
+        def commit(row, tokens):
+            for tok in tokens:
+                if done[row]:
+                    return
+                out.sequences[row].append(tok)
+                if tok in stop_ids or len(out.sequences[row]) >= max_new_tokens:
+                    done[row] = True
+
+        for row, tok in enumerate(self.last.tolist()):
+            commit(row, [tok])
+        out.first_token_s = time.perf_counter() - t0
+        out.finish_s = [out.first_token_s if d else 0.0 for d in done]
+        t = self.block_size
+        while not all(done):
+            self.step()
+            res = self.result.tolist()                 # the step's only host sync
+            live = [r for r in range(self.batch) if not done[r]]
+            accepted = [row[-1] for row in res]
+            for r in live:
+                n = accepted[r]
+                commit(r, res[r][1:n + 1] + [res[r][t + n]])
+            now = time.perf_counter() - t0
+            for r in live:
+                if done[r]:
+                    out.finish_s[r] = now
+            out.steps.append(Step(drafted=[row[1:t] for row in res], target=[row[t:2 * t] for row in res],
+                                  accepted=accepted, committed=[a + 1 for a in accepted], live=live, t_s=now))
+        return out

@@ -1,0 +1,166 @@
+"""The `local` backend: bench cells decoded in-process by the DFlash engine instead of a vLLM server.
+
+A server cell is one block size (K + 1; the baseline is block 1, through the same code). The pair is
+loaded once per server cell and every unfinished bench cell (dataset x thinking x concurrency) runs on
+it; a bench cell's concurrency is its decode batch. Cells write the same files as the vLLM backend, plus
+the acceptance-length histogram and the engine's own per-position acceptance.
+"""
+from __future__ import annotations
+
+import time
+
+from . import metrics
+from .cells import Grid
+from .datasets import load_prompts
+from .results import atomic_write_json, atomic_write_jsonl, atomic_write_yaml
+
+
+class LocalPair:
+    """Tokenizer, target and (for speculative cells) drafter, on the configured device and kernels."""
+
+    def __init__(self, spec: dict):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from .dflash.model import DFlashDrafter
+
+        server, kernel = spec["server"], spec["kernel"]
+        self.device = server["device"]
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("server.device=cuda but torch sees no CUDA device: use server=local (cpu)")
+        if server.get("threads"):
+            torch.set_num_threads(int(server["threads"]))
+        dtype = getattr(torch, server["dtype"])
+        self.block_size = spec["num_speculative_tokens"] + 1 if spec["method"] == "dflash" else 1
+        self.tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer"])
+        self.target = AutoModelForCausalLM.from_pretrained(
+            spec["target"], dtype=dtype, attn_implementation=kernel.get("attn_implementation") or "sdpa",
+        ).to(self.device).eval()
+        self.drafter = None
+        if self.block_size > 1:
+            self.drafter = DFlashDrafter.from_pretrained(spec["drafter"]).to(self.device, dtype).eval()
+            if spec.get("mask_token_id") is not None:
+                self.drafter.mask_token_id = spec["mask_token_id"]
+        # kernel.cuda_graphs / compilation_level pick the static-cache step (dflash/static.py), built per
+        # (batch, length) on first use; otherwise the HF-cache engine, which also samples
+        level = kernel["compilation_level"] or 0
+        self.static = bool(kernel["cuda_graphs"]) or level > 0
+        self.static_kernel = {"cuda_graph": bool(kernel["cuda_graphs"]),
+                              "compile": None if level == 0 else "max-autotune-no-cudagraphs" if level >= 3 else "default"}
+        self._static: dict[tuple[int, int], object] = {}
+        eos = self.target.generation_config.eos_token_id
+        self.stop_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        self.stop_ids.add(self.tokenizer.eos_token_id)
+        self.pad_id = self.tokenizer.pad_token_id or 0
+
+    def decode(self, prompts: list[list[int]], bench: dict, seed: int):
+        from .dflash.engine import generate
+
+        if not self.static or bench["temperature"] > 0:
+            return generate(self.target, self.drafter, prompts, self.block_size, bench["max_tokens"], self.stop_ids,
+                            bench["temperature"], self.pad_id, seed=seed)
+        from .dflash.static import StaticPair
+
+        batch = bench["concurrency"]
+        padded = prompts + [prompts[-1]] * (batch - len(prompts))      # a short last batch: fixed shapes
+        need = max(map(len, padded)) + bench["max_tokens"] + self.block_size
+        key = (batch, -(-need // 256) * 256)
+        if key not in self._static:
+            self._static[key] = StaticPair(self.target, self.drafter, batch, key[1], self.block_size,
+                                           **self.static_kernel)
+        out = self._static[key].generate(padded, bench["max_tokens"], self.stop_ids)
+        out.sequences = out.sequences[:len(prompts)]
+        return out
+
+    def chat_ids(self, messages: list[dict], thinking: bool) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=thinking,
+                                                  tokenize=False)
+        return self.tokenizer(text, add_special_tokens=False).input_ids
+
+
+def decode_rows(pair: LocalPair, prompts: list[list[str]], bench: dict, progress: bool = True) -> list[dict]:
+    """Every turn of every prompt, `concurrency` conversations per batch; one record per (prompt, turn)."""
+    from .progress import progress_bar
+
+    history: list[list[dict]] = [[] for _ in prompts]
+    records = []
+    n_turns = max(len(p) for p in prompts)
+    bar = progress_bar(total=sum(len(p) for p in prompts), desc=f"block {pair.block_size}", unit="req",
+                       disable=not progress)
+    for turn in range(n_turns):
+        rows = [i for i, p in enumerate(prompts) if turn < len(p)]
+        for start in range(0, len(rows), bench["concurrency"]):
+            batch = rows[start:start + bench["concurrency"]]
+            for i in batch:
+                history[i].append({"role": "user", "content": prompts[i][turn]})
+            ids = [pair.chat_ids(history[i], bench["thinking"]) for i in batch]
+            out = pair.decode(ids, bench, seed=bench["seed"] + start + 1000 * turn)
+            for j, i in enumerate(batch):
+                tokens = out.sequences[j]
+                text = pair.tokenizer.decode(tokens, skip_special_tokens=True)
+                history[i].append({"role": "assistant", "content": text})
+                records.append({
+                    "index": i, "turn": turn, "ok": True, "error": None, "text": text, "prompt_tokens": len(ids[j]),
+                    "completion_tokens": len(tokens), "ttft_s": out.first_token_s, "e2e_s": out.finish_s[j],
+                    "itl_s": [], "acceptance_lengths": [s.accepted[j] + 1 for s in out.steps if j in s.live],
+                    "batch_s": out.steps[-1].t_s if out.steps else out.first_token_s,
+                })
+            bar.update(len(batch))
+    bar.close()
+    return records
+
+
+def run_local_bench_cell(grid: Grid, sid: str, bid: str, pair: LocalPair, progress: bool = True) -> dict:
+    from .runner import cell_config, compare_with_baseline
+
+    bench = grid.benches[sid][bid].spec
+    out = grid.bench_dir(sid, bid)
+    out.mkdir(parents=True, exist_ok=True)
+    prompts, skipped = load_prompts(grid.dataset_file(bench["dataset"]), bench["dataset"])
+    atomic_write_yaml(out / "config.yaml", cell_config(grid, sid, bid))
+    if bench["warmup"]:
+        decode_rows(pair, prompts[:bench["warmup"]], {**bench, "concurrency": 1}, progress=False)
+    t0 = time.perf_counter()
+    rows = decode_rows(pair, prompts, bench, progress)
+    wall = time.perf_counter() - t0
+    atomic_write_jsonl(out / "requests.jsonl", rows)
+    figures = metrics.request_figures(rows, wall)
+    lengths = [a for r in rows for a in r["acceptance_lengths"]]
+    figures["spec_decode"] = metrics.acceptance_from_lengths(lengths, pair.block_size) if pair.block_size > 1 else None
+    figures.update(backend="local", block_size=pair.block_size, dataset_lines_skipped=skipped,
+                   valid=figures["error_rate"] <= bench["max_error_rate"])
+    figures.update(compare_with_baseline(grid, sid, bid, figures, rows))
+    figures.update(server_cell=sid, bench_cell=bid)
+    (out / "failed.json").unlink(missing_ok=True)
+    atomic_write_json(out / "metrics.json", figures)
+    return figures
+
+
+def run_local_server_cell(grid: Grid, sid: str, pending: list[str], progress: bool = True) -> list[str]:
+    """Load the pair once, run the pending bench cells; return the failures' messages."""
+    import os
+
+    from .server import claim_gpus, gpu_inventory
+
+    cell = grid.servers[sid]
+    claims = claim_gpus(cell.gpus, gpu_inventory()) if cell.gpus else []
+    if claims:   # this job's own process, before CUDA is initialised: the claimed GPU becomes cuda:0
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(c.name.removeprefix("gpu-") for c in claims)
+    failures = []
+    try:
+        t0 = time.monotonic()
+        pair = LocalPair(cell.spec)
+        print(f"[specsweep] {sid}: local engine, block {pair.block_size} on {pair.device}, "
+              f"loaded in {time.monotonic() - t0:.1f} s", flush=True)
+        for bid in pending:
+            try:
+                run_local_bench_cell(grid, sid, bid, pair, progress)
+                print(f"[specsweep] {sid}/{bid}: done", flush=True)
+            except (OSError, ValueError) as e:
+                failures.append(f"bench cell {sid}/{bid}: {e}")
+                print(f"[specsweep] {sid}/{bid}: FAILED: {e}", flush=True)
+    finally:
+        for claim in claims:
+            claim.release()
+    return failures
+

@@ -1,0 +1,74 @@
+"""The `local` backend: the in-process DFlash engine through the same DAG, cells, summary and MLflow."""
+import csv
+import json
+
+from conftest import run, snakemake_argv
+
+SWEEP = ["kernel=local_sdpa", "sweep.num_speculative_tokens=[3,7]", "sweep.thinking=[false,true]",
+         "sweep.concurrency=[1]", "dataset.num_prompts=6", "sweep.max_tokens=96", "tracking.experiment=local"]
+LOCAL = ["server=local", *SWEEP]
+
+
+def test_block_size_by_thinking_sweep_in_process(tiny_results):
+    work = tiny_results.parent / "work"            # the session's pair is already built there: nothing retrains
+    out = run(snakemake_argv(work, tiny_results, *LOCAL, study="local"))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "rule tiny_" not in out.stdout + out.stderr
+    rows = list(csv.DictReader(open(tiny_results / "local" / "summary.csv")))
+    cells = sorted((r["server_cell"].split("-local-")[1].split("-")[0], r["thinking"]) for r in rows)
+    assert cells == [(b, t) for b in ("b1", "b4", "b8") for t in ("False", "True")]
+    assert {r["backend"] for r in rows} == {"local"}
+    spec = {(int(r["num_speculative_tokens"]), r["thinking"]): r for r in rows if r["method"] == "dflash"}
+    for (k, _), r in spec.items():
+        assert float(r["greedy_agreement"]) == 1.0                   # lossless against block 1, same engine
+        assert len(json.loads(r["per_position_acceptance"])) == k
+        assert abs(sum(json.loads(r["acceptance_length_shares"])) - 1) < 1e-9
+        assert float(r["speedup_output_tok_s"]) > 0
+    # a trained drafter: a longer block accepts more per step
+    assert float(spec[7, "False"]["mean_acceptance_length"]) > float(spec[3, "False"]["mean_acceptance_length"]) > 2
+
+    for path in (tiny_results / "local").glob("*-local-b8-*/*/metrics.json"):
+        m = json.loads(path.read_text())
+        sd = m["spec_decode"]
+        assert m["backend"] == "local" and m["block_size"] == 8 and m["requests_completed"] == 6
+        assert sum(sd["acceptance_length_histogram"]) == sd["num_drafts"] > 0
+        assert sd["mean_acceptance_length"] == 1 + sd["num_accepted_tokens"] / sd["num_drafts"]
+        records = [json.loads(line) for line in open(path.parent / "requests.jsonl")]
+        assert sum(len(r["acceptance_lengths"]) for r in records) == sd["num_drafts"]
+    assert (tiny_results / "local" / "plots" / "acceptance_length_histogram.png").exists()
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tiny_results / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("local").experiment_id])
+    assert sum(r.data.tags.get("specsweep.kind") == "bench_cell" for r in runs) == 6
+
+    again = run(snakemake_argv(work, tiny_results, *LOCAL, study="local", extra=["-n"]))
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_local_preflight_names_a_missing_gpu(tiny_results, tmp_path):
+    out = run(snakemake_argv(tmp_path, tiny_results, "server=local_cuda", *SWEEP, study="local-gpu"))
+    err = out.stdout + out.stderr
+    assert out.returncode != 0 and "Traceback" not in err
+    assert "server.device=cuda but this torch has no CUDA" in err
+
+
+def test_the_static_step_decodes_like_the_hf_cache_engine(tiny_results):
+    """The kernel choice that selects the static-cache step (CUDA graphs on a GPU) gives the same tokens;
+    here on CPU without the graph, a short last batch padded to the fixed batch shape."""
+    from specsweep.config import compose_jobs
+    from specsweep.cells import expand
+    from specsweep.datasets import synthetic_rows
+    from specsweep.local import LocalPair
+
+    grid = expand(compose_jobs([f"results_dir={tiny_results}", "server=local", "kernel=local_sdpa",
+                                "sweep.num_speculative_tokens=7", "sweep.baseline=false"]))
+    [cell] = grid.servers.values()
+    pair = LocalPair(cell.spec)
+    prompts = [pair.chat_ids([{"role": "user", "content": r["turns"][0]}], False) for r in synthetic_rows(3, 9)]
+    bench = {"concurrency": 2, "max_tokens": 48, "temperature": 0.0}
+    hf = [pair.decode(prompts[i:i + 2], bench, seed=0).sequences for i in (0, 2)]
+    pair.static, pair.static_kernel = True, {"cuda_graph": False, "compile": None}
+    static = [pair.decode(prompts[i:i + 2], bench, seed=0).sequences for i in (0, 2)]
+    assert static == hf and [len(s) for s in static] == [2, 1]

@@ -1,0 +1,3 @@
+from specsweep import snakejob, tiny
+
+snakejob.run(snakemake.log[0], lambda: print(tiny.train_drafter_for(snakemake.params.target, snakemake.params.out)))
