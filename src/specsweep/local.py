@@ -103,7 +103,6 @@ def decode_rows(pair: LocalPair, prompts: list[list[str]], bench: dict, progress
                     "index": i, "turn": turn, "ok": True, "error": None, "text": text, "prompt_tokens": len(ids[j]),
                     "completion_tokens": len(tokens), "ttft_s": out.first_token_s, "e2e_s": out.finish_s[j],
                     "itl_s": [], "acceptance_lengths": [s.accepted[j] + 1 for s in out.steps if j in s.live],
-                    "batch_s": out.steps[-1].t_s if out.steps else out.first_token_s,
                 })
             bar.update(len(batch))
     bar.close()
