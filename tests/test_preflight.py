@@ -250,3 +250,30 @@ def test_broken_pair_stops_the_dag_at_env_check_before_any_server(tiny_results, 
     assert not list(results.glob("*/*/logs/server.json"))      # no server was started
     assert "Error in rule env_check" in err
     assert ": server cell " not in err          # the server job's start message never appeared
+
+
+# the local backend ----------------------------------------------------------------------------------
+def test_local_engine_checks_replace_the_vllm_launch_checks(monkeypatch):
+    cfg = job("server=local", "kernel=local_sdpa")
+    env = env_for(cfg, monkeypatch, gpus=[])
+    names = [c.name for c in preflight.run_checks([cfg], env)]
+    assert "local_engine" in names and "vllm_executable" not in names and "port" not in names
+    assert preflight.check_local_engine(cfg, env).status == "pass"
+    for overrides, message in [
+        (["kernel=local_graphs"], "kernel.cuda_graphs=true needs server.device=cuda"),
+        (["kernel=local_fa2"], "needs a GPU and flash-attn 2"),
+        (["pair=tiny-ngram"], "the local engine runs DFlash drafters only"),
+    ]:
+        bad = job("server=local", "kernel=local_sdpa", *overrides)
+        check = preflight.check_local_engine(bad, env)
+        assert check.status == "fail" and message in check.message, check
+
+
+def test_local_engine_on_a_gpu_needs_one_visible(monkeypatch):
+    cfg = job("server=local_cuda", "kernel=local_graphs")
+    env = env_for(cfg, monkeypatch, gpus=[])
+    env["cuda"] = "13.0"                               # a CUDA build of torch, but no GPU to be seen
+    check = preflight.check_local_engine(cfg, env)
+    assert check.status == "fail" and "no GPU is visible" in check.message
+    env["gpus"] = [H200]
+    assert preflight.check_local_engine(cfg, env).status == "pass"

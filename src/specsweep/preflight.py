@@ -384,6 +384,9 @@ def check_local_engine(cfg, env):
     """The in-process engine needs torch to see the device, and flash-attn for flash_attention_2."""
     name = "local_engine"
     s, impl = cfg["server"], cfg["kernel"]["attn_implementation"] or "sdpa"
+    if cfg["pair"]["method"] not in ("dflash", "none"):
+        return fail(name, f"pair.method={cfg['pair']['method']}: the local engine runs DFlash drafters only; "
+                          "use server=vllm_cpu or server=vllm_gpu for it")
     if s["device"] == "cuda" and not env["cuda"]:
         return fail(name, "server.device=cuda but this torch has no CUDA: install a CUDA build of torch or use "
                           "server=local (cpu)")
