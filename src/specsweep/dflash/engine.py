@@ -43,6 +43,34 @@ class Output:
         return [s.accepted[r] + 1 for s in self.steps for r in s.live]
 
 
+class Rows:
+    """Each row's committed tokens, cut exactly at its first stop token or at max_new_tokens; the
+    bookkeeping that every decode loop shares."""
+
+    def __init__(self, n: int, max_new_tokens: int, stop_ids, t0: float):
+        self.out = Output(sequences=[[] for _ in range(n)], finish_s=[0.0] * n)
+        self.done = [False] * n
+        self.max_new_tokens, self.stop_ids, self.t0 = max_new_tokens, stop_ids, t0
+
+    def live(self) -> list[int]:
+        return [r for r, d in enumerate(self.done) if not d]
+
+    def commit(self, rows_tokens: dict[int, list[int]]) -> float:
+        """Commit tokens per row; returns the seconds since the start, which rows that finished record."""
+        for row, tokens in rows_tokens.items():
+            seq = self.out.sequences[row]
+            for tok in tokens:
+                if self.done[row]:
+                    break
+                seq.append(tok)
+                self.done[row] = tok in self.stop_ids or len(seq) >= self.max_new_tokens
+        now = time.perf_counter() - self.t0
+        for row in rows_tokens:
+            if self.done[row] and not self.out.finish_s[row]:
+                self.out.finish_s[row] = now
+        return now
+
+
 def pick(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
     if temperature <= 0:
         return logits.argmax(-1)
@@ -77,22 +105,9 @@ def generate(target, drafter: DFlashDrafter | None, input_ids: list[list[int]], 
     if block_size > 1 and propose is None:
         ctx_kv = drafter.context_kv(drafter.context_states(out.hidden_states), pos)
 
-    result = Output(sequences=[[] for _ in range(b)])
-    done = [False] * b
-
-    def commit(row: int, tokens: list[int]) -> None:
-        for tok in tokens:
-            if done[row]:
-                return
-            result.sequences[row].append(tok)
-            if tok in stop_ids or len(result.sequences[row]) >= max_new_tokens:
-                done[row] = True
-
-    for row in range(b):
-        commit(row, [int(last[row])])
-    result.first_token_s = time.perf_counter() - t0
-    result.finish_s = [result.first_token_s if d else 0.0 for d in done]
-    while not all(done):
+    rows = Rows(b, max_new_tokens, stop_ids, t0)
+    rows.out.first_token_s = rows.commit({r: [tok] for r, tok in enumerate(last.tolist())})
+    while rows.live():
         offsets = torch.arange(block_size, device=device)
         block_pos = next_pos[:, None] + offsets                           # [B, b]
         block = torch.full((b, block_size), drafter.mask_token_id if drafter else pad_id, device=device)
@@ -110,15 +125,10 @@ def generate(target, drafter: DFlashDrafter | None, input_ids: list[list[int]], 
         choice = pick(out.logits, temperature, gen)                       # [B, b]: target's token after each slot
         match = (block[:, 1:] == choice[:, :-1]).int().cumprod(dim=1).sum(dim=1) if block_size > 1 \
             else torch.zeros(b, dtype=torch.long, device=device)
-        live = [r for r in range(b) if not done[r]]
+        live = rows.live()
         n = int(min(match[r] for r in live))                              # proposals every live row keeps
-        for r in live:
-            commit(r, block[r, 1:n + 1].tolist() + [int(choice[r, n])])
-        now = time.perf_counter() - t0
-        for r in live:
-            if done[r]:
-                result.finish_s[r] = now
-        result.steps.append(Step(drafted=block[:, 1:].tolist(), target=choice.tolist(), accepted=match.tolist(),
+        now = rows.commit({r: block[r, 1:n + 1].tolist() + [int(choice[r, n])] for r in live})
+        rows.out.steps.append(Step(drafted=block[:, 1:].tolist(), target=choice.tolist(), accepted=match.tolist(),
                                  committed=[n + 1] * b, live=live, t_s=now))
         # the target has now processed `last` and the n kept proposals: keep those, drop the rest
         if block_size - (n + 1):
@@ -131,4 +141,4 @@ def generate(target, drafter: DFlashDrafter | None, input_ids: list[list[int]], 
             ctx_mask = torch.cat([ctx_mask, torch.ones(b, n + 1, dtype=torch.bool, device=device)], dim=1)
         last = choice[torch.arange(b, device=device), n]
         next_pos = next_pos + n + 1
-    return result
+    return rows.out

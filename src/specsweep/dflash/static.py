@@ -21,7 +21,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from .engine import Output, Step
+from .engine import Output, Rows, Step
 from .model import DFlashDrafter
 
 
@@ -249,34 +249,15 @@ class StaticPair:
             raise ValueError(f"prompt + max_new_tokens + block exceeds max_len {self.max_len}")
         t0 = time.perf_counter()
         self.prefill(prompts)
-        out = Output(sequences=[[] for _ in prompts])
-        done = [False] * self.batch
-
-        def commit(row, tokens):
-            for tok in tokens:
-                if done[row]:
-                    return
-                out.sequences[row].append(tok)
-                if tok in stop_ids or len(out.sequences[row]) >= max_new_tokens:
-                    done[row] = True
-
-        for row, tok in enumerate(self.last.tolist()):
-            commit(row, [tok])
-        out.first_token_s = time.perf_counter() - t0
-        out.finish_s = [out.first_token_s if d else 0.0 for d in done]
+        rows = Rows(self.batch, max_new_tokens, stop_ids, t0)
+        rows.out.first_token_s = rows.commit({r: [tok] for r, tok in enumerate(self.last.tolist())})
         t = self.block_size
-        while not all(done):
+        while rows.live():
             self.step()
             res = self.result.tolist()                 # the step's only host sync
-            live = [r for r in range(self.batch) if not done[r]]
+            live = rows.live()
             accepted = [row[-1] for row in res]
-            for r in live:
-                n = accepted[r]
-                commit(r, res[r][1:n + 1] + [res[r][t + n]])
-            now = time.perf_counter() - t0
-            for r in live:
-                if done[r]:
-                    out.finish_s[r] = now
-            out.steps.append(Step(drafted=[row[1:t] for row in res], target=[row[t:2 * t] for row in res],
-                                  accepted=accepted, committed=[a + 1 for a in accepted], live=live, t_s=now))
-        return out
+            now = rows.commit({r: res[r][1:accepted[r] + 1] + [res[r][t + accepted[r]]] for r in live})
+            rows.out.steps.append(Step(drafted=[row[1:t] for row in res], target=[row[t:2 * t] for row in res],
+                                       accepted=accepted, committed=[a + 1 for a in accepted], live=live, t_s=now))
+        return rows.out
