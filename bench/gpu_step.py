@@ -8,7 +8,7 @@ given acceptance length):
 - the HBM bound: weight bytes a step must read / 4.8 TB/s;
 - batch 8 against batch 1.
 
-    python3 bench/gpu_step.py [--out DIR] [--compile default max-autotune-no-cudagraphs] [--small]
+    python3 bench/gpu_step.py [--out DIR] [--compile default max-autotune-no-cudagraphs] [--profile] [--small]
 """
 from __future__ import annotations
 
@@ -78,6 +78,32 @@ def static_step_ms(target, drafter, batch, block, max_len, prompt_len, **kw) -> 
     return cuda_ms(one)
 
 
+def kernel_breakdown(target, drafter, block, max_len, prompt_len, **kw) -> dict:
+    """GPU kernel time per step by family, from torch.profiler over eager runs of the static step (the
+    same kernels a graph replays; the graph's step time minus their sum is idle time between them)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    pair = StaticPair(target, drafter, 1, max_len, block, **kw)
+    pair.prefill([list(range(prompt_len))])
+    replays = 10
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            pair.start.fill_(prompt_len)
+            pair.step()
+        torch.cuda.synchronize()
+    families = {"matmul": ("gemm", "cutlass", "nvjet", "sm90", "splitk", "gemv")}
+    out = {"matmul": 0.0, "other": 0.0, "kernels_per_step": 0}
+    for evt in prof.key_averages():
+        t = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
+        if not t or evt.key.startswith(("cudaGraph", "ProfilerStep")):
+            continue
+        name = evt.key.lower()
+        family = next((f for f, keys in families.items() if any(k in name for k in keys)), "other")
+        out[family] += t / 1e3 / replays
+        out["kernels_per_step"] += evt.count / replays
+    return out
+
+
 def hf_engine_step_ms(target, drafter, block, prompt, new_tokens) -> float:
     torch.cuda.synchronize()
     out = generate(target, drafter, [prompt], block, new_tokens)
@@ -121,6 +147,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/out"))
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="also split one step's GPU time by kernel family")
     ap.add_argument("--block", type=int, default=16)
     ap.add_argument("--prompt-len", type=int, default=256)
     ap.add_argument("--compile", nargs="*", default=[],
@@ -144,6 +171,8 @@ def main() -> None:
     }
     rec["static_graph_ms"]["draft"] = rec["static_graph_ms"]["step"] - rec["static_graph_ms"]["verify"]
     rec["static_eager_ms"] = {"step": static_step_ms(target, drafter, 1, b, max_len, plen)}
+    if args.profile:   # the uncompiled step's kernels (profiling a compiled one would time its compilation)
+        rec["kernel_ms_per_step[graph]"] = kernel_breakdown(target, drafter, b, max_len, plen)
     for mode in args.compile:
         try:
             rec[f"static_compiled_graph_ms[{mode}]"] = {
