@@ -103,8 +103,11 @@ def cmd_doctor(args) -> int:
                      f"{g.get('memory_free_mib', '?')} MiB free" for g in env["gpus"])
     print(f"python {env['python']}  torch {env['torch']}  cuda {env['cuda']}  transformers {env['transformers']}  "
           f"flash-attn {env['flash_attn']}")
-    print(f"vllm {se.get('vllm')} (DFlash: {se.get('dflash_module')}) via {' '.join(env['vllm_command']) or 'none'} "
-          f"under {se.get('executable')}")
+    if jobs[0]["server"]["backend"] == "local":
+        print("backend: the in-process DFlash engine (no vLLM)")
+    else:
+        print(f"vllm {se.get('vllm')} (DFlash: {se.get('dflash_module')}) via {' '.join(env['vllm_command']) or 'none'} "
+              f"under {se.get('executable')}")
     print(f"GPUs: {gpus or 'none'}  CUDA_VISIBLE_DEVICES={env['cuda_visible_devices']}")
     print(f"wrote {out}")
     return 1 if any(c.status == "fail" for c in checks) else 0
