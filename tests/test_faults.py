@@ -89,7 +89,7 @@ def test_server_killed_mid_cell_keeps_everything_and_rerun_redoes_only_that_cell
 def test_interrupt_stops_every_server_and_the_next_run_resumes(tiny_results, tmp_path, sig):
     results = tmp_path / "results"
     study = [*prebuilt_pair(tiny_results), "pair.method=none", "server.stop_grace_s=10", "tracking=off",
-             "dataset.num_prompts=512", "sweep.max_tokens=64", "sweep.concurrency=1"]   # minutes of work: cut short
+             "dataset.num_prompts=512", "sweep.max_tokens=64", "sweep.concurrency=1"]   # a minute of work: cut short
     proc = subprocess.Popen(snakemake_argv(tmp_path, results, *study), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

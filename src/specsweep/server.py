@@ -280,6 +280,8 @@ class Server:
         argv = build_argv(command, self.spec, self.run["host"], self.port, self.served_name)
         env = {k: v for k, v in os.environ.items() if k not in JOB_THREAD_VARS}
         env.update({k: str(v) for k, v in self.spec["server"]["env"].items()})
+        # unbuffered: the log shows each request as it is served, and a killed server's last lines survive
+        env.setdefault("PYTHONUNBUFFERED", "1")
         if gpu_ids:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
         self.log_dir.mkdir(parents=True, exist_ok=True)
