@@ -49,6 +49,21 @@ def ungrouped(o, t):
     return o.view(b, kv, rt // t, t, hd).permute(0, 3, 1, 2, 4).reshape(b, t, -1)
 
 
+def layer_weights(layer, context_kv: bool = False) -> dict:
+    """One Qwen3 decoder layer's weights (HF's or the drafter's: the same names), detached, with QKV and
+    gate/up fused; a drafter layer also gets fused K/V for projecting the target's context."""
+    a, mlp = layer.self_attn, layer.mlp
+    if a.q_proj.bias is not None:
+        raise ValueError("the static step supports Qwen3 attention without biases")
+    w = {"qkv": torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
+         "gate_up": torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+         "o": a.o_proj.weight, "down": mlp.down_proj.weight, "q_norm": a.q_norm.weight, "k_norm": a.k_norm.weight,
+         "ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight}
+    if context_kv:
+        w["kv"] = torch.cat([a.k_proj.weight, a.v_proj.weight])
+    return {k: v.detach() for k, v in w.items()}
+
+
 class StaticPair:
     """A target (HF Qwen3-style causal LM) and optional DFlash drafter on static caches for `batch` rows of
     up to `max_len` positions, stepping `block_size` tokens at a time."""
@@ -66,16 +81,7 @@ class StaticPair:
         self.embed = m.embed_tokens.weight.detach()
         self.norm = m.norm.weight.detach()
         self.lm_head = target.get_output_embeddings().weight.detach()
-        self.layers = []
-        for layer in m.layers:
-            a, mlp = layer.self_attn, layer.mlp
-            if a.q_proj.bias is not None:
-                raise ValueError("the static step supports Qwen3 attention without biases")
-            self.layers.append(dict(
-                qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach(), o=a.o_proj.weight.detach(),
-                q_norm=a.q_norm.weight.detach(), k_norm=a.k_norm.weight.detach(), ln1=layer.input_layernorm.weight.detach(),
-                ln2=layer.post_attention_layernorm.weight.detach(),
-                gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(), down=mlp.down_proj.weight.detach()))
+        self.layers = [layer_weights(layer) for layer in m.layers]
         shape = (len(self.layers), batch, self.kv_heads, max_len, self.hd)
         self.k_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
         self.v_cache = torch.zeros(shape, device=self.device, dtype=self.dtype)
@@ -107,16 +113,10 @@ class StaticPair:
         self.layer_ids = d.layer_ids
         self.mask_token_id = d.mask_token_id
         self.d_eps = d.config["rms_norm_eps"]
-        self.fc, self.hidden_norm, self.d_norm = d.fc.weight.detach(), d.hidden_norm.weight.detach(), d.norm.weight.detach()
-        self.d_layers = []
-        for layer in d.layers:
-            a, mlp = layer.self_attn, layer.mlp
-            self.d_layers.append(dict(
-                qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach(),
-                kv=torch.cat([a.k_proj.weight, a.v_proj.weight]).detach(), o=a.o_proj.weight.detach(),
-                q_norm=a.q_norm.weight.detach(), k_norm=a.k_norm.weight.detach(), ln1=layer.input_layernorm.weight.detach(),
-                ln2=layer.post_attention_layernorm.weight.detach(),
-                gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(), down=mlp.down_proj.weight.detach()))
+        self.fc = d.fc.weight.detach()
+        self.hidden_norm = d.hidden_norm.weight.detach()
+        self.d_norm = d.norm.weight.detach()
+        self.d_layers = [layer_weights(layer, context_kv=True) for layer in d.layers]
         attn = d.layers[0].self_attn
         self.d_heads, self.d_kv_heads, self.d_hd = attn.heads, attn.kv_heads, attn.hd
         shape = (len(self.d_layers), self.batch, self.d_kv_heads, self.max_len, self.d_hd)
