@@ -85,13 +85,20 @@ def test_server_killed_mid_cell_keeps_everything_and_rerun_redoes_only_that_cell
 
 
 # 3. interrupts ---------------------------------------------------------------------------------------
+def as_in_a_terminal():
+    """Default dispositions for SIGINT and SIGQUIT, as a terminal's foreground job has them: a test run
+    started in the background (`cmd &`) inherits them ignored, and so would every process it starts."""
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_stops_every_server_and_the_next_run_resumes(tiny_results, tmp_path, sig):
     results = tmp_path / "results"
     study = [*prebuilt_pair(tiny_results), "pair.method=none", "server.stop_grace_s=10", "tracking=off",
              "dataset.num_prompts=512", "sweep.max_tokens=64", "sweep.concurrency=1"]   # a minute of work: cut short
     proc = subprocess.Popen(snakemake_argv(tmp_path, results, *study), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, preexec_fn=as_in_a_terminal)
     try:
         info = wait_for(lambda: (lambda i: i if log_has(i, "POST /v1/chat/completions") else None)(
             server_info(results, "t", "base-*")), 400, "the server to serve requests", 0.2)
