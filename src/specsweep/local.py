@@ -118,7 +118,7 @@ def run_local_bench_cell(grid: Grid, sid: str, bid: str, pair: LocalPair, progre
     prompts, skipped = load_prompts(grid.dataset_file(bench["dataset"]), bench["dataset"])
     atomic_write_yaml(out / "config.yaml", cell_config(grid, sid, bid))
     if bench["warmup"]:
-        decode_rows(pair, prompts[:bench["warmup"]], {**bench, "concurrency": 1}, progress=False)
+        decode_rows(pair, prompts[:bench["warmup"]], bench, progress=False)   # same batch shape: warms its graph
     t0 = time.perf_counter()
     rows = decode_rows(pair, prompts, bench, progress)
     wall = time.perf_counter() - t0
