@@ -22,6 +22,12 @@ def tiny_results(tmp_path_factory) -> Path:
     own rules (its Snakemake working directory is the sibling `work/`, which the smoke study shares)."""
     root = tmp_path_factory.mktemp("session")
     results = root / "results"
+    prebuilt = os.environ.get("SPECSWEEP_TEST_PAIR")   # development only: a models/tiny built earlier, copied
+    if prebuilt:
+        import shutil
+
+        shutil.copytree(prebuilt, results / "models" / "tiny")
+        return results
     drafter = results / "models" / "tiny" / "drafter" / "config.json"
     out = run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(root / "work"), "--cores", "2",
                "--config", f"results_dir={results}", "--", str(drafter)], timeout=1800)

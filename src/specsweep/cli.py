@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from .config import REPO, ConfigError, compose_jobs
+from .errors import SpecsweepError
 
 
 def expand_multirun(overrides: list[str]) -> list[list[str]]:
@@ -244,12 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .snakejob import known_errors
-
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except known_errors() as e:
+    except SpecsweepError as e:
         print(f"specsweep: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -12,13 +12,11 @@ from typing import Any, Iterable
 
 import yaml
 
+from .errors import ConfigError  # noqa: F401 - re-exported: most modules take it from here
+
 REPO = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO / "conf"
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
-
-
-class ConfigError(Exception):
-    """A user mistake in the config: its message is one line that names the problem and the fix."""
 
 
 def format_override_value(value: Any) -> str:

@@ -16,16 +16,13 @@ from pathlib import Path
 
 from . import drafter_config
 from .config import aslist
+from .errors import PreflightError, ServerError
 from .results import atomic_write_json
-from .server import (ServerError, gpu_records, interpreter_of, port_is_free, port_owner, probe_python,
+from .server import (gpu_records, interpreter_of, port_is_free, port_owner, probe_python,
                      server_command)
 
 DFLASH_ATTENTION = {"FLASH_ATTN", "FLEX_ATTENTION"}   # GPU backends with the non-causal attention DFlash needs
 THINKING_MIN_TOKENS, THINKING_WARN_TOKENS = 512, 2048
-
-
-class PreflightError(Exception):
-    """At least one check failed; the message is one line per failed check."""
 
 
 @dataclass

@@ -17,11 +17,8 @@ from . import client, metrics, promstats
 from .cells import Grid
 from .datasets import load_prompts
 from .results import atomic_write_json, atomic_write_jsonl, atomic_write_yaml, read_json, read_jsonl
-from .server import Server, ServerError
-
-
-class CellError(Exception):
-    """A bench or server cell failed; its message says which and why."""
+from .errors import CellError, ServerError
+from .server import Server
 
 
 def served_name(spec: dict) -> str:

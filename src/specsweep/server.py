@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+from .errors import ServerError
 from .progress import progress_bar
 from .results import atomic_write_json, tail
 
@@ -30,10 +31,6 @@ from .results import atomic_write_json, tail
 JOB_THREAD_VARS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 LOCK_DIR = Path(os.environ.get("SPECSWEEP_LOCK_DIR", Path(tempfile.gettempdir()) / "specsweep-locks"))
-
-
-class ServerError(Exception):
-    """The server did not come up or did not stop; the message ends with the log's last lines."""
 
 
 # ---- environment -----------------------------------------------------------------------------------

@@ -10,15 +10,7 @@ import signal
 import sys
 from typing import Callable
 
-
-def known_errors() -> tuple[type[Exception], ...]:
-    from .config import ConfigError
-    from .preflight import PreflightError
-    from .runner import CellError
-    from .server import ServerError
-    from .tracking import TrackingError
-
-    return ConfigError, CellError, ServerError, TrackingError, PreflightError
+from .errors import SpecsweepError
 
 
 class Terminated(BaseException):
@@ -36,10 +28,10 @@ def run(log_path: str, fn: Callable[[], object]) -> None:
     with open(log_path, "w", buffering=1) as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
             fn()
-        except known_errors() as e:
+        except SpecsweepError as e:
             print(f"specsweep: {e}", file=log)
             lines = str(e).splitlines()
-            shown = lines if type(e).__name__ == "PreflightError" else lines[:1]   # one line per failed check
+            shown = lines if e.multiline else lines[:1]   # one line per failed check
             for line in shown:
                 print(f"specsweep: {line}", file=stderr)
             print(f"specsweep: details in {log_path}", file=stderr)

@@ -10,15 +10,12 @@ from pathlib import Path
 
 from .cells import Grid
 from .config import REPO
+from .errors import TrackingError
 from .results import atomic_write_json, read_json
 
 CELL_TAG = "specsweep.cell_id"
 STUDY_TAG = "specsweep.study"
 KIND_TAG = "specsweep.kind"
-
-
-class TrackingError(Exception):
-    """MLflow could not be written; results/ is intact and a later run ingests again."""
 
 
 def tracking_uri(grid: Grid, study: str) -> str:
