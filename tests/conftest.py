@@ -38,9 +38,9 @@ def tiny_results(tmp_path_factory) -> Path:
 @pytest.fixture
 def lock_dir(tmp_path, monkeypatch):
     """Port/GPU claims private to one test."""
-    import specsweep.server as server
+    import specsweep.claims as claims
 
-    monkeypatch.setattr(server, "LOCK_DIR", tmp_path / "locks")
+    monkeypatch.setattr(claims, "LOCK_DIR", tmp_path / "locks")
     return tmp_path / "locks"
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, prebuilt_pair, run, snakemake_argv, wait_for
-from specsweep.server import group_alive, port_is_free
+from specsweep.claims import port_is_free
+from specsweep.server import group_alive
 
 pytestmark = pytest.mark.server
 
@@ -200,20 +201,19 @@ def test_mlflow_down_keeps_results_and_a_later_run_ingests_once(tiny_results, tm
 def test_concurrency_64_and_256_account_for_every_request(tiny_results, tmp_path, lock_dir):
     import asyncio
 
-    from specsweep import runner
+    from specsweep.backends import vllm
     from specsweep.cells import expand
     from specsweep.client import ChatSettings
     from specsweep.config import compose_jobs
     from specsweep.datasets import synthetic_rows
-    from specsweep.server import Server
 
     grid = expand(compose_jobs([f"results_dir={tiny_results}", "pair.method=none", "server.max_model_len=256"]))
-    [cell] = grid.servers.values()
-    with Server(cell.spec, cell.run, tmp_path / "logs", gpus_needed=0, served_name="target") as srv:
+    [sid] = grid.servers
+    with vllm.server_for(grid, sid, tmp_path / "logs") as srv:
         for n in (64, 256):
             prompts = [r["turns"] for r in synthetic_rows(n, 0)]
             cpu0 = time.process_time()
-            rows, fig = asyncio.run(runner.measure(srv.url, prompts, ChatSettings("target", 8, 0.0, 0, False, 300),
+            rows, fig = asyncio.run(vllm.measure(srv.url, prompts, ChatSettings("target", 8, 0.0, 0, False, 300),
                                                    concurrency=n, warmup=0, progress=False))
             cpu = time.process_time() - cpu0
             assert fig["requests_sent"] == n == fig["requests_completed"] + fig["requests_errored"]
@@ -233,13 +233,14 @@ def fake_server(tmp_path) -> Path:
 
 @pytest.mark.parametrize("ours", [True, False])
 def test_a_leftover_server_is_stopped_only_when_provably_ours(tmp_path, lock_dir, ours):
+    from specsweep.backends import vllm
     from specsweep.cells import expand
     from specsweep.config import compose_jobs
-    from specsweep.server import Server, reap_leftover
+    from specsweep.server import reap_leftover
 
-    [cell] = expand(compose_jobs([f"results_dir={tmp_path}", "pair.method=none"])).servers.values()
-    run_cfg = {**cell.run, "executable": str(fake_server(tmp_path)), "stop_grace_s": 5}
-    left = Server(cell.spec, run_cfg, tmp_path / "logs", gpus_needed=0)
+    grid = expand(compose_jobs([f"results_dir={tmp_path}", "pair.method=none",
+                                f"server.executable={fake_server(tmp_path)}", "server.stop_grace_s=5"]))
+    left = vllm.server_for(grid, next(iter(grid.servers)), tmp_path / "logs")
     left.start()                       # then "the orchestrator is killed": its record stays behind
     info_path = tmp_path / "logs" / "server.json"
     info = json.loads(info_path.read_text())

@@ -4,7 +4,8 @@ import json
 import pytest
 
 from conftest import prebuilt_pair, run, snakemake_argv
-from specsweep.server import ServerError, claim_gpus
+from specsweep.claims import claim_gpus
+from specsweep.errors import ServerError
 
 
 def test_claims_are_disjoint_and_oversubscription_is_refused(lock_dir):

@@ -6,20 +6,24 @@ import time
 
 import pytest
 
-from specsweep import promstats, runner
+from specsweep import promstats
+from specsweep.backends import vllm
 from specsweep.cells import expand
+from specsweep.claims import port_is_free
 from specsweep.client import ChatSettings
 from specsweep.config import compose_jobs
-from specsweep.server import Server, ServerError, group_alive, port_is_free
+from specsweep.errors import ServerError
+from specsweep.server import group_alive
 
 
 def cell(results, *overrides, baseline=False):
+    """A grid and the id of its baseline (or first speculative) server cell."""
     grid = expand(compose_jobs([f"results_dir={results}", *overrides]))
-    return next(c for c in grid.servers.values() if c.is_baseline == baseline)
+    return grid, next(sid for sid, c in grid.servers.items() if c.is_baseline == baseline)
 
 
 def start(c, log_dir):
-    return Server(c.spec, c.run, log_dir, gpus_needed=c.gpus, served_name=runner.served_name(c.spec))
+    return vllm.server_for(*c, log_dir)
 
 
 def engine_acceptance(tiny_results, prompts, block_size, max_new_tokens) -> float:
@@ -52,7 +56,7 @@ def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(t
         assert "--speculative-config" in srv.info["argv"]
         settings = ChatSettings(srv.served_name, 24, 0.0, 0, False, 60)
         prompts = [["Ada has 3 pens. Ada gets 2 more. How many pens does Ada have now?"], ["What is 4 + 5?"]] * 3
-        rows, fig = asyncio.run(runner.measure(srv.url, prompts, settings, 2, warmup=0, progress=False))
+        rows, fig = asyncio.run(vllm.measure(srv.url, prompts, settings, 2, warmup=0, progress=False))
         time.sleep(2.5)   # let the server log its last interval
     assert fig["requests_completed"] == 6
     spec = fig["spec_decode"]
@@ -83,7 +87,6 @@ def test_a_server_that_dies_fails_fast_with_its_log_tail(tiny_results, tmp_path,
 
 def test_each_launch_gets_its_own_log_and_records_its_process_group(tmp_path, lock_dir):
     c = cell(tmp_path, "server.executable=/bin/sleep", baseline=True)
-    c.run["executable"] = "/bin/sleep"
     logs = set()
     for _ in range(2):
         srv = start(c, tmp_path / "logs")
@@ -109,7 +112,7 @@ def test_a_pinned_port_held_by_another_process_is_a_clear_error(tmp_path, lock_d
 
 
 def test_port_range_skips_taken_ports(tmp_path, lock_dir):
-    from specsweep.server import claim_port
+    from specsweep.claims import claim_port
 
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
@@ -127,7 +130,7 @@ def test_port_range_skips_taken_ports(tmp_path, lock_dir):
 
 
 def test_missing_vllm_is_a_clear_error(tmp_path):
-    from specsweep.server import server_command
+    from specsweep.vllm_cmd import server_command
 
     with pytest.raises(ServerError, match="install vLLM, or set server.python"):
         server_command({"executable": "no-such-vllm", "python": None})

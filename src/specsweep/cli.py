@@ -60,7 +60,7 @@ def cmd_cells(args) -> int:
 
 def cmd_bench(args) -> int:
     """Benchmark a server the user already runs; writes requests.jsonl and metrics.json to --out."""
-    from . import runner
+    from .backends.vllm import measure
     from .client import ChatSettings
     from .datasets import jsonl_rows, synthetic_rows
     from .results import atomic_write_json, atomic_write_jsonl
@@ -79,7 +79,7 @@ def cmd_bench(args) -> int:
         raise ConfigError(f"bench: {reachable.message}")
     settings = ChatSettings(model=args.model, max_tokens=args.max_tokens, temperature=args.temperature,
                             seed=0, thinking=args.thinking, timeout_s=args.timeout)
-    rows, figures = asyncio.run(runner.measure(args.base_url.rstrip("/"), prompts, settings, args.concurrency,
+    rows, figures = asyncio.run(measure(args.base_url.rstrip("/"), prompts, settings, args.concurrency,
                                                args.warmup, progress=True))
     out = Path(args.out)
     atomic_write_jsonl(out / "requests.jsonl", rows)

@@ -18,8 +18,8 @@ from . import drafter_config
 from .config import aslist
 from .errors import PreflightError, ServerError
 from .results import atomic_write_json
-from .server import (gpu_records, interpreter_of, port_is_free, port_owner, probe_python,
-                     server_command)
+from .claims import gpu_records, port_is_free, port_owner
+from .vllm_cmd import interpreter_of, probe_python, server_command
 
 DFLASH_ATTENTION = {"FLASH_ATTN", "FLEX_ATTENTION"}   # GPU backends with the non-causal attention DFlash needs
 THINKING_MIN_TOKENS, THINKING_WARN_TOKENS = 512, 2048
@@ -372,11 +372,6 @@ def check_dataset(cfg, env):
     return ok(name, f"{ds['path']}: {len(rows)} prompts")
 
 
-CHECKS = [check_dataset, check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support, check_drafter,
-          check_num_speculative_tokens, check_thinking, check_port, check_attention_backend, check_memory,
-          check_max_tokens]
-
-
 def check_local_engine(cfg, env):
     """The in-process engine needs torch to see the device, and flash-attn for flash_attention_2."""
     name = "local_engine"
@@ -398,18 +393,21 @@ def check_local_engine(cfg, env):
     return ok(name, f"{impl} attention on {s['device']} ({s['dtype']})")
 
 
-# Checks of the vLLM launch; the local backend runs check_local_engine instead.
-VLLM_ONLY = {check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support, check_port,
-             check_attention_backend}
+# The checks each backend runs, listed in full: a new backend lists its own.
+CHECKS = {
+    "vllm": [check_dataset, check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support,
+             check_drafter, check_num_speculative_tokens, check_thinking, check_port, check_attention_backend,
+             check_memory, check_max_tokens],
+    "local": [check_dataset, check_drafter, check_num_speculative_tokens, check_thinking, check_memory,
+              check_max_tokens, check_local_engine],
+}
 
 
 def run_checks(configs: list[dict], env: dict) -> list[Check]:
-    """Every check on every job config of a study; identical results are reported once."""
+    """Every check of its backend on every job config of a study; identical results are reported once."""
     seen, out = set(), []
     for cfg in configs:
-        local = cfg["server"]["backend"] == "local"
-        checks = [c for c in CHECKS if c not in VLLM_ONLY] + [check_local_engine] if local else CHECKS
-        for check in checks:
+        for check in CHECKS[cfg["server"]["backend"]]:
             result = check(cfg, env)
             key = (result.name, result.status, result.message)
             if key not in seen:

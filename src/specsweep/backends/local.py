@@ -1,18 +1,22 @@
-"""The `local` backend: bench cells decoded in-process by the DFlash engine instead of a vLLM server.
+"""The `local` backend: bench cells decoded in-process by the DFlash engine instead of a server.
 
 A server cell is one block size (K + 1; the baseline is block 1, through the same code). The pair is
 loaded once per server cell and every unfinished bench cell (dataset x thinking x concurrency) runs on
-it; a bench cell's concurrency is its decode batch. Cells write the same files as the vLLM backend, plus
-the acceptance-length histogram and the engine's own per-position acceptance.
+it; a bench cell's concurrency is its decode batch. Its figures add the acceptance-length histogram and
+the engine's own per-position acceptance.
 """
 from __future__ import annotations
 
+import os
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
-from . import metrics
-from .cells import Grid
-from .datasets import load_prompts
-from .results import atomic_write_json, atomic_write_jsonl, atomic_write_yaml
+from .. import metrics
+from ..bench_cell import Measurement
+from ..cells import Grid
+from ..claims import claim_gpus, gpu_inventory
+from ..errors import ServerError
 
 
 class LocalPair:
@@ -22,12 +26,12 @@ class LocalPair:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from .dflash.model import DFlashDrafter
+        from ..dflash.model import DFlashDrafter
 
         server, kernel = spec["server"], spec["kernel"]
         self.device = server["device"]
         if self.device == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError("server.device=cuda but torch sees no CUDA device: use server=local (cpu)")
+            raise ServerError("server.device=cuda but torch sees no CUDA device: use server=local (cpu)")
         if server.get("threads"):
             torch.set_num_threads(int(server["threads"]))
         dtype = getattr(torch, server["dtype"])
@@ -54,12 +58,12 @@ class LocalPair:
         self.pad_id = self.tokenizer.pad_token_id or 0
 
     def decode(self, prompts: list[list[int]], bench: dict, seed: int):
-        from .dflash.engine import generate
+        from ..dflash.engine import generate
 
         if not self.static or bench["temperature"] > 0:
             return generate(self.target, self.drafter, prompts, self.block_size, bench["max_tokens"], self.stop_ids,
                             bench["temperature"], self.pad_id, seed=seed)
-        from .dflash.static import StaticPair
+        from ..dflash.static import StaticPair
 
         batch = bench["concurrency"]
         padded = prompts + [prompts[-1]] * (batch - len(prompts))      # a short last batch: fixed shapes
@@ -80,7 +84,7 @@ class LocalPair:
 
 def decode_rows(pair: LocalPair, prompts: list[list[str]], bench: dict, progress: bool = True) -> list[dict]:
     """Every turn of every prompt, `concurrency` conversations per batch; one record per (prompt, turn)."""
-    from .progress import progress_bar
+    from ..progress import progress_bar
 
     history: list[list[dict]] = [[] for _ in prompts]
     records = []
@@ -109,57 +113,45 @@ def decode_rows(pair: LocalPair, prompts: list[list[str]], bench: dict, progress
     return records
 
 
-def run_local_bench_cell(grid: Grid, sid: str, bid: str, pair: LocalPair, progress: bool = True) -> dict:
-    from .runner import cell_config, compare_with_baseline
+class LocalSession:
+    log_path = None              # in-process: no server log
 
-    bench = grid.benches[sid][bid].spec
-    out = grid.bench_dir(sid, bid)
-    out.mkdir(parents=True, exist_ok=True)
-    prompts, skipped = load_prompts(grid.dataset_file(bench["dataset"]), bench["dataset"])
-    atomic_write_yaml(out / "config.yaml", cell_config(grid, sid, bid))
-    if bench["warmup"]:
-        decode_rows(pair, prompts[:bench["warmup"]], bench, progress=False)   # same batch shape: warms its graph
-    t0 = time.perf_counter()
-    rows = decode_rows(pair, prompts, bench, progress)
-    wall = time.perf_counter() - t0
-    atomic_write_jsonl(out / "requests.jsonl", rows)
-    figures = metrics.request_figures(rows, wall)
-    lengths = [a for r in rows for a in r["acceptance_lengths"]]
-    figures["spec_decode"] = metrics.acceptance_from_lengths(lengths, pair.block_size) if pair.block_size > 1 else None
-    figures.update(backend="local", block_size=pair.block_size, dataset_lines_skipped=skipped,
-                   valid=figures["error_rate"] <= bench["max_error_rate"])
-    figures.update(compare_with_baseline(grid, sid, bid, figures, rows))
-    figures.update(server_cell=sid, bench_cell=bid)
-    (out / "failed.json").unlink(missing_ok=True)
-    atomic_write_json(out / "metrics.json", figures)
-    return figures
+    def __init__(self, pair: LocalPair):
+        self.pair = pair
+
+    def alive(self) -> bool:
+        return True
+
+    def log_tail(self) -> str:
+        return ""
+
+    def measure(self, prompts: list[list[str]], bench: dict, progress: bool, desc: str) -> Measurement:
+        pair = self.pair
+        if bench["warmup"]:
+            decode_rows(pair, prompts[:bench["warmup"]], bench, progress=False)   # same batch shape: warms its graph
+        t0 = time.perf_counter()
+        rows = decode_rows(pair, prompts, bench, progress)
+        figures = metrics.request_figures(rows, time.perf_counter() - t0)
+        lengths = [a for r in rows for a in r["acceptance_lengths"]]
+        figures["spec_decode"] = metrics.acceptance_from_lengths(lengths, pair.block_size) \
+            if pair.block_size > 1 else None
+        figures.update(backend="local", block_size=pair.block_size)
+        return Measurement(rows, figures)
 
 
-def run_local_server_cell(grid: Grid, sid: str, pending: list[str], progress: bool = True) -> list[str]:
-    """Load the pair once, run the pending bench cells; return the failures' messages."""
-    import os
-
-    from .server import claim_gpus, gpu_inventory
-
+@contextmanager
+def open_session(grid: Grid, sid: str, progress: bool = True) -> Iterator[LocalSession]:
+    """Claim a GPU for a cuda cell (before CUDA is initialised, so it becomes cuda:0), load the pair once."""
     cell = grid.servers[sid]
     claims = claim_gpus(cell.gpus, gpu_inventory()) if cell.gpus else []
-    if claims:   # this job's own process, before CUDA is initialised: the claimed GPU becomes cuda:0
+    if claims:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(c.name.removeprefix("gpu-") for c in claims)
-    failures = []
     try:
         t0 = time.monotonic()
         pair = LocalPair(cell.spec)
         print(f"[specsweep] {sid}: local engine, block {pair.block_size} on {pair.device}, "
               f"loaded in {time.monotonic() - t0:.1f} s", flush=True)
-        for bid in pending:
-            try:
-                run_local_bench_cell(grid, sid, bid, pair, progress)
-                print(f"[specsweep] {sid}/{bid}: done", flush=True)
-            except (OSError, ValueError) as e:
-                failures.append(f"bench cell {sid}/{bid}: {e}")
-                print(f"[specsweep] {sid}/{bid}: FAILED: {e}", flush=True)
+        yield LocalSession(pair)
     finally:
         for claim in claims:
             claim.release()
-    return failures
-

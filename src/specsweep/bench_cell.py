@@ -1,0 +1,91 @@
+"""One bench cell's bookkeeping, whatever the backend: its config, its files, its baseline comparison.
+
+A bench cell is finished when its metrics.json exists; that file is written last, atomically, so a
+crash never leaves a cell that a rerun would trust. A cell whose figures cannot be trusted gets
+failed.json instead, and the requests that finished stay in requests.jsonl.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from . import metrics
+from .cells import Grid
+from .datasets import load_prompts
+from .errors import CellError
+from .results import atomic_write_json, atomic_write_jsonl, atomic_write_yaml, read_json, read_jsonl
+
+
+@dataclass
+class Measurement:
+    """What a backend measured for one bench cell."""
+    rows: list[dict]                 # one record per request (prompt x turn), as requests.jsonl keeps them
+    figures: dict                    # the cell's figures: throughput, latency, spec_decode, backend facts
+    failure: str | None = None       # why the figures cannot be trusted (the server died, /metrics failed)
+
+
+class Session(Protocol):
+    """A backend's open server session for one server cell (see backends/)."""
+    log_path: Path | None            # the server's log for this launch, linked from each bench cell
+
+    def alive(self) -> bool: ...
+
+    def log_tail(self) -> str: ...
+
+    def measure(self, prompts: list[list[str]], bench: dict, progress: bool, desc: str) -> Measurement: ...
+
+
+def cell_config(grid: Grid, sid: str, bid: str) -> dict:
+    """The resolved config saved with every bench cell: the job config plus both cell specs and ids."""
+    cell = grid.servers[sid]
+    return {"study": cell.study, "server_cell": sid, "bench_cell": bid,
+            "baseline_cell": grid.baseline_of.get(sid), "pair": cell.pair,
+            "server_spec": cell.spec, "bench_spec": grid.benches[sid][bid].spec,
+            "job_config": grid.configs[sid]}
+
+
+def compare_with_baseline(grid: Grid, sid: str, bid: str, figures: dict, rows: list[dict]) -> dict:
+    if grid.servers[sid].is_baseline:
+        return {"speedup_output_tok_s": 1.0, "speedup_tpot": 1.0, "greedy_agreement": 1.0, "baseline_cell": sid}
+    base = grid.baseline_of.get(sid)
+    if base is None or not grid.metrics_path(base, bid).exists():
+        return {"speedup_output_tok_s": None, "speedup_tpot": None, "greedy_agreement": None, "baseline_cell": None}
+    base_fig = read_json(grid.metrics_path(base, bid))
+    out = metrics.speedup(figures, base_fig)
+    greedy = grid.benches[sid][bid].spec["temperature"] == 0
+    out["greedy_agreement"] = metrics.greedy_agreement(rows, read_jsonl(grid.bench_dir(base, bid) / "requests.jsonl")) \
+        if greedy else None
+    out["baseline_cell"] = base
+    return out
+
+
+def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: bool = True) -> dict:
+    """Measure one bench cell on an open session and write its files; metrics.json last."""
+    bench = grid.benches[sid][bid].spec
+    out = grid.bench_dir(sid, bid)
+    out.mkdir(parents=True, exist_ok=True)
+    prompts, skipped = load_prompts(grid.dataset_file(bench["dataset"]), bench["dataset"])
+    atomic_write_yaml(out / "config.yaml", cell_config(grid, sid, bid))
+    m = session.measure(prompts, bench, progress, f"{sid}/{bid}")
+    atomic_write_jsonl(out / "requests.jsonl", m.rows)
+    if m.failure:
+        atomic_write_json(out / "failed.json", {"reason": m.failure, "requests_kept": len(m.rows),
+                                                "server_log": str(session.log_path)})
+        where = f"; log {session.log_path}, last lines:\n{session.log_tail()}" if session.log_path else ""
+        raise CellError(f"bench cell {sid}/{bid}: {m.failure} ({sum(r['ok'] for r in m.rows)} of {len(m.rows)} "
+                        f"requests finished and are kept in {out / 'requests.jsonl'}){where}")
+    figures = m.figures
+    figures["dataset_lines_skipped"] = skipped
+    figures["valid"] = figures["error_rate"] <= bench["max_error_rate"]
+    figures.update(compare_with_baseline(grid, sid, bid, figures, m.rows))
+    figures.update(server_cell=sid, bench_cell=bid)
+    if session.log_path:
+        figures["server_log"] = str(session.log_path)
+        link = out / "server.log"
+        link.unlink(missing_ok=True)
+        link.symlink_to(os.path.relpath(session.log_path, out))
+    (out / "failed.json").unlink(missing_ok=True)
+    atomic_write_json(out / "metrics.json", figures)
+    return figures

@@ -1,0 +1,142 @@
+"""Ports and GPUs: exclusive flock'd claims, so concurrent jobs and studies never collide.
+
+A claim lives as long as the process that holds it: a killed job's claims vanish with it.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from .errors import ServerError
+
+LOCK_DIR = Path(os.environ.get("SPECSWEEP_LOCK_DIR", Path(tempfile.gettempdir()) / "specsweep-locks"))
+
+
+@dataclass
+class Claim:
+    """An exclusive, process-lifetime claim on a named resource (a port, a GPU)."""
+    name: str
+    fd: int
+
+    def release(self) -> None:
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        finally:
+            os.close(self.fd)
+
+
+def try_claim(name: str) -> Claim | None:
+    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    fd = os.open(LOCK_DIR / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return Claim(name, fd)
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def port_owner(port: int) -> str:
+    """Who listens on a port, when this user can see it."""
+
+    try:
+        for conn in psutil.net_connections("tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+                proc = psutil.Process(conn.pid)
+                return f"pid {conn.pid} ({' '.join(proc.cmdline()[:3])})"
+    except (psutil.Error, OSError):
+        pass
+    return "another process"
+
+
+def claim_port(run: dict) -> tuple[int, Claim]:
+    host = run["host"]
+    if run["port"] is not None:
+        port = run["port"]
+        claim = try_claim(f"port-{port}")
+        if claim is None or not port_is_free(host, port):
+            if claim:
+                claim.release()
+            owner = port_owner(port) if claim else "another specsweep job"
+            raise ServerError(f"server.port {port} is taken by {owner}: set server.port=null to take the next "
+                              f"free port in server.port_range, or pin another port")
+        return port, claim
+    lo, hi = run["port_range"]
+    for port in range(lo, hi + 1):
+        claim = try_claim(f"port-{port}")
+        if claim is None:
+            continue
+        if port_is_free(host, port):
+            return port, claim
+        claim.release()
+    raise ServerError(f"no free port in server.port_range {lo}-{hi}: widen the range or free a port")
+
+
+def gpu_records() -> list[dict]:
+    """Visible GPUs with compute capability and memory. SPECSWEEP_GPUS injects an inventory (a JSON list of
+    such records, or a comma list of ids) for machines without GPUs; else nvidia-smi. CUDA_VISIBLE_DEVICES
+    narrows either to the GPUs this process may use."""
+    injected = os.environ.get("SPECSWEEP_GPUS")
+    if injected is not None:
+        injected = injected.strip()
+        records = json.loads(injected) if injected.startswith("[") else \
+            [{"index": g.strip()} for g in injected.split(",") if g.strip()]
+    elif shutil.which("nvidia-smi"):
+        query = "index,name,compute_cap,memory.total,memory.free,driver_version"
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30)
+        records = []
+        for line in out.stdout.splitlines() if out.returncode == 0 else []:
+            idx, name, cap, total, free, driver = [x.strip() for x in line.split(",")]
+            records.append({"index": idx, "name": name, "compute_capability": cap, "memory_total_mib": int(total),
+                            "memory_free_mib": int(free), "driver": driver})
+    else:
+        records = []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        allowed = [v.strip() for v in visible.split(",") if v.strip()]
+        records = [r for r in records if str(r["index"]) in allowed]
+    return records
+
+
+def gpu_inventory() -> list[str]:
+    return [str(r["index"]) for r in gpu_records()]
+
+
+def claim_gpus(n: int, inventory: list[str]) -> list[Claim]:
+    """n GPUs nobody else holds; [] on a machine without GPUs (the CPU backend)."""
+    if not inventory:
+        return []
+    if n > len(inventory):
+        raise ServerError(f"the server cell needs {n} GPUs (tensor x data parallel) but {len(inventory)} are "
+                          f"visible ({','.join(inventory)}): lower the parallel sizes or expose more GPUs")
+    claims: list[Claim] = []
+    for gpu in inventory:
+        claim = try_claim(f"gpu-{gpu}")
+        if claim:
+            claims.append(claim)
+            if len(claims) == n:
+                return claims
+    for c in claims:
+        c.release()
+    raise ServerError(f"only {len(claims)} of the {n} GPUs this cell needs are free: run with "
+                      f"`--resources gpu={len(inventory)}` so Snakemake never oversubscribes them")

