@@ -52,3 +52,13 @@ def test_bench_axes_and_repeats():
 def test_method_none_is_a_baseline_only_study():
     grid = expand(compose_jobs(["pair.method=none"]))
     assert [c.is_baseline for c in grid.servers.values()] == [True]
+
+
+def test_an_experiment_preset_is_its_group_choices_and_its_study_wins():
+    explicit = compose_jobs(["study=blocks", "server=local", "kernel=local_sdpa", "sweep=blocks"])
+    assert compose_jobs(["experiment=blocks"]) == explicit          # the same configs, so the same cells
+    assert ids(expand(compose_jobs(["experiment=blocks"]))) == ids(expand(explicit))
+    # the preset's study beats the root's `study: default`; a command-line override beats both
+    [renamed] = compose_jobs(["experiment=blocks", "study=blocks2", "server=local_cuda"])
+    assert renamed["study"] == "blocks2" and renamed["server"]["device"] == "cuda"
+    assert renamed["sweep"]["num_speculative_tokens"] == [1, 3, 7, 15]
