@@ -55,3 +55,32 @@ def test_snakemake_config_becomes_hydra_overrides():
     assert cfg["sweep"]["num_speculative_tokens"] == [2, 4] and cfg["sweep"]["thinking"] == [False]   # axes are lists
     assert cfg["server"]["max_model_len"] == 1024 and cfg["dataset"]["name"] == "gsm8k"
     assert format_override_value(None) == "null" and format_override_value({"x": 1}) == "{x:1}"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["server=local", "kernel=flash_attn_graphs"],
+     "config: kernel.attention_backend=FLASH_ATTN is a server's attention backend, which the local engine "
+     "(server.backend=local) does not take: use kernel=local_sdpa"),
+    (["server=local", "kernel=local_sdpa", "kernel.attention_backend=TORCH_SDPA"], "kernel.attention_backend=TORCH_SDPA"),
+    (["kernel=local_sdpa"], "config: kernel.attn_implementation=sdpa is the local engine's attention implementation, "
+                            "which a server backend does not take: use kernel=cpu on CPU or kernel=flash_attn_graphs"),
+    (["server=vllm_gpu", "kernel=flash_attn_graphs", "kernel.attn_implementation=eager"],
+     "kernel.attn_implementation=eager is the local engine's"),
+    (["server.backend=sglang", "kernel=local_graphs"], "kernel.attn_implementation=sdpa is the local engine's"),
+])
+def test_each_backend_refuses_the_other_backends_kernel_key(overrides, message):
+    with pytest.raises(ConfigError) as e:
+        compose_jobs(overrides)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_kernels_that_match_their_backend_pass():
+    for overrides in (["server=local", "kernel=local_sdpa"], ["server=local_cuda", "kernel=local_compiled"],
+                      ["server=vllm_gpu", "kernel=flash_attn_graphs"], ["server.backend=sglang"],
+                      ["server=local", "kernel=cpu"]):      # cpu sets neither key
+        compose_jobs(overrides)
+
+
+def test_an_sglang_server_needs_the_launch_settings_of_a_vllm_one():
+    with pytest.raises(ConfigError, match="config: server: 'executable' is a required property"):
+        compose_jobs(["server=local", "server.backend=sglang"])

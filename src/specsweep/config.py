@@ -149,6 +149,8 @@ def _schema_message(e: Exception) -> str:
     if cause is None:
         return "config: " + " ".join(str(e).split())[:300]
     key = ".".join(str(p) for p in cause.absolute_path) or "(top level)"
+    if isinstance(cause.schema, dict) and "fix" in cause.schema:     # the schema's own advice for this check
+        return f"config: {key}={cause.instance} is {cause.schema['fix']}"
     return f"config: {key}: {cause.message}; fix it in conf/ or with an override `{key}=...`"
 
 
