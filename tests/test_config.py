@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from specsweep.config import ConfigError, compose_jobs, format_override_value, overrides_from_snakemake
@@ -84,3 +86,42 @@ def test_kernels_that_match_their_backend_pass():
 def test_an_sglang_server_needs_the_launch_settings_of_a_vllm_one():
     with pytest.raises(ConfigError, match="config: server: 'executable' is a required property"):
         compose_jobs(["server=local", "server.backend=sglang"])
+
+
+SPECULATIVE = "use pair.method, sweep.num_speculative_tokens and pair.speculative_extra"
+
+
+@pytest.mark.parametrize("backend, args, item, fix", [
+    ("vllm", ["--speculative-config={}"], "--speculative-config={}", SPECULATIVE),
+    ("vllm", ["--speculative-config", '{"method": "ngram"}'], "--speculative-config", SPECULATIVE),
+    ("vllm", ["--speculative_config.num_speculative_tokens=3"],            # vLLM's _ and nested forms
+     "--speculative_config.num_speculative_tokens=3", SPECULATIVE),
+    ("vllm", ["--max-num-seqs", "8", "--speculative-disable-by-batch-size=4"],
+     "--speculative-disable-by-batch-size=4", SPECULATIVE),
+    ("vllm", ["--model=Qwen/Qwen3-8B"], "--model=Qwen/Qwen3-8B", "use pair.target"),
+    ("vllm", ["--tokenizer", "x"], "--tokenizer", "use pair.tokenizer"),
+    ("vllm", ["-tp", "2"], "-tp", "use server.tensor_parallel_size"),
+    ("vllm", ["-tp=2"], "-tp=2", "use server.tensor_parallel_size"),
+    ("vllm", ["--tensor-parallel", "2"], "--tensor-parallel", "use server.tensor_parallel_size"),  # abbreviated
+    ("vllm", ["--data-parallel-size=2"], "--data-parallel-size=2", "use server.data_parallel_size"),
+    ("vllm", ["-dp", "2"], "-dp", "use server.data_parallel_size"),
+    ("vllm", ["--port", "8000"], "--port", "use server.port"),
+    ("vllm", ["--served-model-name", "m"], "--served-model-name", "drop it: specsweep names the served model"),
+    ("vllm", ["--no-enforce-eager"], "--no-enforce-eager", "use kernel.cuda_graphs"),
+    ("sglang", ["--model-path", "x"], "--model-path", "use pair.target"),
+    ("sglang", ["--tp-size=2"], "--tp-size=2", "use server.tensor_parallel_size"),
+    ("sglang", ["--dp-size", "2"], "--dp-size", "use server.data_parallel_size"),
+    ("sglang", ["--port=30000"], "--port=30000", "use server.port"),
+    ("sglang", ["--speculative-algorithm", "EAGLE"], "--speculative-algorithm", SPECULATIVE),
+])
+def test_extra_args_may_not_set_what_the_spec_sets(backend, args, item, fix):
+    with pytest.raises(ConfigError) as e:
+        compose_jobs([f"server.backend={backend}", "server.extra_args=" + json.dumps(args)])
+    text = str(e.value)
+    assert text.startswith(f"config: server.extra_args item {item!r} overrides the cell's spec"), text
+    assert fix in text and "\n" not in text
+
+
+def test_extra_args_that_the_spec_does_not_set_pass():
+    [cfg] = compose_jobs(["server.extra_args=" + json.dumps(["--max-num-seqs", "64", "--seed=1", "--", "-x"])])
+    assert cfg["server"]["extra_args"] == ["--max-num-seqs", "64", "--seed=1", "--", "-x"]
