@@ -136,7 +136,7 @@ def validate(cfg: dict) -> dict:
 
 _SPECULATIVE = "use pair.method, sweep.num_speculative_tokens and pair.speculative_extra"
 _TP, _DP = "use server.tensor_parallel_size", "use server.data_parallel_size"
-_NAME = "drop it: specsweep names the served model after the cell"
+_NAME = "drop it: specsweep names the served model itself (after the target)"
 
 # Per server backend, the flags a server cell's spec sets (the launcher passes them from the spec, and an
 # extra_args copy, coming later, would win): each with the config key to use instead. Any --speculative-*
