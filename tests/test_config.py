@@ -63,7 +63,8 @@ def test_snakemake_config_becomes_hydra_overrides():
     (["server=local", "kernel=flash_attn_graphs"],
      "config: kernel.attention_backend=FLASH_ATTN is a server's attention backend, which the local engine "
      "(server.backend=local) does not take: use kernel=local_sdpa"),
-    (["server=local", "kernel=local_sdpa", "kernel.attention_backend=TORCH_SDPA"], "kernel.attention_backend=TORCH_SDPA"),
+    (["server=local", "kernel=local_sdpa", "kernel.attention_backend=TORCH_SDPA"],
+     "kernel.attention_backend=TORCH_SDPA is a server's"),
     (["kernel=local_sdpa"], "config: kernel.attn_implementation=sdpa is the local engine's attention implementation, "
                             "which a server backend does not take: use kernel=cpu on CPU or kernel=flash_attn_graphs"),
     (["server=vllm_gpu", "kernel=flash_attn_graphs", "kernel.attn_implementation=eager"],
