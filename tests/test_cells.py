@@ -1,4 +1,7 @@
-from specsweep.cells import expand
+from dataclasses import replace
+
+import specsweep.cells as cells
+from specsweep.cells import BenchCell, expand
 from specsweep.cli import expand_multirun
 from specsweep.config import compose_jobs, jobs_from_snakemake
 
@@ -52,3 +55,32 @@ def test_bench_axes_and_repeats():
 def test_method_none_is_a_baseline_only_study():
     grid = expand(compose_jobs(["pair.method=none"]))
     assert [c.is_baseline for c in grid.servers.values()] == [True]
+
+
+def test_an_experiment_preset_is_its_group_choices_and_its_study_wins():
+    explicit = compose_jobs(["study=blocks", "server=local", "kernel=local_sdpa", "sweep=blocks"])
+    assert compose_jobs(["experiment=blocks"]) == explicit          # the same configs, so the same cells
+    assert ids(expand(compose_jobs(["experiment=blocks"]))) == ids(expand(explicit))
+    # the preset's study beats the root's `study: default`; a command-line override beats both
+    [renamed] = compose_jobs(["experiment=blocks", "study=blocks2", "server=local_cuda"])
+    assert renamed["study"] == "blocks2" and renamed["server"]["device"] == "cuda"
+    assert renamed["sweep"]["num_speculative_tokens"] == [1, 3, 7, 15]
+
+
+def test_a_key_added_to_a_spec_enters_the_id_only_away_from_its_default(monkeypatch):
+    grid = expand(compose_jobs([]))
+    sid, cell = next((s, c) for s, c in grid.servers.items() if not c.is_baseline)
+    bid, bench = next(iter(grid.benches[sid].items()))
+
+    def server_id(value):      # the same cell, as a spec with a new server key would give it
+        return replace(cell, spec={**cell.spec, "server": {**cell.spec["server"], "new_key": value}}).id
+
+    def bench_id(value):
+        return BenchCell({**bench.spec, "new_bench_key": value}).id
+
+    assert server_id(4) != sid and bench_id(None) != bid          # unlisted, a new key renames every cell
+    monkeypatch.setattr(cells, "ADDED_SPEC_KEYS", {"server.new_key": 4, "new_bench_key": None})
+    assert server_id(4) == sid and bench_id(None) == bid          # listed, at its default: the old ids
+    assert server_id(8) != sid and bench_id("x") != bid           # set away from it: new cells
+    spec = {**cell.spec, "server": {**cell.spec["server"], "new_key": 4}}
+    assert replace(cell, spec=spec).id == sid and spec["server"]["new_key"] == 4   # the recorded spec keeps it

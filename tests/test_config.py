@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from specsweep.config import ConfigError, compose_jobs, format_override_value, overrides_from_snakemake
@@ -55,3 +57,72 @@ def test_snakemake_config_becomes_hydra_overrides():
     assert cfg["sweep"]["num_speculative_tokens"] == [2, 4] and cfg["sweep"]["thinking"] == [False]   # axes are lists
     assert cfg["server"]["max_model_len"] == 1024 and cfg["dataset"]["name"] == "gsm8k"
     assert format_override_value(None) == "null" and format_override_value({"x": 1}) == "{x:1}"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["server=local", "kernel=flash_attn_graphs"],
+     "config: kernel.attention_backend=FLASH_ATTN is a server's attention backend, which the local engine "
+     "(server.backend=local) does not take: use kernel=local_sdpa"),
+    (["server=local", "kernel=local_sdpa", "kernel.attention_backend=TORCH_SDPA"],
+     "kernel.attention_backend=TORCH_SDPA is a server's"),
+    (["kernel=local_sdpa"], "config: kernel.attn_implementation=sdpa is the local engine's attention implementation, "
+                            "which a server backend does not take: use kernel=cpu on CPU or kernel=flash_attn_graphs"),
+    (["server=vllm_gpu", "kernel=flash_attn_graphs", "kernel.attn_implementation=eager"],
+     "kernel.attn_implementation=eager is the local engine's"),
+    (["server.backend=sglang", "kernel=local_graphs"], "kernel.attn_implementation=sdpa is the local engine's"),
+])
+def test_each_backend_refuses_the_other_backends_kernel_key(overrides, message):
+    with pytest.raises(ConfigError) as e:
+        compose_jobs(overrides)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_kernels_that_match_their_backend_pass():
+    for overrides in (["server=local", "kernel=local_sdpa"], ["server=local_cuda", "kernel=local_compiled"],
+                      ["server=vllm_gpu", "kernel=flash_attn_graphs"], ["server.backend=sglang"],
+                      ["server=local", "kernel=cpu"]):      # cpu sets neither key
+        compose_jobs(overrides)
+
+
+def test_an_sglang_server_needs_the_launch_settings_of_a_vllm_one():
+    with pytest.raises(ConfigError, match="config: server: 'executable' is a required property"):
+        compose_jobs(["server=local", "server.backend=sglang"])
+
+
+SPECULATIVE = "use pair.method, sweep.num_speculative_tokens and pair.speculative_extra"
+
+
+@pytest.mark.parametrize("backend, args, item, fix", [
+    ("vllm", ["--speculative-config={}"], "--speculative-config={}", SPECULATIVE),
+    ("vllm", ["--speculative-config", '{"method": "ngram"}'], "--speculative-config", SPECULATIVE),
+    ("vllm", ["--speculative_config.num_speculative_tokens=3"],            # vLLM's _ and nested forms
+     "--speculative_config.num_speculative_tokens=3", SPECULATIVE),
+    ("vllm", ["--max-num-seqs", "8", "--speculative-disable-by-batch-size=4"],
+     "--speculative-disable-by-batch-size=4", SPECULATIVE),
+    ("vllm", ["--model=Qwen/Qwen3-8B"], "--model=Qwen/Qwen3-8B", "use pair.target"),
+    ("vllm", ["--tokenizer", "x"], "--tokenizer", "use pair.tokenizer"),
+    ("vllm", ["-tp", "2"], "-tp", "use server.tensor_parallel_size"),
+    ("vllm", ["-tp=2"], "-tp=2", "use server.tensor_parallel_size"),
+    ("vllm", ["--tensor-parallel", "2"], "--tensor-parallel", "use server.tensor_parallel_size"),  # abbreviated
+    ("vllm", ["--data-parallel-size=2"], "--data-parallel-size=2", "use server.data_parallel_size"),
+    ("vllm", ["-dp", "2"], "-dp", "use server.data_parallel_size"),
+    ("vllm", ["--port", "8000"], "--port", "use server.port"),
+    ("vllm", ["--served-model-name", "m"], "--served-model-name", "drop it: specsweep names the served model"),
+    ("vllm", ["--no-enforce-eager"], "--no-enforce-eager", "use kernel.cuda_graphs"),
+    ("sglang", ["--model-path", "x"], "--model-path", "use pair.target"),
+    ("sglang", ["--tp-size=2"], "--tp-size=2", "use server.tensor_parallel_size"),
+    ("sglang", ["--dp-size", "2"], "--dp-size", "use server.data_parallel_size"),
+    ("sglang", ["--port=30000"], "--port=30000", "use server.port"),
+    ("sglang", ["--speculative-algorithm", "EAGLE"], "--speculative-algorithm", SPECULATIVE),
+])
+def test_extra_args_may_not_set_what_the_spec_sets(backend, args, item, fix):
+    with pytest.raises(ConfigError) as e:
+        compose_jobs([f"server.backend={backend}", "server.extra_args=" + json.dumps(args)])
+    text = str(e.value)
+    assert text.startswith(f"config: server.extra_args item {item!r} overrides the cell's spec"), text
+    assert fix in text and "\n" not in text
+
+
+def test_extra_args_that_the_spec_does_not_set_pass():
+    [cfg] = compose_jobs(["server.extra_args=" + json.dumps(["--max-num-seqs", "64", "--seed=1", "--", "-x"])])
+    assert cfg["server"]["extra_args"] == ["--max-num-seqs", "64", "--seed=1", "--", "-x"]

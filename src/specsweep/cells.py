@@ -7,6 +7,7 @@ baseline server cell.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -20,9 +21,28 @@ OPERATIONAL_SERVER_KEYS = ("executable", "python", "host", "port", "port_range",
                            "stop_grace_s", "request_timeout_s")
 
 
+# Keys added to a server or bench spec after v1, by their path in that spec, with their defaults: e.g.
+# {"server.some_key": default}. Every key added to a spec from now on goes here, so adding an option never
+# renames (and recomputes) the cells that ran before it existed.
+ADDED_SPEC_KEYS: dict[str, object] = {}
+
+
 def stable_hash(obj) -> str:
     blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def spec_hash(spec: dict) -> str:
+    """A cell's id hash: an added key (ADDED_SPEC_KEYS) enters it only when set away from its default."""
+    spec = copy.deepcopy(spec)
+    for path, default in ADDED_SPEC_KEYS.items():
+        *parents, key = path.split(".")
+        node = spec
+        for p in parents:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict) and key in node and node[key] == default:
+            del node[key]
+    return stable_hash(spec)
 
 
 def _slug(text: str) -> str:
@@ -39,7 +59,7 @@ class ServerCell:
 
     @property
     def id(self) -> str:
-        h = stable_hash(self.spec)[:10]
+        h = spec_hash(self.spec)[:10]
         if self.spec["server"]["backend"] == "local":      # the in-process engine: named by block size
             block = self.spec["num_speculative_tokens"] + 1
             name = "base" if self.spec["method"] == "none" else _slug(self.pair["name"])
@@ -61,7 +81,7 @@ class BenchCell:
     def id(self) -> str:
         s = self.spec
         return (f"{_slug(s['dataset']['name'])}-t{int(s['thinking'])}-c{s['concurrency']}"
-                f"-r{s['repeat']}-{stable_hash(s)[:8]}")
+                f"-r{s['repeat']}-{spec_hash(s)[:8]}")
 
 
 @dataclass

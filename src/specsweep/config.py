@@ -114,21 +114,61 @@ def validate(cfg: dict) -> dict:
         sm_validate(cfg, str(SCHEMA), set_default=False)
     except WorkflowError as e:
         raise ConfigError(_schema_message(e)) from None
-    for field in ("extra_args",):
-        for item in cfg["server"].get(field, []):
-            if str(item).lstrip().startswith(("{", "[")):
-                try:
-                    json.loads(item)
-                except json.JSONDecodeError as je:
-                    raise ConfigError(
-                        f"config: server.{field} item {item!r} is not valid JSON ({je.msg} at char {je.pos}): "
-                        "quote keys and strings with double quotes") from None
+    for item in cfg["server"].get("extra_args", []):
+        fix = _spec_flag_fix(cfg["server"]["backend"], item)
+        if fix:
+            raise ConfigError(f"config: server.extra_args item {item!r} overrides the cell's spec "
+                              f"(the cell would record one thing and run another): {fix}")
+        if str(item).lstrip().startswith(("{", "[")):
+            try:
+                json.loads(item)
+            except json.JSONDecodeError as je:
+                raise ConfigError(
+                    f"config: server.extra_args item {item!r} is not valid JSON ({je.msg} at char {je.pos}): "
+                    "quote keys and strings with double quotes") from None
     sweep = cfg["sweep"]   # an axis given as a scalar (as multirun gives it) is a list of one
     for axis in ("num_speculative_tokens", "thinking", "concurrency"):
         sweep[axis] = aslist(sweep[axis])
     for axis in ("pairs", "datasets"):
         sweep[axis] = aslist(sweep[axis]) or None
     return _canonical(cfg)
+
+
+_SPECULATIVE = "use pair.method, sweep.num_speculative_tokens and pair.speculative_extra"
+_TP, _DP = "use server.tensor_parallel_size", "use server.data_parallel_size"
+_NAME = "drop it: specsweep names the served model itself (after the target)"
+
+# Per server backend, the flags a server cell's spec sets (the launcher passes them from the spec, and an
+# extra_args copy, coming later, would win): each with the config key to use instead. Any --speculative-*
+# flag counts too.
+SPEC_FLAGS = {
+    "vllm": {"--model": "use pair.target", "--tokenizer": "use pair.tokenizer", "--served-model-name": _NAME,
+             "--host": "use server.host", "--port": "use server.port", "--dtype": "use server.dtype",
+             "--max-model-len": "use server.max_model_len", "--tensor-parallel-size": _TP, "-tp": _TP,
+             "--data-parallel-size": _DP, "-dp": _DP, "--gpu-memory-utilization": "use server.gpu_memory_utilization",
+             "--attention-backend": "use kernel.attention_backend (e.g. kernel=flash_attn_graphs)",
+             "--enforce-eager": "use kernel.cuda_graphs", "--no-enforce-eager": "use kernel.cuda_graphs",
+             "--compilation-config": "use kernel.compilation_level"},
+    "sglang": {"--model-path": "use pair.target", "--model": "use pair.target",
+               "--tokenizer-path": "use pair.tokenizer", "--served-model-name": _NAME, "--host": "use server.host",
+               "--port": "use server.port", "--dtype": "use server.dtype", "--tp-size": _TP,
+               "--tensor-parallel-size": _TP, "--dp-size": _DP, "--data-parallel-size": _DP},
+}
+
+
+def _spec_flag_fix(backend: str, item) -> str | None:
+    """What to use instead when one extra_args item sets a spec flag: `--flag`, `--flag=value`, vLLM's
+    `--flag_name` and `--flag.key=value`, or an argparse abbreviation (`--tensor-parallel`)."""
+    name = str(item).strip().split("=", 1)[0]
+    if not name.startswith("--"):
+        return SPEC_FLAGS.get(backend, {}).get(name) if name.startswith("-") else None
+    name = name.split(".", 1)[0].replace("_", "-")
+    if len(name) == 2:                      # `--` ends the options
+        return None
+    if name.startswith("--speculative-") or "--speculative-".startswith(name):
+        return _SPECULATIVE
+    flags = SPEC_FLAGS.get(backend, {})
+    return flags.get(name) or next((fix for flag, fix in flags.items() if flag.startswith(name)), None)
 
 
 def _canonical(obj):
@@ -149,6 +189,8 @@ def _schema_message(e: Exception) -> str:
     if cause is None:
         return "config: " + " ".join(str(e).split())[:300]
     key = ".".join(str(p) for p in cause.absolute_path) or "(top level)"
+    if isinstance(cause.schema, dict) and "fix" in cause.schema:     # the schema's own advice for this check
+        return f"config: {key}={cause.instance} is {cause.schema['fix']}"
     return f"config: {key}: {cause.message}; fix it in conf/ or with an override `{key}=...`"
 
 

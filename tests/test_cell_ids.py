@@ -1,0 +1,59 @@
+"""Today's cell ids, pinned as exact strings: a config refactor that renames a cell would recompute (and orphan)
+every result already under it. Add a study here when it has results worth keeping; never edit an id."""
+import pytest
+
+from specsweep.cells import expand
+from specsweep.config import compose_jobs
+
+T0C4 = ["synthetic-t0-c4-r0-920133dd"]
+BLOCK_BENCHES = ["synthetic-t0-c1-r0-36141925", "synthetic-t1-c1-r0-05914b04"]
+
+PINNED = {
+    "default": ([], {
+        "default/base-target-09e275b51d": T0C4,
+        "default/tiny-dflash-k3-e5c0bfe23a": T0C4,
+        "default/tiny-dflash-k7-1f6724895f": T0C4,
+    }),
+    "smoke": (["study=smoke", "sweep=smoke"], {
+        "smoke/base-target-09e275b51d": ["synthetic-t0-c2-r0-063501a6"],
+        "smoke/tiny-dflash-k3-e5c0bfe23a": ["synthetic-t0-c2-r0-063501a6"],
+    }),
+    "blocks": (["study=blocks", "server=local", "kernel=local_sdpa", "sweep=blocks"], {
+        "blocks/base-local-b1-7911cc6ae4": BLOCK_BENCHES,
+        "blocks/tiny-local-b2-741d69b862": BLOCK_BENCHES,
+        "blocks/tiny-local-b4-58b78e94b4": BLOCK_BENCHES,
+        "blocks/tiny-local-b8-1ec83f01a8": BLOCK_BENCHES,
+        "blocks/tiny-local-b16-c9e7f19441": BLOCK_BENCHES,
+    }),
+    "experiment=smoke": (["experiment=smoke"], None),          # None: the same cells as the study named
+    "experiment=blocks": (["experiment=blocks"], None),
+    "blocks-cuda": (["study=blocks", "server=local_cuda", "kernel=local_graphs", "sweep=blocks"], {
+        "blocks/base-local-b1-fdfa6b050b": BLOCK_BENCHES,
+        "blocks/tiny-local-b2-bb7561b862": BLOCK_BENCHES,
+        "blocks/tiny-local-b4-4a01f696a0": BLOCK_BENCHES,
+        "blocks/tiny-local-b8-0c675a1746": BLOCK_BENCHES,
+        "blocks/tiny-local-b16-c9a54f9bdb": BLOCK_BENCHES,
+    }),
+    "vllm_gpu": (["server=vllm_gpu", "pair=qwen3-8b-dflash-b16"], {
+        "default/base-qwen3-8b-a8a6a78558": T0C4,
+        "default/qwen3-8b-dflash-b16-dflash-k3-b45b8b8f16": T0C4,
+        "default/qwen3-8b-dflash-b16-dflash-k7-2f89330469": T0C4,
+    }),
+    "vllm_gpu-flash_attn_graphs": (["server=vllm_gpu", "pair=qwen3-8b-dflash-b16", "kernel=flash_attn_graphs"], {
+        "default/base-qwen3-8b-734d683266": T0C4,
+        "default/qwen3-8b-dflash-b16-dflash-k3-b48de91269": T0C4,
+        "default/qwen3-8b-dflash-b16-dflash-k7-15ebceba49": T0C4,
+    }),
+}
+
+
+def cells(overrides):
+    """Each server cell's directory under results_dir, with its bench ids."""
+    grid = expand(compose_jobs([*overrides, "results_dir=results"]))   # the tiny pair's paths include it
+    return {f"{grid.servers[s].study}/{s}": sorted(grid.benches[s]) for s in grid.servers}
+
+
+@pytest.mark.parametrize("study", PINNED)
+def test_cell_ids_never_change(study):
+    overrides, expected = PINNED[study]
+    assert cells(overrides) == (expected or PINNED[study.split("=")[1]][1])
