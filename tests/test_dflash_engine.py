@@ -1,4 +1,6 @@
 """The DFlash engine is lossless: greedy output equals transformers' generate, token for token."""
+import re
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -124,13 +126,14 @@ def test_checkpoint_round_trip(pair, tmp_path):
 
 
 def test_trace_prints_every_block(tiny_results):
+    """One drafted and one target line per step, as many steps as the summary counts: how many there are
+    depends on what the trained pair accepts and where it stops."""
     from conftest import BIN, run
 
     models = tiny_results / "models" / "tiny"
     out = run([str(BIN / "specsweep"), "trace", "--target", str(models / "target"), "--drafter",
                str(models / "drafter"), "--max-new-tokens", "10", "--block-size", "4"], timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.count("   drafted ") == out.stdout.count("   target  ") >= 3
-    import re
-
-    assert re.search(r"accepted [0-3]/3", out.stdout) and "mean acceptance length" in out.stdout
+    [steps] = re.findall(r"mean acceptance length \d+\.\d\d over (\d+) steps \(block 4\)", out.stdout)
+    assert out.stdout.count("   drafted ") == out.stdout.count("   target  ") == int(steps) >= 1
+    assert len(re.findall(r"accepted [0-3]/3", out.stdout)) == int(steps)
