@@ -51,7 +51,8 @@ def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(t
         assert srv.alive() and srv.info["pgid"] == srv.info["pid"]
         assert "--speculative-config" in srv.info["argv"]
         settings = ChatSettings(srv.served_name, 24, 0.0, 0, False, 60)
-        prompts = [["Ada has 3 pens. Ada gets 2 more. How many pens does Ada have now?"], ["What is 4 + 5?"]] * 3
+        prompts = [["Ada has 3 pens. Ada gets 2 more. How many pens does Ada have now?"],
+                   ["Ben has 9 coins. Ben gives away 4. How many coins does Ben have now?"]] * 3   # as trained
         rows, fig = asyncio.run(runner.measure(srv.url, prompts, settings, 2, warmup=0, progress=False))
         time.sleep(2.5)   # let the server log its last interval
     assert fig["requests_completed"] == 6
