@@ -110,8 +110,10 @@ def test_sampling_is_reproducible_by_seed(untrained_pair, block_size):
     """At temperature > 0 every committed token is drawn with a generator seeded by `seed`: a seed gives the
     same tokens again, and on a target with entropy, different seeds give different tokens."""
     target, drafter = untrained_pair
-    sample = lambda seed: generate(target, drafter, [PROMPTS[1]], block_size, 16, temperature=0.8,  # noqa: E731
-                                   seed=seed).sequences[0]
+
+    def sample(seed):
+        return generate(target, drafter, [PROMPTS[1]], block_size, 16, temperature=0.8, seed=seed).sequences[0]
+
     by_seed = {seed: sample(seed) for seed in (3, 4, 5, 6)}
     assert sample(3) == by_seed[3]
     assert len({tuple(s) for s in by_seed.values()}) == len(by_seed)
