@@ -30,6 +30,7 @@ class RequestRecord:
     finish_reason: str | None = None
     text: str = ""
     start_s: float = 0.0        # seconds since the cell's start
+    spec: dict | None = None    # the server's own spec-decode figures for this request (metrics.request_spec)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -43,12 +44,13 @@ class ChatSettings:
     seed: int
     thinking: bool
     timeout_s: float
+    ignore_eos: bool = False    # decode exactly max_tokens
 
 
 def _payload(messages: list[dict], s: ChatSettings) -> dict:
     return {"model": s.model, "messages": messages, "max_tokens": s.max_tokens, "temperature": s.temperature,
             "seed": s.seed, "stream": True, "stream_options": {"include_usage": True},
-            "chat_template_kwargs": {"enable_thinking": s.thinking}}
+            "chat_template_kwargs": {"enable_thinking": s.thinking}, **({"ignore_eos": True} if s.ignore_eos else {})}
 
 
 def _reason_for_body(status: int, body: bytes, content_type: str) -> str:
@@ -115,6 +117,8 @@ async def chat_once(http: httpx.AsyncClient, url: str, messages: list[dict], s: 
                     if usage:
                         rec.prompt_tokens = usage.get("prompt_tokens")
                         rec.completion_tokens = usage.get("completion_tokens")
+                    # vLLM's --per-request-spec-decode-metrics ride on the final usage chunk
+                    rec.spec = (chunk.get("metrics") or {}).get("speculative_decoding") or rec.spec
                 if not done:
                     rec.error = "stream ended before [DONE] (truncated)"
                     return rec
