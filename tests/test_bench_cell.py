@@ -106,3 +106,6 @@ def test_errors_and_different_output_lengths_are_said_in_metrics_json(grid):
                        progress=False)
     assert m["valid"] is False and m["invalid_reason"] == "error rate 0.500 is above sweep.max_error_rate 0.0"
     assert m["spec_decode_exact"] is None          # the errored request's steps are counted but in no row
+    m = run_bench_cell(grid, sid, bid, FixedSession([rec(0, ok=False), rec(1, ok=False)], counters(STEPS)),
+                       progress=False)
+    assert m["invalid_reason"] == "error rate 1.000 is above sweep.max_error_rate 0.0"     # one reason, not two

@@ -73,7 +73,7 @@ def add_per_request_acceptance(figures: dict, rows: list[dict], num_spec_tokens:
     level = figures.get("per_request_spec_metrics")     # what a server was asked for, where a backend says
     figures["spec_decode_source"] = "per_request" if per_request else "counters"
     if per_request is None:
-        return None if level in (None, "none") else \
+        return None if level in (None, "none") or not figures["requests_completed"] else \
             f"the server was asked for per-request spec-decode metrics ({level}) but no response carried them"
     if per_request["requests_without_figures"]:
         return (f"{per_request['requests_without_figures']} of {figures['requests_completed']} finished requests "
