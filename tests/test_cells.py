@@ -79,7 +79,7 @@ def test_a_key_added_to_a_spec_enters_the_id_only_away_from_its_default(monkeypa
         return BenchCell({**bench.spec, "new_bench_key": value}).id
 
     assert server_id(4) != sid and bench_id(None) != bid          # unlisted, a new key renames every cell
-    monkeypatch.setattr(cells, "ADDED_SPEC_KEYS", {"server.new_key": 4, "new_bench_key": None})
+    monkeypatch.setattr(cells, "ADDED_SPEC_KEYS", {**cells.ADDED_SPEC_KEYS, "server.new_key": 4, "new_bench_key": None})
     assert server_id(4) == sid and bench_id(None) == bid          # listed, at its default: the old ids
     assert server_id(8) != sid and bench_id("x") != bid           # set away from it: new cells
     spec = {**cell.spec, "server": {**cell.spec["server"], "new_key": 4}}

@@ -18,6 +18,10 @@ GOOD = [{"choices": [{"delta": {"content": "Hel"}}]}, {"choices": [{"delta": {"c
         {"choices": [{"delta": {}, "finish_reason": "stop"}]},
         {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2}}]
 
+# vLLM 0.32's final usage chunk with --per-request-spec-decode-metrics=summary (chat_completion/serving.py)
+SPEC = {"mean_acceptance_length": 2.5, "draft_acceptance_rate": 0.5, "acceptance_histogram": [0, 1, 1, 0],
+        "num_spec_steps": 2, "num_accepted_draft_tokens": 3, "num_draft_tokens": 6, "num_spec_tokens": 3}
+
 
 class Handler(BaseHTTPRequestHandler):
     def log_message(self, *a):
@@ -40,6 +44,9 @@ class Handler(BaseHTTPRequestHandler):
         elif mode == "spec":        # stats in their own chunk, as SGLang streams sglext (tests/test_sglang.py)
             stats = {"choices": [], "usage": None, "sglext": {"spec_tokens_details": {"spec_verify_ct": 2}}}
             self._reply(200, "text/event-stream", sse(GOOD[:3] + [stats] + GOOD[3:]))
+        elif mode == "vllmspec":        # vLLM: on the final usage chunk
+            last = {**GOOD[-1], "metrics": {"speculative_decoding": SPEC}}
+            self._reply(200, "text/event-stream", sse(GOOD[:-1] + [last]))
         elif mode == "slow":
             import time
             time.sleep(3)
@@ -120,3 +127,16 @@ def test_connection_refused_is_an_error_not_a_crash():
     s = ChatSettings(model="m", max_tokens=5, temperature=0.0, seed=0, thinking=False, timeout_s=2.0)
     records, _ = asyncio.run(run_requests("http://127.0.0.1:9", [["a"], ["b"]], s, concurrency=2, progress=False))
     assert all(not r.ok and "Connect" in r.error for r in records)
+
+
+def test_per_request_spec_figures_ride_on_the_usage_chunk_and_ignore_eos_is_sent_only_when_set(server):
+    url = f"http://127.0.0.1:{server.server_port}"
+    s = ChatSettings(model="m", max_tokens=5, temperature=0.0, seed=0, thinking=False, timeout_s=5.0,
+                     spec_field=("metrics", "speculative_decoding"))
+    records, _ = asyncio.run(run_requests(url, [["vllmspec"], ["ok"]], s, concurrency=1, progress=False))
+    assert records[0].ok and records[0].spec == SPEC and records[0].completion_tokens == 2
+    assert records[1].ok and records[1].spec is None
+    assert all("ignore_eos" not in body for body in server.seen)
+    s.ignore_eos = True
+    asyncio.run(run_requests(url, [["ok"]], s, concurrency=1, progress=False))
+    assert server.seen[-1]["ignore_eos"] is True

@@ -112,6 +112,8 @@ SPECULATIVE = "use pair.method, sweep.num_speculative_tokens and pair.speculativ
     ("vllm", ["--port", "8000"], "--port", "use server.port"),
     ("vllm", ["--served-model-name", "m"], "--served-model-name", "drop it: specsweep names the served model"),
     ("vllm", ["--no-enforce-eager"], "--no-enforce-eager", "use kernel.cuda_graphs"),
+    ("vllm", ["--per-request-spec-decode-metrics=none"], "--per-request-spec-decode-metrics=none",
+     "use server.per_request_spec_metrics"),
     ("sglang", ["--model-path", "x"], "--model-path", "use pair.target"),
     ("sglang", ["--tp-size=2"], "--tp-size=2", "use server.tensor_parallel_size"),
     ("sglang", ["--dp-size", "2"], "--dp-size", "use server.data_parallel_size"),

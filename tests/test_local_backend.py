@@ -3,6 +3,7 @@ import csv
 import functools
 import json
 
+import pytest
 import yaml
 
 from conftest import run, snakemake_argv
@@ -70,6 +71,10 @@ def test_block_size_by_thinking_sweep_in_process(tiny_results):
         assert [r["acceptance_lengths"] for r in records] == [
             engine_acceptance(tiny_results, questions[r["index"]], m["block_size"], bench["thinking"],
                               bench["max_tokens"]) for r in records]
+        # the per-request figures come from the same per-step lengths, through the servers' function
+        assert (m["spec_decode_source"], m["spec_decode_exact"], m["valid"]) == ("per_request", True, True)
+        per_prompt = [sum(r["acceptance_lengths"]) / len(r["acceptance_lengths"]) for r in records]
+        assert sd["mean_acceptance_length_per_prompt"] == pytest.approx(sum(per_prompt) / len(per_prompt))
     assert (tiny_results / "local" / "plots" / "acceptance_length_histogram.png").exists()
 
     from mlflow.tracking import MlflowClient
@@ -102,8 +107,13 @@ def test_the_static_step_decodes_like_the_hf_cache_engine(tiny_results):
     [cell] = grid.servers.values()
     pair = LocalPair(cell.spec)
     prompts = [pair.chat_ids([{"role": "user", "content": r["turns"][0]}], False) for r in synthetic_rows(3, 9)]
-    bench = {"concurrency": 2, "max_tokens": 48, "temperature": 0.0}
+    bench = {"concurrency": 2, "max_tokens": 48, "temperature": 0.0, "ignore_eos": False}
     hf = [pair.decode(prompts[i:i + 2], bench, seed=0).sequences for i in (0, 2)]
     pair.static, pair.static_kernel = True, {"cuda_graph": False, "compile": None}
     static = [pair.decode(prompts[i:i + 2], bench, seed=0).sequences for i in (0, 2)]
     assert static == hf and [len(s) for s in static] == [2, 1]
+    # sweep.ignore_eos: no stop token, so every row decodes exactly max_tokens, in either engine
+    exact = {"ignore_eos": True, "max_tokens": 40}
+    assert [len(s) for s in pair.decode(prompts[:2], {**bench, **exact}, seed=0).sequences] == [40, 40]
+    pair.static = False
+    assert [len(s) for s in pair.decode(prompts[:2], {**bench, **exact}, seed=0).sequences] == [40, 40]

@@ -68,3 +68,85 @@ def test_length_shares_invert_per_position_rates():
     assert shares == pytest.approx([h / len(lengths) for h in a["acceptance_length_histogram"]])
     assert sum(shares) == pytest.approx(1.0)
     assert length_shares([]) == [1.0]          # no drafts accepted ever: every step has length 1
+
+
+def vllm_spec(per_step_accepted, k):
+    """A response's metrics.speculative_decoding as vLLM 0.32 sends it at `detailed` (v1/metrics/stats.py)."""
+    hist = [per_step_accepted.count(j) for j in range(k + 1)]
+    acc, steps = sum(per_step_accepted), len(per_step_accepted)
+    return {"mean_acceptance_length": 1 + acc / steps if steps else 1.0, "draft_acceptance_rate": acc / (k * steps)
+            if steps else 0.0, "acceptance_histogram": hist, "num_spec_steps": steps, "num_accepted_draft_tokens": acc,
+            "num_draft_tokens": k * steps, "num_spec_tokens": k, "per_step_accepted": per_step_accepted,
+            "per_step_drafted": [k] * steps}
+
+
+def test_per_prompt_mean_weighs_each_request_once_and_the_token_weighted_mean_each_step():
+    from specsweep.metrics import per_request_acceptance
+
+    # a short answer that accepts everything (3 steps of length 4) and a long one that accepts little
+    # (9 steps, one of length 2): token-weighted 1 + 10/12, per prompt ((1 + 3) + (1 + 1/9)) / 2
+    rows = [{**rec(0, tokens=12), "spec": vllm_spec([3, 3, 3], 3)},
+            {**rec(1, tokens=10), "spec": vllm_spec([1] + [0] * 8, 3)}]
+    a = per_request_acceptance(rows, 3)
+    assert (a["num_drafts"], a["num_draft_tokens"], a["num_accepted_tokens"]) == (12, 36, 10)
+    assert a["mean_acceptance_length"] == pytest.approx(1 + 10 / 12)
+    assert a["mean_acceptance_length_per_prompt"] == pytest.approx((4 + 1 + 1 / 9) / 2)
+    assert a["mean_acceptance_length_per_prompt"] - a["mean_acceptance_length"] > 0.7
+    assert a["acceptance_length_per_prompt"]["p50"] == pytest.approx(a["mean_acceptance_length_per_prompt"])
+    assert a["acceptance_length_per_prompt"]["p10"] < a["acceptance_length_per_prompt"]["p90"]
+    assert a["acceptance_length_histogram"] == [8, 1, 0, 3]             # index i: steps of length i + 1
+    assert a["requests_without_figures"] == 0 and a["requests_without_drafts"] == 0
+
+
+def test_the_local_engines_per_step_lengths_go_through_the_same_function():
+    from specsweep.metrics import acceptance_from_lengths, per_request_acceptance
+
+    server = [{**rec(0), "spec": vllm_spec([3, 0, 1], 3)}, {**rec(1), "spec": vllm_spec([2, 2], 3)}]
+    local = [{**rec(0), "acceptance_lengths": [4, 1, 2]}, {**rec(1), "acceptance_lengths": [3, 3]}]
+    assert per_request_acceptance(local, 3) == per_request_acceptance(server, 3)
+    tokens = acceptance_from_lengths([4, 1, 2, 3, 3], block_size=4)
+    a = per_request_acceptance(local, 3)
+    assert a["acceptance_length_histogram"] == tokens["acceptance_length_histogram"]
+    assert a["mean_acceptance_length"] == tokens["mean_acceptance_length"]
+
+
+def test_requests_without_drafts_or_figures_are_counted_not_averaged():
+    from specsweep.metrics import per_request_acceptance
+
+    rows = [{**rec(0), "spec": vllm_spec([2], 3)}, {**rec(1), "spec": vllm_spec([], 3)}, rec(2), rec(3, ok=False)]
+    a = per_request_acceptance(rows, 3)
+    assert a["requests_without_figures"] == 1 and a["requests_without_drafts"] == 1
+    assert a["mean_acceptance_length_per_prompt"] == 3.0
+    assert per_request_acceptance([rec(0), rec(1)], 3) is None
+
+
+def test_spec_mismatch_names_every_count_that_differs():
+    from specsweep.metrics import spec_mismatch
+
+    per_request = {"num_drafts": 12, "num_draft_tokens": 36, "num_accepted_tokens": 10}
+    counted = {"num_drafts": 12.0, "num_draft_tokens": 36.0, "num_accepted_tokens": 10.0}
+    assert spec_mismatch(per_request, counted) is None
+    msg = spec_mismatch(per_request, {**counted, "num_drafts": 13.0, "num_accepted_tokens": 11.0})
+    assert msg == ("per-request spec-decode figures disagree with the counters (drafts: 12 summed over requests, "
+                   "13 counted; accepted tokens: 10 summed over requests, 11 counted)")
+    zero = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
+    assert spec_mismatch(zero, None) is None                          # no drafts: vLLM leaves spec_decode None
+
+
+def test_output_length_and_the_warning_when_cells_decode_different_lengths():
+    from specsweep.metrics import length_mismatch, output_length
+
+    rows = [rec(i, tokens=t) for i, t in enumerate([10, 20, 30, 40])] + [rec(9, ok=False)]
+    o = output_length(rows)
+    assert (o["mean"], o["min"], o["max"], o["p50"]) == (25.0, 10, 40, 25.0)
+    assert o["p10"] == pytest.approx(13.0) and o["p90"] == pytest.approx(37.0)
+    assert request_figures(rows, 1.0)["output_length"] == o
+
+    def cell(tokens, n=4):
+        return {"completion_tokens": tokens, "requests_completed": n}
+
+    assert length_mismatch(cell(104), cell(100)) is None                 # within 5%
+    msg = length_mismatch(cell(80), cell(100))
+    assert msg.startswith("mean output length 20.0 tokens vs the baseline's 25.0 (-20.0%)")
+    assert msg.endswith("set sweep.ignore_eos=true to decode exactly max_tokens")
+    assert length_mismatch(cell(0, 0), cell(100)) is None

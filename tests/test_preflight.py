@@ -92,21 +92,43 @@ def test_stale_wrapper_and_shims(tmp_path, monkeypatch):
 
 
 # 4 -------------------------------------------------------------------------------------------------
-def test_vllm_without_dflash(tmp_path, monkeypatch):
+def old_vllm(tmp_path):
+    """The Python of a venv holding a vLLM 0.8.0 with none of the modules a new one has."""
     venv = tmp_path / "old-vllm"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = next(venv.glob("lib/python*/site-packages"))
-    (site / "vllm").mkdir()
+    (site / "vllm" / "engine").mkdir(parents=True)
     (site / "vllm" / "__init__.py").write_text("")
+    (site / "vllm" / "engine" / "arg_utils.py").write_text('parser.add_argument("--speculative-config")\n')
     (site / "vllm-0.8.0.dist-info").mkdir()
     (site / "vllm-0.8.0.dist-info" / "METADATA").write_text("Name: vllm\nVersion: 0.8.0\n")
-    cfg = job(f"server.python={venv / 'bin' / 'python'}")
+    return venv / "bin" / "python"
+
+
+def test_vllm_without_dflash(tmp_path, monkeypatch):
+    cfg = job(f"server.python={old_vllm(tmp_path)}")
     c = preflight.check_dflash_support(cfg, env_for(cfg, monkeypatch))
     assert (c.status, c.message) == ("fail", "vLLM 0.8.0 has no DFlash (vllm.v1.spec_decode.dflash is missing): "
                                              "upgrade vLLM in the server environment, or choose "
                                              "pair.method=none|ngram|eagle3")
     cfg = job()
     assert preflight.check_dflash_support(cfg, env_for(cfg, monkeypatch)).status == "pass"
+
+
+def test_vllm_without_per_request_spec_metrics_warns_and_keeps_the_counters(tmp_path, monkeypatch):
+    cfg = job("pair=tiny-ngram", f"server.python={old_vllm(tmp_path)}")
+    env = env_for(cfg, monkeypatch)
+    assert env["server_env"]["per_request_spec_metrics"] is False
+    c = preflight.check_per_request_metrics(cfg, env)
+    assert c.status == "warn" and c.message.startswith("vLLM 0.8.0 has no --per-request-spec-decode-metrics: cells "
+                                                       "keep the counters' token-weighted acceptance")
+    off = preflight.check_per_request_metrics(job("pair=tiny-ngram", "server.per_request_spec_metrics=none"), env)
+    assert off.status == "pass" and off.message.startswith("off")
+    cfg = job()                                        # this machine's vLLM 0.32 has it
+    env = env_for(cfg, monkeypatch)
+    assert env["server_env"]["per_request_spec_metrics"] is True
+    c = preflight.check_per_request_metrics(cfg, env)
+    assert c.status == "pass" and c.message.startswith("detailed: each response carries its own acceptance")
 
 
 # 5 -------------------------------------------------------------------------------------------------

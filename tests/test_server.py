@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from specsweep import promstats
+from specsweep import metrics, promstats
 from specsweep.backends import vllm
 from specsweep.cells import expand
 from specsweep.claims import port_is_free
@@ -64,6 +64,23 @@ def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(t
     assert spec["num_drafts"] > 0 and spec["num_draft_tokens"] == 3 * spec["num_drafts"]
     logged = promstats.log_totals(srv.log_path.read_text())
     assert (logged["accepted"], logged["drafted"]) == (spec["num_accepted_tokens"], spec["num_draft_tokens"])
+    # each response's own figures (--per-request-spec-decode-metrics detailed) sum to the counter deltas exactly
+    assert srv.info["argv"][srv.info["argv"].index("--per-request-spec-decode-metrics") + 1] == "detailed"
+    assert all(len(r["spec"]["per_step_accepted"]) == r["spec"]["num_spec_steps"] > 0 for r in rows)
+    per_request = metrics.per_request_acceptance(rows, 3)
+    assert metrics.spec_mismatch(per_request, spec) is None
+    assert (per_request["num_drafts"], per_request["num_draft_tokens"], per_request["num_accepted_tokens"]) == \
+        (spec["num_drafts"], spec["num_draft_tokens"], spec["num_accepted_tokens"])
+    assert sum(per_request["acceptance_length_histogram"]) == spec["num_drafts"]
+    # the two prompts take 4 and 7 steps for their 15 tokens: the per-prompt mean (each request once) is not the
+    # token-weighted one (each step once)
+    own = [r["spec"] for r in rows]
+    assert per_request["mean_acceptance_length_per_prompt"] == pytest.approx(
+        sum(1 + s["num_accepted_draft_tokens"] / s["num_spec_steps"] for s in own) / len(own))
+    assert abs(per_request["mean_acceptance_length_per_prompt"] - spec["mean_acceptance_length"]) > 0.05
+    print(f"\nDFlash K=3: token-weighted {per_request['mean_acceptance_length']:.4f}, per prompt "
+          f"{per_request['mean_acceptance_length_per_prompt']:.4f}, output lengths "
+          f"{[r['completion_tokens'] for r in rows]}, steps {[r['spec']['num_spec_steps'] for r in rows]}")
     # nothing left behind: the process group is gone and the port is free
     assert not group_alive(srv.info["pgid"]) and port_is_free("127.0.0.1", srv.port)
     assert srv.proc.returncode is not None
@@ -73,6 +90,34 @@ def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(t
     assert spec["mean_acceptance_length"] > 2.0
     assert engine_acceptance(tiny_results, prompts[:2], 4, 24) == pytest.approx(spec["mean_acceptance_length"],
                                                                                  abs=0.25)
+
+
+@pytest.mark.server
+def test_ngram_cell_per_request_figures_equal_the_counters_and_ignore_eos_decodes_max_tokens(tiny_results, lock_dir):
+    """The whole bench-cell path on a method with variable drafts: warm-up excluded, metrics.json valid."""
+    from specsweep.bench_cell import run_bench_cell
+    from specsweep.datasets import materialise
+    from specsweep.results import read_jsonl
+
+    grid = expand(compose_jobs([f"results_dir={tiny_results}", "study=perreq", "pair=tiny-ngram",
+                                "sweep.num_speculative_tokens=3", "sweep.baseline=false", "sweep.ignore_eos=true",
+                                "sweep.max_tokens=32", "sweep.warmup=2", "dataset.num_prompts=8"]))
+    [sid], [(bid, bench)] = grid.servers, grid.benches[next(iter(grid.servers))].items()
+    materialise(bench.spec["dataset"], grid.dataset_file(bench.spec["dataset"]))
+    with vllm.open_session(grid, sid, progress=False) as session:
+        m = run_bench_cell(grid, sid, bid, session, progress=False)
+    rows = read_jsonl(grid.bench_dir(sid, bid) / "requests.jsonl")
+    assert (m["valid"], m["invalid_reason"], m["spec_decode_source"], m["spec_decode_exact"]) == \
+        (True, None, "per_request", True)
+    sd, counted = m["spec_decode"], m["spec_counters_delta"]
+    assert (sum(r["spec"]["num_spec_steps"] for r in rows), sum(r["spec"]["num_draft_tokens"] for r in rows),
+            sum(r["spec"]["num_accepted_draft_tokens"] for r in rows)) == \
+        (counted["drafts"], counted["draft_tokens"], counted["accepted"]) and counted["drafts"] > 0
+    assert sum(sd["acceptance_length_histogram"]) == sd["num_drafts"]
+    assert m["output_length"]["min"] == m["output_length"]["max"] == 32 and len(rows) == 8
+    print(f"\nngram K=3: token-weighted {sd['mean_acceptance_length']:.4f}, per prompt "
+          f"{sd['mean_acceptance_length_per_prompt']:.4f} {sd['acceptance_length_per_prompt']}, "
+          f"drafted per step {sorted({d for r in rows for d in r['spec']['per_step_drafted']})}")
 
 
 @pytest.mark.server
@@ -194,3 +239,26 @@ def test_a_port_shared_through_so_reuseport_is_not_ready(tmp_path, lock_dir):
         stranger.server_close()
         srv.stop()
     assert json.loads((tmp_path / "logs" / "server.json").read_text())["stopped_at"]
+
+
+def test_speculative_cells_ask_for_per_request_metrics_where_their_vllm_has_them(tmp_path, lock_dir):
+    from test_preflight import old_vllm
+
+    overrides = [f"results_dir={tmp_path}", "sweep.num_speculative_tokens=3"]
+    grid = expand(compose_jobs(overrides))
+    sid = next(s for s, c in grid.servers.items() if not c.is_baseline)
+    srv = vllm.server_for(grid, sid, tmp_path / "a")
+    argv = srv.argv_for(18000)
+    assert argv[argv.index("--per-request-spec-decode-metrics") + 1] == "detailed"
+    assert srv.record["per_request_spec_metrics"] == "detailed"
+    # vLLM refuses the flag without speculation: the baseline never gets it
+    base = vllm.server_for(grid, grid.baseline_of[sid], tmp_path / "b")
+    assert "--per-request-spec-decode-metrics" not in base.argv_for(18000)
+    # the level is operational: it never renames a cell
+    assert set(expand(compose_jobs([*overrides, "server.per_request_spec_metrics=none"])).servers) == set(grid.servers)
+    # a vLLM without the flag: no flag, and the session records that the counters alone remain
+    old = expand(compose_jobs([*overrides, f"server.python={old_vllm(tmp_path)}"]))
+    srv = vllm.server_for(old, sid, tmp_path / "c")
+    assert "--per-request-spec-decode-metrics" not in srv.argv_for(18000)
+    assert srv.record["per_request_spec_metrics"] == "none"
+    assert srv.record["per_request_spec_metrics_wanted"] == "detailed"

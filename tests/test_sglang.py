@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from specsweep import preflight, runner
+from specsweep.bench_cell import PER_PROMPT_KEYS
 from specsweep.backends import sglang
 from specsweep.cells import expand
 from specsweep.claims import port_is_free
@@ -153,11 +154,13 @@ def test_a_server_cell_runs_end_to_end_against_the_stand_in(fake, tmp_path):
                              "spec_num_proposed_drafts": 9, "spec_verify_ct": 3,
                              "spec_correct_drafts_histogram": [1, 1, 0, 1], "spec_cap_lens_histogram": []}
     m = json.loads((out / "metrics.json").read_text())
-    assert m["spec_decode"] == {"num_drafts": 15, "num_draft_tokens": 45, "num_accepted_tokens": 20,
+    assert {k: m["spec_decode"][k] for k in ("mean_acceptance_length_per_prompt", "requests_without_drafts")} == \
+        {"mean_acceptance_length_per_prompt": 1 + 4 / 3, "requests_without_drafts": 0}
+    assert {k: v for k, v in m["spec_decode"].items() if k not in PER_PROMPT_KEYS} == {"num_drafts": 15, "num_draft_tokens": 45, "num_accepted_tokens": 20,
                                 "mean_acceptance_length": 1 + 20 / 15, "acceptance_rate": 20 / 45,
-                                "per_position_acceptance": [2 / 3, 1 / 3, 1 / 3],
-                                "acceptance_length_histogram": [5, 5, 0, 5]}
-    assert m["spec_decode_source"] == "per-request sums (SGLang has no counters)"
+                                "per_position_acceptance": [2 / 3, 1 / 3, 1 / 3]}
+    assert m["spec_decode"]["acceptance_length_histogram"] == [5, 5, 0, 5]
+    assert m["spec_decode_source"] == "per-request sums (SGLang has no counters)" and m["spec_decode_exact"] is None
     assert m["spec_verify_calls_delta"] == 15          # /metrics agrees; the warm-up request is not in it
     assert (m["backend"], m["sglang_version"], m["server_python"]) == ("sglang", "0.5.23", PY)
     assert m["sglang_resolved"]["speculative_num_draft_tokens"] == 4

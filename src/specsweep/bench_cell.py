@@ -61,6 +61,42 @@ def compare_with_baseline(grid: Grid, sid: str, bid: str, figures: dict, rows: l
     return out
 
 
+PER_PROMPT_KEYS = ("mean_acceptance_length_per_prompt", "acceptance_length_per_prompt", "acceptance_length_histogram",
+                   "requests_without_drafts")
+
+
+def add_per_request_acceptance(figures: dict, rows: list[dict], num_spec_tokens: int) -> str | None:
+    """Add the per-prompt acceptance, from each request's own figures, to the token-weighted spec_decode
+    figures, after checking that the requests' sums equal its counts; returns why the cell's acceptance
+    cannot be trusted, or None. Without per-request figures the cell keeps the counters' figures alone."""
+    per_request = metrics.per_request_acceptance(rows, num_spec_tokens)
+    level = figures.get("per_request_spec_metrics")     # what a server was asked for, where a backend says
+    no_counters = figures.get("spec_decode_source") is not None   # a backend whose figures are these very sums
+    if not no_counters:
+        figures["spec_decode_source"] = "per_request" if per_request else "counters"
+    if per_request is None:
+        return None if level in (None, "none") or not figures["requests_completed"] else \
+            f"the server was asked for per-request spec-decode metrics ({level}) but no response carried them"
+    if per_request["requests_without_figures"]:
+        return (f"{per_request['requests_without_figures']} of {figures['requests_completed']} finished requests "
+                "carry no per-request spec-decode figures")
+    problem = None
+    if not figures["requests_errored"] and not no_counters:   # an errored request's steps are counted, in no row
+        problem = metrics.spec_mismatch(per_request, figures.get("spec_decode"))
+        figures["spec_decode_exact"] = problem is None
+    if figures.get("spec_decode"):
+        figures["spec_decode"].update({k: per_request[k] for k in PER_PROMPT_KEYS})
+    return problem
+
+
+def output_length_warning(grid: Grid, sid: str, bid: str, figures: dict) -> str | None:
+    """A warning when this cell's mean output length is not its baseline's (see metrics.length_mismatch)."""
+    base = grid.baseline_of.get(sid)
+    if base is None or not grid.metrics_path(base, bid).exists():
+        return None
+    return metrics.length_mismatch(figures, read_json(grid.metrics_path(base, bid)))
+
+
 def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: bool = True) -> dict:
     """Measure one bench cell on an open session and write its files; metrics.json last."""
     bench = grid.benches[sid][bid].spec
@@ -78,8 +114,17 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
                         f"requests finished and are kept in {out / 'requests.jsonl'}){where}")
     figures = m.figures
     figures["dataset_lines_skipped"] = skipped
-    figures["valid"] = figures["error_rate"] <= bench["max_error_rate"]
+    cell = grid.servers[sid]
+    reasons = [f"error rate {figures['error_rate']:.3f} is above sweep.max_error_rate {bench['max_error_rate']}"] \
+        if figures["error_rate"] > bench["max_error_rate"] else []
+    figures.setdefault("spec_decode_source", None)
+    figures.setdefault("spec_decode_exact", None)
+    if not cell.is_baseline:
+        reasons += filter(None, [add_per_request_acceptance(figures, m.rows, cell.spec["num_speculative_tokens"])])
+    figures["valid"] = not reasons
+    figures["invalid_reason"] = "; ".join(reasons) or None
     figures.update(compare_with_baseline(grid, sid, bid, figures, m.rows))
+    figures["output_length_warning"] = output_length_warning(grid, sid, bid, figures)
     figures.update(server_cell=sid, bench_cell=bid)
     if session.log_path:
         figures["server_log"] = str(session.log_path)

@@ -16,15 +16,16 @@ from pathlib import Path
 
 from .config import ConfigError, aslist
 
-# Settings that change how a server is run here, not what it computes: left out of the id.
+# Settings that change how a server is run here, or how its figures are recorded (per_request_spec_metrics),
+# not what it computes: left out of the id.
 OPERATIONAL_SERVER_KEYS = ("executable", "python", "host", "port", "port_range", "ready_timeout_s",
-                           "stop_grace_s", "request_timeout_s")
+                           "stop_grace_s", "request_timeout_s", "per_request_spec_metrics")
 
 
 # Keys added to a server or bench spec after v1, by their path in that spec, with their defaults: e.g.
 # {"server.some_key": default}. Every key added to a spec from now on goes here, so adding an option never
 # renames (and recomputes) the cells that ran before it existed.
-ADDED_SPEC_KEYS: dict[str, object] = {}
+ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False}     # bench spec: sweep.ignore_eos
 
 
 def stable_hash(obj) -> str:
@@ -187,7 +188,8 @@ def _bench_specs(cfg: dict) -> list[dict]:
                 out.append({"dataset": cfg["dataset"], "thinking": bool(thinking), "concurrency": int(conc),
                             "repeat": rep, "max_tokens": sweep["max_tokens"],
                             "temperature": sweep["temperature"], "seed": sweep["seed"],
-                            "warmup": sweep["warmup"], "max_error_rate": sweep["max_error_rate"]})
+                            "warmup": sweep["warmup"], "max_error_rate": sweep["max_error_rate"],
+                            "ignore_eos": sweep.get("ignore_eos", False)})
     return out
 
 

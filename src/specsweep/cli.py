@@ -60,7 +60,7 @@ def cmd_cells(args) -> int:
 
 def cmd_bench(args) -> int:
     """Benchmark a server the user already runs; writes requests.jsonl and metrics.json to --out."""
-    from .backends.vllm import measure
+    from .backends.vllm import SPEC_FIELD, measure
     from .client import ChatSettings
     from .datasets import jsonl_rows, synthetic_rows
     from .results import atomic_write_json, atomic_write_jsonl
@@ -78,7 +78,7 @@ def cmd_bench(args) -> int:
     if reachable.status == "fail":
         raise ConfigError(f"bench: {reachable.message}")
     settings = ChatSettings(model=args.model, max_tokens=args.max_tokens, temperature=args.temperature,
-                            seed=0, thinking=args.thinking, timeout_s=args.timeout)
+                            seed=0, thinking=args.thinking, timeout_s=args.timeout, spec_field=SPEC_FIELD)
     rows, figures = asyncio.run(measure(args.base_url.rstrip("/"), prompts, settings, args.concurrency,
                                                args.warmup, progress=True))
     out = Path(args.out)

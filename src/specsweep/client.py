@@ -46,12 +46,14 @@ class ChatSettings:
     timeout_s: float
     extra_body: dict | None = None       # a server's own request fields, merged into every payload
     spec_field: tuple[str, ...] = ()     # the key path at which a stream chunk carries the request's spec stats
+    ignore_eos: bool = False             # decode exactly max_tokens
 
 
 def _payload(messages: list[dict], s: ChatSettings) -> dict:
     return {"model": s.model, "messages": messages, "max_tokens": s.max_tokens, "temperature": s.temperature,
             "seed": s.seed, "stream": True, "stream_options": {"include_usage": True},
-            "chat_template_kwargs": {"enable_thinking": s.thinking}, **(s.extra_body or {})}
+            "chat_template_kwargs": {"enable_thinking": s.thinking},
+            **({"ignore_eos": True} if s.ignore_eos else {}), **(s.extra_body or {})}
 
 
 def _at(chunk: dict, path: tuple[str, ...]):

@@ -140,9 +140,9 @@ _NAME = "drop it: specsweep names the served model itself (after the target)"
 _SGLANG_ATTENTION = "use kernel.attention_backend (e.g. kernel=sglang_fa3)"
 _GRAPHS = "use kernel.cuda_graphs"
 
-# Per server backend, the flags a server cell's spec sets (the launcher passes them from the spec, and an
-# extra_args copy, coming later, would win): each with the config key to use instead. Any --speculative-*
-# flag counts too.
+# Per server backend, the flags a server cell's spec sets, and the per-request metrics level it records (the
+# launcher passes them from the config, and an extra_args copy, coming later, would win): each with the config
+# key to use instead. Any --speculative-* flag counts too.
 SPEC_FLAGS = {
     "vllm": {"--model": "use pair.target", "--tokenizer": "use pair.tokenizer", "--served-model-name": _NAME,
              "--host": "use server.host", "--port": "use server.port", "--dtype": "use server.dtype",
@@ -150,7 +150,8 @@ SPEC_FLAGS = {
              "--data-parallel-size": _DP, "-dp": _DP, "--gpu-memory-utilization": "use server.gpu_memory_utilization",
              "--attention-backend": "use kernel.attention_backend (e.g. kernel=flash_attn_graphs)",
              "--enforce-eager": "use kernel.cuda_graphs", "--no-enforce-eager": "use kernel.cuda_graphs",
-             "--compilation-config": "use kernel.compilation_level"},
+             "--compilation-config": "use kernel.compilation_level",
+             "--per-request-spec-decode-metrics": "use server.per_request_spec_metrics"},
     # backends/sglang.build_argv's flags, their aliases (--model, --tensor-parallel-size, --data-parallel-size),
     # and the spellings that would override them: per-phase attention backends win over --attention-backend,
     # and the CUDA graph switches over --cuda-graph-backend-* (SGLang 0.5.23's srt/arg_groups/fields/).

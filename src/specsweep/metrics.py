@@ -15,6 +15,22 @@ def dist(values: list[float]) -> dict:
             "p99": float(np.percentile(a, 99))}
 
 
+def quantiles(values: list[float]) -> dict:
+    """p10, p50 and p90: the spread of a per-request figure."""
+    if not values:
+        return {"p10": None, "p50": None, "p90": None}
+    p10, p50, p90 = np.percentile(np.asarray(values, dtype=float), [10, 50, 90])
+    return {"p10": float(p10), "p50": float(p50), "p90": float(p90)}
+
+
+def output_length(records: list[dict]) -> dict:
+    """Completion tokens per finished request, so throughput is never compared across unknown lengths."""
+    lengths = [r["completion_tokens"] for r in records if r["ok"]]
+    if not lengths:
+        return {"mean": None, "min": None, "max": None, **quantiles([])}
+    return {"mean": sum(lengths) / len(lengths), "min": min(lengths), "max": max(lengths), **quantiles(lengths)}
+
+
 def request_figures(records: list[dict], wall_s: float) -> dict:
     """Throughput and latency over one bench cell's measured (non-warm-up) requests."""
     ok = [r for r in records if r["ok"]]
@@ -29,6 +45,7 @@ def request_figures(records: list[dict], wall_s: float) -> dict:
         "wall_s": wall_s,
         "prompt_tokens": sum(r["prompt_tokens"] or 0 for r in ok),
         "completion_tokens": out_tokens,
+        "output_length": output_length(records),
         "output_tok_s": out_tokens / wall_s if wall_s > 0 else None,
         "request_throughput": len(ok) / wall_s if wall_s > 0 else None,
         "ttft_ms": dist([r["ttft_s"] * 1e3 for r in ok if r["ttft_s"] is not None]),
@@ -52,6 +69,78 @@ def acceptance_from_lengths(lengths: list[int], block_size: int) -> dict:
         "per_position_acceptance": [sum(n > p for n in lengths) / drafts for p in range(1, block_size)] if drafts else [],
         "acceptance_length_histogram": [sum(n == i for n in lengths) for i in range(1, block_size + 1)],
     }
+
+
+def request_spec(record: dict, num_spec_tokens: int) -> dict | None:
+    """One request's own spec-decode figures in the neutral shape, vLLM's names: num_spec_steps,
+    num_draft_tokens, num_accepted_draft_tokens and acceptance_histogram (index j: steps that accepted j
+    drafts). A server's come as the record's `spec` (SGLang's renamed); the local engine's come from its per-step
+    acceptance lengths. None when the request carries neither."""
+    spec = record.get("spec")
+    if spec is not None and "spec_verify_ct" in spec:     # SGLang's sglext.spec_tokens_details, renamed
+        return {"num_spec_steps": spec["spec_verify_ct"], "num_draft_tokens": spec["spec_num_proposed_drafts"],
+                "num_accepted_draft_tokens": spec["spec_num_correct_drafts"],
+                "acceptance_histogram": spec["spec_correct_drafts_histogram"]}
+    if spec is not None:
+        return spec
+    lengths = record.get("acceptance_lengths")
+    if lengths is None:
+        return None
+    histogram = [0] * (num_spec_tokens + 1)
+    for n in lengths:
+        histogram[n - 1] += 1
+    return {"num_spec_steps": len(lengths), "num_draft_tokens": len(lengths) * num_spec_tokens,
+            "num_accepted_draft_tokens": sum(n - 1 for n in lengths), "acceptance_histogram": histogram}
+
+
+def per_request_acceptance(records: list[dict], num_spec_tokens: int) -> dict | None:
+    """Acceptance from the finished requests' own figures: their sums, the per-prompt mean acceptance length
+    (the DFlash authors' convention: the mean over requests of 1 + accepted / steps, which weighs a short
+    answer as much as a long one) with its p10/p50/p90, and the acceptance-length histogram (index i: steps
+    of length i + 1, as acceptance_from_lengths). None when no finished request carries figures."""
+    ok = [r for r in records if r["ok"]]
+    specs = [s for s in (request_spec(r, num_spec_tokens) for r in ok) if s is not None]
+    if not specs:
+        return None
+    steps = sum(s["num_spec_steps"] for s in specs)
+    accepted = sum(s["num_accepted_draft_tokens"] for s in specs)
+    per_prompt = [1.0 + s["num_accepted_draft_tokens"] / s["num_spec_steps"] for s in specs if s["num_spec_steps"]]
+    width = max(len(s["acceptance_histogram"]) for s in specs)
+    return {
+        "requests_without_figures": len(ok) - len(specs),
+        "requests_without_drafts": len(specs) - len(per_prompt),    # left out of the per-prompt figures
+        "num_drafts": steps,
+        "num_draft_tokens": sum(s["num_draft_tokens"] for s in specs),
+        "num_accepted_tokens": accepted,
+        "mean_acceptance_length": 1.0 + accepted / steps if steps else None,
+        "mean_acceptance_length_per_prompt": sum(per_prompt) / len(per_prompt) if per_prompt else None,
+        "acceptance_length_per_prompt": quantiles(per_prompt),
+        "acceptance_length_histogram": [sum(s["acceptance_histogram"][i] for s in specs
+                                            if i < len(s["acceptance_histogram"])) for i in range(width)],
+    }
+
+
+def spec_mismatch(per_request: dict, counted: dict | None) -> str | None:
+    """How the requests' own sums differ from the cell's aggregate counts (vLLM's counter deltas), or None.
+    Both count the same verify steps of the same requests, so anything but exact equality is a bug."""
+    counted = counted or {}
+    diffs = [f"{what}: {per_request[key]} summed over requests, {counted.get(key) or 0:g} counted"
+             for key, what in (("num_drafts", "drafts"), ("num_draft_tokens", "draft tokens"),
+                               ("num_accepted_tokens", "accepted tokens"))
+             if per_request[key] != (counted.get(key) or 0)]
+    return "per-request spec-decode figures disagree with the counters (" + "; ".join(diffs) + ")" if diffs else None
+
+
+def length_mismatch(cell: dict, baseline: dict, tolerance: float = 0.05) -> str | None:
+    """A warning when two cells' mean output lengths differ by more than `tolerance`: their tok/s then
+    measure different work (set sweep.ignore_eos=true to decode exactly max_tokens)."""
+    means = [m["completion_tokens"] / m["requests_completed"] if m.get("requests_completed") else None
+             for m in (cell, baseline)]
+    if not all(means) or abs(means[0] / means[1] - 1) <= tolerance:
+        return None
+    return (f"mean output length {means[0]:.1f} tokens vs the baseline's {means[1]:.1f} "
+            f"({means[0] / means[1] - 1:+.1%}): throughput ratios compare different lengths; "
+            "set sweep.ignore_eos=true to decode exactly max_tokens")
 
 
 def length_shares(per_position: list[float]) -> list[float]:

@@ -176,6 +176,22 @@ def check_dflash_support(cfg, env):
     return ok(name, f"vLLM {se['vllm']} has DFlash")
 
 
+def check_per_request_metrics(cfg, env):
+    """Per-request acceptance needs vLLM's --per-request-spec-decode-metrics; without it a cell keeps the counters."""
+    name = "per_request_spec_metrics"
+    level = cfg["server"].get("per_request_spec_metrics", "none")
+    if cfg["pair"]["method"] == "none":
+        return ok(name, "no speculation")
+    if level == "none":
+        return ok(name, "off (server.per_request_spec_metrics=none): acceptance from the counters alone")
+    se = env.get("server_env", {})
+    if se.get("vllm") and not se.get("per_request_spec_metrics"):
+        return warn(name, f"vLLM {se['vllm']} has no --per-request-spec-decode-metrics: cells keep the counters' "
+                          "token-weighted acceptance, without per-prompt figures (spec_decode_source=counters); "
+                          "upgrade the server's vLLM to one that has the flag (0.32 has it)")
+    return ok(name, f"{level}: each response carries its own acceptance, checked against the counters")
+
+
 def local_dir(path: str | None) -> Path | None:
     if not path:
         return None
@@ -506,8 +522,8 @@ def check_sglang_kernel(cfg, env):
 # The checks each backend runs, listed in full: a new backend lists its own.
 CHECKS = {
     "vllm": [check_dataset, check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support,
-             check_drafter, check_num_speculative_tokens, check_thinking, check_port, check_attention_backend,
-             check_memory, check_max_tokens],
+             check_per_request_metrics, check_drafter, check_num_speculative_tokens, check_thinking, check_port,
+             check_attention_backend, check_memory, check_max_tokens],
     "local": [check_dataset, check_drafter, check_num_speculative_tokens, check_thinking, check_memory,
               check_max_tokens, check_local_engine],
     "sglang": [check_dataset, check_sglang_device, check_parallel, check_sglang_server, check_sglang_dflash,

