@@ -12,6 +12,7 @@ from .cells import Grid
 from .config import REPO
 from .errors import TrackingError
 from .results import atomic_write_json, read_json
+from .summary import BY_CATEGORY, K_COMPARISON
 
 CELL_TAG = "specsweep.cell_id"
 STUDY_TAG = "specsweep.study"
@@ -94,6 +95,8 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
                     "dataset": bench["dataset"]["name"], "thinking": str(bench["thinking"]).lower(),
                     "vllm_version": str(figures.get("vllm_version")), "git_commit": commit,
                     "valid": str(figures["valid"]).lower()}
+            if figures.get("verdict"):     # the paired e2e speedup's: filter with tags.verdict = 'faster'
+                tags["verdict"] = figures["verdict"]
             run = client.create_run(exp_id, run_name=cell_id, tags=tags)
             params = [Param(k[:250], str(v)[:6000]) for k, v in flatten(read_yaml(cdir / "config.yaml")).items()]
             for i in range(0, len(params), 100):
@@ -107,6 +110,9 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
             client.set_terminated(run.info.run_id)
             added += 1
         client.log_artifact(parent_id, summary_csv)
+        for table in (K_COMPARISON, BY_CATEGORY):
+            if (Path(summary_csv).parent / table).exists():
+                client.log_artifact(parent_id, str(Path(summary_csv).parent / table))
         client.log_artifact(parent_id, env_json)
         for png in sorted(Path(plots_dir).glob("*.png")):
             client.log_artifact(parent_id, str(png), artifact_path="plots")
