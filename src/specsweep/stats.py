@@ -1,20 +1,24 @@
 """Paired statistics behind a verdict: is a speedup real, or within the run's noise? Pure: rows in, figures out.
 
 One run's single speedup figure moved a lot between identical runs, so a figure comes with a 95%
-bootstrap CI. Requests are paired by (repeat, prompt index, turn): the same request sent to both cells.
-The figure is the geometric mean of the per-request ratios (a ratio's natural average: 2x and 0.5x cancel).
-The bootstrap resamples prompts, not requests, so every turn and repeat of one prompt stays together.
-The seed is fixed, so a rerun on the same files gives the same CI.
+bootstrap CI (scipy.stats.bootstrap, BCa, fixed seed: a rerun on the same files gives the same CI).
 
-What the CI covers: prompt-to-prompt variation and the noise between requests within the run. Not
-covered: a slowdown that lasts a whole server cell (another job on the machine while the baseline ran),
-which moves every request of one side at once; only rerunning the study shows that.
+The figure: each request's latency in the reference over its latency in the cell, for the same prompt
+and turn, summarised as a geometric mean (a ratio's natural average: 2x and 0.5x cancel). What is
+resampled is what varies between reruns:
+- prompts, each with all its turns (and its requests in every repeat) together;
+- with repeats, each cell's repeats, independently of the other cell's: a repeat is a stretch of
+  time on the machine, and a load that comes and goes (other jobs on a shared box) moves every request
+  of that stretch at once. The two cells' repeats ran at different times, so repeat i of one is not
+  paired with repeat i of the other. Resampling prompts alone, with every repeat's requests pooled,
+  gave a confident `slower` for a cell whose five repeats ranged from 0.57x to 1.54x (docs/results.md).
+Not covered: a load that lasts one whole server cell and no other; only a rerun shows that.
 """
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable
 
 import numpy as np
 from scipy import stats as sps
@@ -65,43 +69,76 @@ def _matched(cell_runs: list[list[dict]], ref_runs: list[list[dict]], value: Cal
                 yield r["index"], a, b
 
 
-def _per_prompt(items: Iterable[tuple[Hashable, tuple[float, ...]]]) -> np.ndarray:
-    """Sum each column over a prompt's items: one row per prompt, the unit the bootstrap resamples."""
-    sums: dict[Hashable, np.ndarray] = {}
-    for key, cols in items:
-        sums[key] = sums.get(key, 0) + np.asarray(cols, dtype=float)
-    return np.array([sums[k] for k in sorted(sums, key=repr)])
-
-
-def _ci(columns: np.ndarray, statistic, seed: int) -> dict:
-    """A BCa bootstrap CI of statistic(*columns) over prompts (rows of `columns`). BCa, not percentile:
-    in a simulation of 16 prompts with skewed ratios it covered 87% against the percentile's 86%; both
-    fall short of 95% with few prompts, hence MIN_PROMPTS."""
-    if len(columns) < MIN_PROMPTS:
-        return {"ci_low": None, "ci_high": None}
-    with warnings.catch_warnings():      # every resample equal: scipy warns and gives NaN; handled below
+def _bootstrap(samples: tuple[np.ndarray, ...], statistic, seed: int, paired: bool) -> dict:
+    """A BCa bootstrap CI of a vectorised statistic. BCa, not percentile: in a simulation of 16 prompts
+    with skewed ratios it covered 87% against the percentile's 86% (both short of 95% with few prompts,
+    hence MIN_PROMPTS). All resamples equal (identical cells): the CI is the point."""
+    with warnings.catch_warnings():      # that case makes scipy warn and return NaN
         warnings.simplefilter("ignore", sps.DegenerateDataWarning)
         warnings.simplefilter("ignore", RuntimeWarning)
-        res = sps.bootstrap(tuple(columns.T), statistic, paired=True, vectorized=True, n_resamples=N_RESAMPLES,
+        res = sps.bootstrap(samples, statistic, paired=paired, vectorized=True, n_resamples=N_RESAMPLES, batch=1000,
                             confidence_level=CONFIDENCE, method="BCa", rng=np.random.default_rng(seed))
     spread = res.bootstrap_distribution
-    if np.all(spread == spread[0]):      # no spread at all (identical cells): the CI is the point
+    if np.all(spread == spread[0]):
         return {"ci_low": float(spread[0]), "ci_high": float(spread[0])}
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     return {"ci_low": None, "ci_high": None} if math.isnan(lo) or math.isnan(hi) else {"ci_low": lo, "ci_high": hi}
 
 
-def _geomean(log_sums, counts, axis=-1):
-    return np.exp(np.sum(log_sums, axis=axis) / np.sum(counts, axis=axis))
+def _log_latencies(cell_runs: list[list[dict]], ref_runs: list[list[dict]], figure: str):
+    """Per side, a (repeats x prompts) matrix of each prompt's summed log latencies over its turns, and
+    each prompt's number of turns; only (prompt, turn)s finished in every repeat of both sides count."""
+    tables = [[{(r["index"], r["turn"]): request_latency(r, figure) for r in run} for run in runs]
+              for runs in (cell_runs, ref_runs)]
+    present = [{k for k, v in t.items() if v} for side in tables for t in side]
+    keys = sorted(set.intersection(*present)) if present and all(tables) else []
+    column = {i: j for j, i in enumerate(sorted({i for i, _ in keys}))}
+    turns = np.bincount([column[i] for i, _ in keys], minlength=len(column)).astype(float)
+    logs = []
+    for side in tables:
+        m = np.zeros((len(side), len(column)))
+        for r, table in enumerate(side):
+            for i, t in keys:
+                m[r, column[i]] += math.log(table[i, t])
+        logs.append(m)
+    return logs[0], logs[1], turns
 
 
-def geomean_ci(pairs: Iterable[tuple[Hashable, float]], seed: int = SEED) -> dict:
-    """Geometric mean of ratios given as (prompt, log ratio) pairs, with a bootstrap CI over prompts."""
-    columns = _per_prompt((key, (v, 1.0)) for key, v in pairs)
-    if not len(columns):
-        return {"ratio": None, "ci_low": None, "ci_high": None, "prompts": 0, "requests": 0}
-    return {"ratio": float(_geomean(*columns.T)), **_ci(columns, _geomean, seed), "prompts": len(columns),
-            "requests": int(columns[:, 1].sum())}
+def _log_speedup_statistic(cell: np.ndarray, ref: np.ndarray, turns: np.ndarray, resampled: tuple[str, ...]):
+    """statistic(*index samples, axis=-1): the mean log(ref / cell) latency per request, over the resampled
+    prompts and each side's resampled repeats (a side with one repeat is not resampled)."""
+    def statistic(*samples, axis=-1):
+        batch = samples[0].shape[:-1]
+        idx = {name: s.reshape(-1, s.shape[-1]).astype(int) for name, s in zip(resampled, samples)}
+
+        def mean_over_repeats(logs, name):     # (batches, prompts)
+            return logs[idx[name]].mean(axis=1) if name in idx else logs.mean(axis=0)[None, :]
+
+        diff = mean_over_repeats(ref, "ref") - mean_over_repeats(cell, "cell")
+        if "prompt" not in idx:
+            return (diff.sum(axis=1) / turns.sum()).reshape(batch)
+        p = idx["prompt"]
+        diff = np.broadcast_to(diff, (p.shape[0], diff.shape[1]))
+        return (np.take_along_axis(diff, p, axis=1).sum(axis=1) / turns[p].sum(axis=1)).reshape(batch)
+    return statistic
+
+
+def speedup_ci(cell_runs: list[list[dict]], ref_runs: list[list[dict]], figure: str, seed: int = SEED) -> dict:
+    """Geometric-mean latency ratio ref / cell (above 1: the cell is faster) of one figure (`e2e`, `tpot`)
+    over the requests of every repeat of each side, with its CI; `prompts` and `requests` say what entered."""
+    cell, ref, turns = _log_latencies(cell_runs, ref_runs, figure)
+    out = {"ratio": None, "ci_low": None, "ci_high": None, "prompts": len(turns),
+           "requests": int(turns.sum()) * len(cell)}
+    if not len(turns):
+        return out
+    out["ratio"] = float(np.exp((ref.mean(axis=0) - cell.mean(axis=0)).sum() / turns.sum()))
+    if len(turns) >= MIN_PROMPTS:
+        samples = {"prompt": np.arange(len(turns)), "cell": np.arange(len(cell)), "ref": np.arange(len(ref))}
+        resampled = tuple(n for n in ("prompt", "cell", "ref") if len(samples[n]) > 1)
+        statistic = _log_speedup_statistic(cell, ref, turns, resampled)
+        ci = _bootstrap(tuple(samples[n] for n in resampled), statistic, seed, paired=False)
+        out.update({k: None if v is None else float(np.exp(v)) for k, v in ci.items()})
+    return out
 
 
 def verdict(ci_low: float | None, ci_high: float | None) -> str | None:
@@ -112,12 +149,11 @@ def verdict(ci_low: float | None, ci_high: float | None) -> str | None:
 
 
 def paired_speedup(cell_runs: list[list[dict]], ref_runs: list[list[dict]], seed: int = SEED) -> dict:
-    """Speedup of a cell over a reference from repeat-matched request rows, pooled over repeats: the
-    e2e and TPOT latency ratios (ref / cell) as geomeans with CIs, and the verdict on e2e."""
+    """Speedup of a cell over a reference from each side's repeats (request rows): e2e and TPOT latency
+    ratios with CIs, what entered, and the verdict on e2e."""
     out: dict = {}
     for figure in ("e2e", "tpot"):
-        g = geomean_ci((i, math.log(b / a)) for i, a, b in
-                       _matched(cell_runs, ref_runs, lambda r: request_latency(r, figure)))
+        g = speedup_ci(cell_runs, ref_runs, figure, seed)
         out.update({f"speedup_{figure}_geomean": g["ratio"], f"speedup_{figure}_ci_low": g["ci_low"],
                     f"speedup_{figure}_ci_high": g["ci_high"]})
         if figure == "e2e":
@@ -134,11 +170,17 @@ def _acceptance_ratio(steps_a, acc_a, steps_b, acc_b, axis=-1):
 
 def acceptance_ratio(cell_runs: list[list[dict]], ref_runs: list[list[dict]], seed: int = SEED) -> dict:
     """The cell's mean acceptance length over the reference's, on the requests both finished with
-    per-request acceptance, with a CI over prompts; ratio None where either side lacks it."""
-    columns = _per_prompt((i, (*a, *b)) for i, a, b in _matched(cell_runs, ref_runs, row_acceptance))
+    per-request acceptance (repeat-matched: at temperature 0 a repeat drafts what the first did), with a
+    CI over prompts; ratio None where either side lacks per-request acceptance."""
+    sums: dict[int, np.ndarray] = {}
+    for i, a, b in _matched(cell_runs, ref_runs, row_acceptance):
+        sums[i] = sums.get(i, 0) + np.array([*a, *b])
+    columns = np.array([sums[i] for i in sorted(sums)])
     if not len(columns) or not columns[:, 0].sum() or not columns[:, 2].sum():
         return {"ratio": None, "ci_low": None, "ci_high": None}
-    return {"ratio": float(_acceptance_ratio(*columns.T)), **_ci(columns, _acceptance_ratio, seed)}
+    ci = _bootstrap(tuple(columns.T), _acceptance_ratio, seed, paired=True) if len(columns) >= MIN_PROMPTS \
+        else {"ci_low": None, "ci_high": None}
+    return {"ratio": float(_acceptance_ratio(*columns.T)), **ci}
 
 
 def ratio_of_medians(cell: list[float], ref: list[float], seed: int = SEED) -> dict:

@@ -1,8 +1,8 @@
 """The study tables: one row per bench cell over its repeats (medians, MAD across repeats, and the paired
 speedup with its CI and verdict), the K-against-K comparisons, and the per-category breakdown.
 
-Paired figures pool every valid repeat: requests are paired by (repeat, prompt, turn) and the bootstrap
-resamples prompts, each prompt's requests from all repeats together (stats.py).
+Paired figures use every valid repeat of both cells: requests are paired by prompt and turn, and the
+bootstrap resamples prompts and each cell's repeats (stats.py).
 """
 from __future__ import annotations
 
@@ -65,9 +65,9 @@ class _Cells:
         return self._requests[sid, bid]
 
     def paired_runs(self, sid: str, ref: str, bids: list[str]) -> tuple[list[list[dict]], list[list[dict]]]:
-        """Request rows of the repeats valid in both cells, repeat-matched (the same bench id)."""
-        both = [b for b in sorted(bids) if self.valid(sid, b) and self.valid(ref, b)]
-        return [self.requests(sid, b) for b in both], [self.requests(ref, b) for b in both]
+        """Request rows of each cell's valid repeats among these bench ids (the same ids in both cells)."""
+        return ([self.requests(sid, b) for b in sorted(bids) if self.valid(sid, b)],
+                [self.requests(ref, b) for b in sorted(bids) if self.valid(ref, b)])
 
 
 def rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
