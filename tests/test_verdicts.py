@@ -125,3 +125,24 @@ def test_plots_include_the_category_heatmap(verdict_study):
     _, _, out = verdict_study
     paths = plot_study(str(out / "summary.csv"), str(out / "plots"))
     assert out / "plots" / "category_by_k.png" in paths and all(p.exists() for p in paths)
+
+
+def test_mlflow_filters_on_verdicts(verdict_study):
+    """Each bench cell's run carries its own verdict and CI, and the verdict over its repeats; a re-ingest
+    after more repeats would update the latter on runs it already has."""
+    from mlflow.tracking import MlflowClient
+
+    from specsweep import tracking
+
+    grid, _, out = verdict_study
+    (out / "env.json").write_text("{}")
+    tracking.ingest(grid, "v", str(out / "summary.csv"), str(out / "plots"), str(out / "env.json"),
+                    str(out / "mlflow.done"))
+    client = MlflowClient(tracking_uri=tracking.tracking_uri(grid, "v"))
+    exp = client.get_experiment_by_name("specsweep")
+    faster = client.search_runs([exp.experiment_id], filter_string="tags.verdict = 'faster'")
+    assert len(faster) == 4 and all(r.data.metrics["speedup_e2e_ci_low"] > 1 for r in faster)
+    pooled = client.search_runs([exp.experiment_id], filter_string="tags.summary_verdict = 'faster'")
+    assert len(pooled) == 4 and all(r.data.tags["summary_speedup_e2e"].startswith("1.") for r in pooled)
+    parent = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.kind` = 'study'")[0]
+    assert {"k_comparison.csv", "summary_by_category.csv"} <= {a.path for a in client.list_artifacts(parent.info.run_id)}
