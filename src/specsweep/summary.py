@@ -29,7 +29,7 @@ PAIRED = ["speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "s
 K_COMPARISON = "k_comparison.csv"
 BY_CATEGORY = "summary_by_category.csv"
 K_COLUMNS = ["study", "pair", "method", "dataset", "thinking", "concurrency", "k_a", "k_b", "server_cell_a",
-             "server_cell_b", "repeats", *PAIRED, "resolved", "statement"]
+             "server_cell_b", "repeats_a", "repeats_b", *PAIRED, "resolved", "statement"]
 CATEGORY_COLUMNS = ["study", "server_cell", "pair", "method", "num_speculative_tokens", "dataset", "thinking",
                     "concurrency", "category", "prompts", "mean_acceptance_length", *PAIRED]
 
@@ -64,10 +64,9 @@ class _Cells:
             self._requests[sid, bid] = read_jsonl(self.grid.bench_dir(sid, bid) / "requests.jsonl")
         return self._requests[sid, bid]
 
-    def paired_runs(self, sid: str, ref: str, bids: list[str]) -> tuple[list[list[dict]], list[list[dict]]]:
-        """Request rows of each cell's valid repeats among these bench ids (the same ids in both cells)."""
-        return ([self.requests(sid, b) for b in sorted(bids) if self.valid(sid, b)],
-                [self.requests(ref, b) for b in sorted(bids) if self.valid(ref, b)])
+    def runs(self, sid: str, bids: list[str]) -> list[list[dict]]:
+        """Request rows of the cell's valid repeats among these bench ids."""
+        return [self.requests(sid, b) for b in sorted(bids) if self.valid(sid, b)]
 
 
 def rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
@@ -104,7 +103,7 @@ def _against_baseline(cells: _Cells, sid: str, bids: list[str], valid: list[dict
     tok = stats.ratio_of_medians([m["output_tok_s"] for m in valid], ref)
     out.update(speedup_output_tok_s=tok["ratio"], speedup_output_tok_s_ci_low=tok["ci_low"],
                speedup_output_tok_s_ci_high=tok["ci_high"])
-    out.update(stats.paired_speedup(*cells.paired_runs(sid, base, bids)))
+    out.update(stats.paired_speedup(cells.runs(sid, bids), cells.runs(base, bids)))
     return out
 
 
@@ -125,20 +124,17 @@ def k_comparison(grid: Grid, study: str, cells: _Cells | None = None) -> list[di
                 if sid != hi:
                     continue
                 ka, kb = (grid.servers[s].spec["num_speculative_tokens"] for s in (hi, lo))
-                hi_runs, lo_runs = cells.paired_runs(hi, lo, bids)
+                hi_runs, lo_runs = cells.runs(hi, bids), cells.runs(lo, bids)
                 paired = stats.paired_speedup(hi_runs, lo_runs)
-                resolved = paired["verdict"] not in (None, stats.NOISE)
                 text = stats.format_ratio(paired["speedup_e2e_geomean"], paired["speedup_e2e_ci_low"],
                                           paired["speedup_e2e_ci_high"])
-                if paired["verdict"] is None:
-                    result = "no CI"
-                else:
-                    result = f"resolved (K={ka if paired['verdict'] == stats.FASTER else kb} faster)" \
-                        if resolved else "within noise"
+                result = {None: "no CI", stats.NOISE: "within noise", stats.FASTER: f"resolved (K={ka} faster)",
+                          stats.SLOWER: f"resolved (K={kb} faster)"}[paired["verdict"]]
                 out.append({"study": study, "pair": grid.servers[hi].pair["name"],
                             "method": grid.servers[hi].spec["method"], "dataset": dataset, "thinking": thinking,
                             "concurrency": conc, "k_a": ka, "k_b": kb, "server_cell_a": hi, "server_cell_b": lo,
-                            "repeats": len(hi_runs), **paired, "resolved": resolved,
+                            "repeats_a": len(hi_runs), "repeats_b": len(lo_runs), **paired,
+                            "resolved": paired["verdict"] in (stats.FASTER, stats.SLOWER),
                             "statement": f"K={ka} vs K={kb}: {text} {result}"})
     return out
 
@@ -152,12 +148,10 @@ def category_rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[d
         cell, base = grid.servers[sid], grid.baseline_of.get(sid)
         if cell.is_baseline:
             continue
-        mine = [cells.requests(sid, b) for b in sorted(bids) if cells.valid(sid, b)]
-        categories = sorted({r["category"] for run in mine for r in run if r.get("category")})
-        cell_runs, ref_runs = cells.paired_runs(sid, base, bids) if base else ([], [])
-        for cat in categories:
+        cell_runs, ref_runs = cells.runs(sid, bids), cells.runs(base, bids) if base else []
+        for cat in sorted({r["category"] for run in cell_runs for r in run if r.get("category")}):
             pick = lambda runs: [[r for r in run if r.get("category") == cat] for run in runs]  # noqa: E731
-            in_cat = [r for run in pick(mine) for r in run]
+            in_cat = [r for run in pick(cell_runs) for r in run]
             out.append({"study": study, "server_cell": sid, "pair": cell.pair["name"], "method": cell.spec["method"],
                         "num_speculative_tokens": cell.spec["num_speculative_tokens"], "dataset": dataset,
                         "thinking": thinking, "concurrency": conc, "category": cat,
