@@ -164,19 +164,20 @@ def _number(value: float | None) -> str:
 
 
 def table_lines(rows: list[dict]) -> list[str]:
-    """The printed table: four lines per grid point."""
+    """The printed table: a few lines per grid point."""
     out = []
     for r in rows:
         b_cell = "" if (r["b_method"], r["b_num_speculative_tokens"]) == (r["method"], r["num_speculative_tokens"]) \
             else f" (B: {r['b_method']} K={r['b_num_speculative_tokens']})"
-        out += [f"{r['method']} K={r['num_speculative_tokens']}{b_cell} {r['dataset']} think={r['thinking']} "
-                f"c={r['concurrency']}, {r['repeats']} repeat(s):",
-                f"  acceptance       A {_number(r['a_mean_acceptance_length'])}  "
-                f"B {_number(r['b_mean_acceptance_length'])}  B/A {_fmt(r, 'b_vs_a_acceptance', 'ratio')}",
-                f"  vs own baseline  A {_fmt(r, 'a_speedup_e2e')} {r['a_verdict'] or ''}  "
-                f"B {_fmt(r, 'b_speedup_e2e')} {r['b_verdict'] or ''}",
-                f"  B vs A           e2e {_fmt(r, 'b_vs_a_speedup_e2e')} {r['b_vs_a_verdict'] or 'no CI'}  "
-                f"TPOT {_fmt(r, 'b_vs_a_speedup_tpot')}  output tok/s {_fmt(r, 'b_vs_a_output_tok_s', 'ratio')}"]
+        out.append(f"{r['method']} K={r['num_speculative_tokens']}{b_cell} {r['dataset']} think={r['thinking']} "
+                   f"c={r['concurrency']}, {r['repeats']} repeat(s):")
+        if r["method"] != "none":
+            out += [f"  acceptance       A {_number(r['a_mean_acceptance_length'])}  "
+                    f"B {_number(r['b_mean_acceptance_length'])}  B/A {_fmt(r, 'b_vs_a_acceptance', 'ratio')}",
+                    f"  vs own baseline  A {_fmt(r, 'a_speedup_e2e')} {r['a_verdict'] or 'no CI'}  "
+                    f"B {_fmt(r, 'b_speedup_e2e')} {r['b_verdict'] or 'no CI'}"]
+        out.append(f"  B vs A           e2e {_fmt(r, 'b_vs_a_speedup_e2e')} {r['b_vs_a_verdict'] or 'no CI'}  "
+                   f"TPOT {_fmt(r, 'b_vs_a_speedup_tpot')}  output tok/s {_fmt(r, 'b_vs_a_output_tok_s', 'ratio')}")
     return out
 
 
@@ -184,7 +185,7 @@ def write_comparison(path_a: str | Path, path_b: str | Path, out: str | Path) ->
     """Compare, write the CSV, print the table."""
     rows = compare(path_a, path_b)
     atomic_write_text(out, pd.DataFrame(rows).to_csv(index=False))
-    print(f"A = {path_a}\nB = {path_b}\n(ratios B vs A above 1: B is faster; verdicts from the 95% CI over prompts)")
+    print(f"A = {path_a}\nB = {path_b}\n(ratios B vs A above 1: B is faster; 95% CIs resample prompts and repeats)")
     print("\n".join(table_lines(rows)))
     print(f"wrote {out}")
     return rows
