@@ -1,15 +1,28 @@
 """Today's cell ids, pinned as exact strings: a config refactor that renames a cell would recompute (and orphan)
-every result already under it. Add a study here when it has results worth keeping; never edit an id."""
+every result already under it. Add a study here when it has results worth keeping; never edit an id.
+
+A deliberate new study design (a new default) gets new pins; the old design stays pinned through explicit
+overrides equal to its old values, so its results stay addressable."""
 import pytest
 
 from specsweep.cells import expand
 from specsweep.config import compose_jobs
 
 T0C4 = ["synthetic-t0-c4-r0-920133dd"]
+# The default since the verdicts: 10 repeats (r0 is the old default's cell, unchanged).
+T0C4_R10 = [*T0C4, "synthetic-t0-c4-r1-695441c5", "synthetic-t0-c4-r2-7ae17cf4", "synthetic-t0-c4-r3-4f386d4e",
+            "synthetic-t0-c4-r4-e2c57a29", "synthetic-t0-c4-r5-6fd39322", "synthetic-t0-c4-r6-69e529a4",
+            "synthetic-t0-c4-r7-cd2c8fd3", "synthetic-t0-c4-r8-7c90a983", "synthetic-t0-c4-r9-90f0fe69"]
+ONE_REPEAT = ["sweep.repeats=1"]    # the default sweep before the verdicts
 BLOCK_BENCHES = ["synthetic-t0-c1-r0-36141925", "synthetic-t1-c1-r0-05914b04"]
 
 PINNED = {
     "default": ([], {
+        "default/base-target-09e275b51d": T0C4_R10,
+        "default/tiny-dflash-k3-e5c0bfe23a": T0C4_R10,
+        "default/tiny-dflash-k7-1f6724895f": T0C4_R10,
+    }),
+    "default-one-repeat": (ONE_REPEAT, {
         "default/base-target-09e275b51d": T0C4,
         "default/tiny-dflash-k3-e5c0bfe23a": T0C4,
         "default/tiny-dflash-k7-1f6724895f": T0C4,
@@ -34,15 +47,21 @@ PINNED = {
         "blocks/tiny-local-b8-0c675a1746": BLOCK_BENCHES,
         "blocks/tiny-local-b16-c9a54f9bdb": BLOCK_BENCHES,
     }),
-    "vllm_gpu": (["server=vllm_gpu", "pair=qwen3-8b-dflash-b16"], {
+    "vllm_gpu": (["server=vllm_gpu", "pair=qwen3-8b-dflash-b16", *ONE_REPEAT], {
         "default/base-qwen3-8b-a8a6a78558": T0C4,
         "default/qwen3-8b-dflash-b16-dflash-k3-b45b8b8f16": T0C4,
         "default/qwen3-8b-dflash-b16-dflash-k7-2f89330469": T0C4,
     }),
-    "vllm_gpu-flash_attn_graphs": (["server=vllm_gpu", "pair=qwen3-8b-dflash-b16", "kernel=flash_attn_graphs"], {
+    "vllm_gpu-flash_attn_graphs": (["server=vllm_gpu", "pair=qwen3-8b-dflash-b16", "kernel=flash_attn_graphs",
+                                    *ONE_REPEAT], {
         "default/base-qwen3-8b-734d683266": T0C4,
         "default/qwen3-8b-dflash-b16-dflash-k3-b48de91269": T0C4,
         "default/qwen3-8b-dflash-b16-dflash-k7-15ebceba49": T0C4,
+    }),
+    "vllm_gpu-default": (["server=vllm_gpu", "pair=qwen3-8b-dflash-b16"], {
+        "default/base-qwen3-8b-a8a6a78558": T0C4_R10,
+        "default/qwen3-8b-dflash-b16-dflash-k3-b45b8b8f16": T0C4_R10,
+        "default/qwen3-8b-dflash-b16-dflash-k7-2f89330469": T0C4_R10,
     }),
 }
 

@@ -6,7 +6,7 @@ import pytest
 
 from specsweep import preflight
 from specsweep.config import ConfigError, compose_jobs
-from specsweep.datasets import jsonl_rows, load_prompts, materialise, synthetic_rows
+from specsweep.datasets import jsonl_rows, load_prompt_rows, materialise, synthetic_rows
 from specsweep.results import atomic_write_text
 
 
@@ -46,8 +46,9 @@ def test_an_empty_dataset_is_a_clear_failure(tmp_path):
 
 def test_non_utf8_text_is_read_with_replacement(tmp_path):
     p = write(tmp_path, '{"prompt": "caf\u00e9 '.encode() + b"\xff\xfe" + b'"}\n')
-    prompts, bad = load_prompts(p, {"source": "jsonl", "name": "x", "num_prompts": 10})
-    assert bad == 0 and prompts[0][0].startswith("caf\u00e9 ") and "\ufffd" in prompts[0][0]
+    rows, bad = load_prompt_rows(p, {"source": "jsonl", "name": "x", "num_prompts": 10})
+    prompt = rows[0]["turns"][0]
+    assert bad == 0 and prompt.startswith("caf\u00e9 ") and "\ufffd" in prompt
 
 
 def test_synthetic_set_is_deterministic_and_sized():

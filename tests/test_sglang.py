@@ -130,7 +130,7 @@ def fake(tmp_path, lock_dir, monkeypatch):
         grid, base, spec = cells(f"+server.env.PYTHONPATH={FAKE}",
                                  "server.port_range=[18900,18999]", "server.ready_timeout_s=60",
                                  "server.stop_grace_s=5", "server.request_timeout_s=30", "dataset.num_prompts=5",
-                                 "sweep.max_tokens=8", "sweep.concurrency=[2]", "sweep.warmup=1", *overrides,
+                                 "sweep.max_tokens=8", "sweep.concurrency=[2]", "sweep.warmup=1", "sweep.repeats=1", *overrides,
                                  results=str(tmp_path / "results"))
         bench = next(iter(grid.benches[spec].values())).spec
         materialise(bench["dataset"], grid.dataset_file(bench["dataset"]))

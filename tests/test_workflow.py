@@ -43,7 +43,9 @@ def test_smoke_study_writes_summary_plots_and_mlflow(smoke):
     assert float(spec["mean_acceptance_length"]) >= 1.0 and len(json.loads(spec["per_position_acceptance"])) == 3
     # lossless at temperature 0: every DFlash answer equals the matched baseline's
     assert float(spec["greedy_agreement"]) == 1.0
-    assert float(spec["speedup_output_tok_s"]) > 0
+    assert float(spec["speedup_output_tok_s"]) > 0 and float(spec["speedup_e2e_geomean"]) > 0
+    assert float(spec["paired_prompts"]) == 4 and spec["verdict"] == ""   # 4 prompts: below stats.MIN_PROMPTS, no CI
+    assert (results / "k_comparison.csv").exists() and (results / "summary_by_category.csv").exists()
     assert sorted(p.name for p in (results / "plots").glob("*.png")) == [
         "acceptance_length_histogram.png", "acceptance_length_vs_k.png", "per_position_acceptance.png",
         "speedup_vs_k.png", "throughput_vs_concurrency.png"]

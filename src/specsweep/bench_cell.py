@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from . import metrics
+from . import metrics, stats
 from .cells import Grid
-from .datasets import load_prompts
+from .datasets import load_prompt_rows, prompts_digest
 from .errors import CellError
 from .results import atomic_write_json, atomic_write_jsonl, atomic_write_yaml, read_json, read_jsonl
 
@@ -47,16 +47,20 @@ def cell_config(grid: Grid, sid: str, bid: str) -> dict:
 
 
 def compare_with_baseline(grid: Grid, sid: str, bid: str, figures: dict, rows: list[dict]) -> dict:
+    """The cell against its matched baseline (the same bench id under the baseline server cell): whole-cell
+    ratios, greedy agreement, and the per-request paired speedups with their CIs and verdict (stats.py)."""
     if grid.servers[sid].is_baseline:
         return {"speedup_output_tok_s": 1.0, "speedup_tpot": 1.0, "greedy_agreement": 1.0, "baseline_cell": sid}
     base = grid.baseline_of.get(sid)
     if base is None or not grid.metrics_path(base, bid).exists():
-        return {"speedup_output_tok_s": None, "speedup_tpot": None, "greedy_agreement": None, "baseline_cell": None}
+        return {"speedup_output_tok_s": None, "speedup_tpot": None, "greedy_agreement": None, "baseline_cell": None,
+                **stats.paired_speedup([], [])}
     base_fig = read_json(grid.metrics_path(base, bid))
+    base_rows = read_jsonl(grid.bench_dir(base, bid) / "requests.jsonl")
     out = metrics.speedup(figures, base_fig)
     greedy = grid.benches[sid][bid].spec["temperature"] == 0
-    out["greedy_agreement"] = metrics.greedy_agreement(rows, read_jsonl(grid.bench_dir(base, bid) / "requests.jsonl")) \
-        if greedy else None
+    out["greedy_agreement"] = metrics.greedy_agreement(rows, base_rows) if greedy else None
+    out.update(stats.paired_speedup([rows], [base_rows]))
     out["baseline_cell"] = base
     return out
 
@@ -102,9 +106,13 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     bench = grid.benches[sid][bid].spec
     out = grid.bench_dir(sid, bid)
     out.mkdir(parents=True, exist_ok=True)
-    prompts, skipped = load_prompts(grid.dataset_file(bench["dataset"]), bench["dataset"])
+    prompt_rows, skipped = load_prompt_rows(grid.dataset_file(bench["dataset"]), bench["dataset"])
+    prompts = [p["turns"] for p in prompt_rows]
     atomic_write_yaml(out / "config.yaml", cell_config(grid, sid, bid))
     m = session.measure(prompts, bench, progress, f"{sid}/{bid}")
+    if any("category" in p for p in prompt_rows):      # per-category figures in the summary
+        for r in m.rows:
+            r["category"] = prompt_rows[r["index"]].get("category")
     atomic_write_jsonl(out / "requests.jsonl", m.rows)
     if m.failure:
         atomic_write_json(out / "failed.json", {"reason": m.failure, "requests_kept": len(m.rows),
@@ -114,6 +122,7 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
                         f"requests finished and are kept in {out / 'requests.jsonl'}){where}")
     figures = m.figures
     figures["dataset_lines_skipped"] = skipped
+    figures["prompts_sha256"] = prompts_digest(prompts)
     cell = grid.servers[sid]
     reasons = [f"error rate {figures['error_rate']:.3f} is above sweep.max_error_rate {bench['max_error_rate']}"] \
         if figures["error_rate"] > bench["max_error_rate"] else []

@@ -1,4 +1,4 @@
-"""`specsweep`: sweep (Hydra multirun into the Snakemake DAG), bench, cells, doctor."""
+"""`specsweep`: sweep (Hydra multirun into the Snakemake DAG), bench, cells, compare, doctor."""
 from __future__ import annotations
 
 import argparse
@@ -86,6 +86,14 @@ def cmd_bench(args) -> int:
     atomic_write_json(out / "metrics.json", figures)
     print(json.dumps({k: figures[k] for k in ("requests_sent", "requests_completed", "output_tok_s",
                                               "tpot_ms", "spec_decode")}, indent=2))
+    return 0
+
+
+def cmd_compare(args) -> int:
+    """Two studies or two bench cells side by side, paired by prompt and turn; refuses pairs that differ."""
+    from .compare import write_comparison
+
+    write_comparison(args.a, args.b, args.out)
     return 0
 
 
@@ -222,6 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--timeout", type=float, default=120.0)
     b.add_argument("--out", default="results/bench")
     b.set_defaults(fn=cmd_bench)
+
+    cm = sub.add_parser("compare", help="two studies or two bench cells side by side, with paired CIs and verdicts")
+    cm.add_argument("a", help="results/<study>, or a bench cell directory")
+    cm.add_argument("b", help="the same kind as A; ratios B vs A above 1 mean B is faster")
+    cm.add_argument("--out", default="compare.csv", help="the CSV to write")
+    cm.set_defaults(fn=cmd_compare)
 
     d = sub.add_parser("doctor", help="run every preflight check on a composed config and this machine")
     d.add_argument("--base-url", help="also check an already running server")

@@ -1,9 +1,12 @@
 """Benchmark prompts: the embedded synthetic set, hub datasets (cached), and local JSONL.
 
-Every source is normalised to JSONL rows `{"turns": [str, ...]}` under results/datasets/.
+Every source is normalised to JSONL rows `{"turns": [str, ...]}` under results/datasets/, plus
+`"category": str` where the source has one (mt-bench's `category` column, or a JSONL row's), so results
+can be broken down by category.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from pathlib import Path
@@ -65,7 +68,7 @@ def jsonl_rows(path: str | Path, on_bad_line: str = "skip") -> tuple[list[dict],
                                       f"'turns' list ({e}): fix the line, or set dataset.on_bad_line=skip") from None
                 bad += 1
                 continue
-            rows.append({"turns": turns})
+            rows.append(_with_category({"turns": turns}, obj.get("category")))
     return rows, bad
 
 
@@ -88,8 +91,12 @@ def hub_rows(cfg: dict) -> list[dict]:
             text = ex[fields["prompt"]]
             extra = ex.get(fields["input"]) if "input" in fields else None
             turns = [template.format(prompt=f"{text}\n\n{extra}" if extra else text)]
-        rows.append({"turns": turns})
+        rows.append(_with_category({"turns": turns}, ex.get("category")))
     return rows
+
+
+def _with_category(row: dict, category) -> dict:
+    return {**row, "category": category} if isinstance(category, str) and category else row
 
 
 def materialise(cfg: dict, out: str | Path) -> dict:
@@ -109,11 +116,16 @@ def materialise(cfg: dict, out: str | Path) -> dict:
     return {"prompts": len(rows), "skipped_lines": bad}
 
 
-def load_prompts(path: str | Path, cfg: dict) -> tuple[list[list[str]], int]:
-    """Prompts (as turn lists) for a bench cell, and how many malformed lines were skipped."""
+def load_prompt_rows(path: str | Path, cfg: dict) -> tuple[list[dict], int]:
+    """A bench cell's prompt rows (turns, and category where known), and how many malformed lines were skipped."""
     if cfg["source"] == "jsonl":
         rows, bad = jsonl_rows(path, cfg.get("on_bad_line", "skip"))
         if not rows:
             raise ConfigError(f"dataset {cfg['name']}: {path} has no usable prompts: give at least one")
-        return [r["turns"] for r in rows[: cfg["num_prompts"]]], bad
-    return [r["turns"] for r in read_jsonl(path)], 0
+        return rows[: cfg["num_prompts"]], bad
+    return read_jsonl(path), 0
+
+
+def prompts_digest(prompts: list[list[str]]) -> str:
+    """sha256 of the prompt texts in order: two cells are paired by prompt index only if this matches."""
+    return hashlib.sha256(json.dumps(prompts, ensure_ascii=False).encode()).hexdigest()

@@ -86,7 +86,7 @@ def request_spec(record: dict, num_spec_tokens: int) -> dict | None:
     lengths = record.get("acceptance_lengths")
     if lengths is None:
         return None
-    histogram = [0] * (num_spec_tokens + 1)
+    histogram = [0] * max(num_spec_tokens + 1, max(lengths, default=1))
     for n in lengths:
         histogram[n - 1] += 1
     return {"num_spec_steps": len(lengths), "num_draft_tokens": len(lengths) * num_spec_tokens,

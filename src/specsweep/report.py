@@ -1,5 +1,5 @@
 """Plots of one study's summary: acceptance and speedup against K, per-position acceptance, the
-acceptance-length histogram, throughput."""
+acceptance-length histogram, throughput, and (for a dataset with categories) category x K heatmaps."""
 from __future__ import annotations
 
 import json
@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
@@ -21,12 +22,17 @@ def _save(fig, path: Path) -> None:
     plt.close(fig)
 
 
-def _by_k(table: pd.DataFrame, column: str, ylabel: str, title: str, path: Path) -> None:
+def _by_k(table: pd.DataFrame, column: str, ylabel: str, title: str, path: Path, ci: str | None = None) -> None:
+    """`column` against K per bench group; error bars are the CI columns `{ci}_low`/`_high` if given, else its MAD."""
     fig, ax = plt.subplots(figsize=(6, 4))
     spec = table[(table.method != "none") & table.valid]
     for (dataset, thinking, conc), g in spec.groupby(["dataset", "thinking", "concurrency"]):
         g = g.sort_values("num_speculative_tokens")
-        ax.errorbar(g.num_speculative_tokens, g[column], yerr=g[f"{column}_mad"].fillna(0), marker="o",
+        if ci:
+            err = [(g[column] - g[f"{ci}_low"]).fillna(0), (g[f"{ci}_high"] - g[column]).fillna(0)]
+        else:
+            err = g[f"{column}_mad"].fillna(0)
+        ax.errorbar(g.num_speculative_tokens, g[column], yerr=err, marker="o",
                     capsize=3, label=f"{dataset} think={thinking} c={conc}")
     invalid = int((~table.valid).sum())
     ax.set(xlabel="num_speculative_tokens (K)", ylabel=ylabel,
@@ -46,7 +52,8 @@ def plot_study(summary_csv: str, out_dir: str) -> list[Path]:
                                "speedup_vs_k.png", "throughput_vs_concurrency.png",
                                "acceptance_length_histogram.png")]
     _by_k(table, "mean_acceptance_length", "mean acceptance length", "Acceptance length", paths[0])
-    _by_k(table, "speedup_output_tok_s", "speedup (output tok/s vs baseline)", "Speedup", paths[2])
+    _by_k(table, "speedup_e2e_geomean", "speedup (paired e2e latency, geomean)", "Speedup, 95% CI", paths[2],
+          ci="speedup_e2e_ci")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for _, row in table[(table.method != "none") & table.valid].iterrows():
@@ -80,4 +87,33 @@ def plot_study(summary_csv: str, out_dir: str) -> list[Path]:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     _save(fig, paths[3])
+    categories = Path(summary_csv).with_name("summary_by_category.csv")
+    if categories.exists():
+        paths += _category_heatmaps(pd.read_csv(categories), out)
     return paths
+
+
+def _category_heatmaps(cats: pd.DataFrame, out: Path) -> list[Path]:
+    """Category x K: mean acceptance length and paired e2e speedup, one row of panels per bench group."""
+    if cats.empty:
+        return []
+    groups = list(cats.groupby(["dataset", "thinking", "concurrency"]))
+    fig, axes = plt.subplots(len(groups), 2, figsize=(10, 0.4 * cats.category.nunique() * len(groups) + 2),
+                             squeeze=False)
+    for row, ((dataset, thinking, conc), g) in zip(axes, groups):
+        for ax, column, label in zip(row, ("mean_acceptance_length", "speedup_e2e_geomean"),
+                                     ("mean acceptance length", "e2e speedup (geomean)")):
+            grid = g.pivot_table(index="category", columns="num_speculative_tokens", values=column)
+            image = ax.imshow(grid.values, aspect="auto", cmap="viridis")
+            ax.set_xticks(range(len(grid.columns)), [f"K={k}" for k in grid.columns])
+            ax.set_yticks(range(len(grid.index)), grid.index)
+            for (i, j), v in np.ndenumerate(grid.values):
+                if v == v:
+                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w", fontsize=8)
+            ax.set_title(f"{label}\n{dataset} think={thinking} c={conc}", fontsize=9)
+            fig.colorbar(image, ax=ax)
+    path = out / "category_by_k.png"
+    fig.tight_layout()      # not _save: its integer ticks are for numeric axes, these are labels
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]

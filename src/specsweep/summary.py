@@ -1,21 +1,37 @@
-"""The study table: one row per bench cell over its repeats (medians, and MAD across repeats)."""
+"""The study tables: one row per bench cell over its repeats (medians, MAD across repeats, and the paired
+speedup with its CI and verdict), the K-against-K comparisons, and the per-category breakdown.
+
+Paired figures use every valid repeat of both cells: requests are paired by prompt and turn, and the
+bootstrap resamples prompts and each cell's repeats (stats.py).
+"""
 from __future__ import annotations
 
+import itertools
 import json
+from pathlib import Path
 
 import pandas as pd
 
-from .cells import Grid
+from . import stats
+from .cells import Grid, stable_hash
 from .metrics import length_shares, median_mad
-from .results import atomic_write_text, read_json
+from .results import atomic_write_text, read_json, read_jsonl
 
 FIGURES = {
     "output_tok_s": ("output_tok_s",), "request_throughput": ("request_throughput",),
     "tpot_ms": ("tpot_ms", "mean"), "ttft_ms_median": ("ttft_ms", "median"), "itl_ms_median": ("itl_ms", "median"),
     "e2e_ms_median": ("e2e_ms", "median"), "mean_acceptance_length": ("spec_decode", "mean_acceptance_length"),
-    "acceptance_rate": ("spec_decode", "acceptance_rate"), "speedup_output_tok_s": ("speedup_output_tok_s",),
-    "speedup_tpot": ("speedup_tpot",), "greedy_agreement": ("greedy_agreement",), "error_rate": ("error_rate",),
+    "acceptance_rate": ("spec_decode", "acceptance_rate"), "speedup_tpot": ("speedup_tpot",),
+    "greedy_agreement": ("greedy_agreement",), "error_rate": ("error_rate",),
 }
+PAIRED = ["speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "speedup_tpot_geomean",
+          "speedup_tpot_ci_low", "speedup_tpot_ci_high", "paired_prompts", "paired_requests", "verdict"]
+K_COMPARISON = "k_comparison.csv"
+BY_CATEGORY = "summary_by_category.csv"
+K_COLUMNS = ["study", "pair", "method", "dataset", "thinking", "concurrency", "k_a", "k_b", "server_cell_a",
+             "server_cell_b", "repeats_a", "repeats_b", *PAIRED, "resolved", "statement"]
+CATEGORY_COLUMNS = ["study", "server_cell", "pair", "method", "num_speculative_tokens", "dataset", "thinking",
+                    "concurrency", "category", "prompts", "mean_acceptance_length", *PAIRED]
 
 
 def _get(d: dict, path: tuple):
@@ -26,26 +42,47 @@ def _get(d: dict, path: tuple):
     return d
 
 
-def rows(grid: Grid, study: str) -> list[dict]:
-    groups: dict[tuple, list[tuple[str, dict]]] = {}
-    for sid, bid in grid.cells_of_study(study):
-        path = grid.metrics_path(sid, bid)
-        if not path.exists():
-            continue
-        bench = grid.benches[sid][bid].spec
-        key = (sid, bench["dataset"]["name"], bench["thinking"], bench["concurrency"])
-        groups.setdefault(key, []).append((bid, read_json(path)))
+class _Cells:
+    """One study's finished bench cells, grouped over repeats, with their request rows read once."""
+
+    def __init__(self, grid: Grid, study: str):
+        self.grid, self.metrics, self._requests = grid, {}, {}
+        self.groups: dict[tuple, list[str]] = {}      # (server cell, dataset, thinking, concurrency) -> bench ids
+        for sid, bid in grid.cells_of_study(study):
+            path = grid.metrics_path(sid, bid)
+            if path.exists():
+                bench = grid.benches[sid][bid].spec
+                self.metrics[sid, bid] = read_json(path)
+                self.groups.setdefault((sid, bench["dataset"]["name"], bench["thinking"], bench["concurrency"]),
+                                       []).append(bid)
+
+    def valid(self, sid: str, bid: str) -> bool:
+        return bool(self.metrics.get((sid, bid), {}).get("valid"))
+
+    def requests(self, sid: str, bid: str) -> list[dict]:
+        if (sid, bid) not in self._requests:
+            self._requests[sid, bid] = read_jsonl(self.grid.bench_dir(sid, bid) / "requests.jsonl")
+        return self._requests[sid, bid]
+
+    def runs(self, sid: str, bids: list[str]) -> list[list[dict]]:
+        """Request rows of the cell's valid repeats among these bench ids."""
+        return [self.requests(sid, b) for b in sorted(bids) if self.valid(sid, b)]
+
+
+def rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
+    cells = cells or _Cells(grid, study)
     out = []
-    for (sid, dataset, thinking, conc), cells in sorted(groups.items()):
+    for (sid, dataset, thinking, conc), bids in sorted(cells.groups.items()):
         cell = grid.servers[sid]
-        valid = [m for _, m in cells if m["valid"]]
+        valid = [cells.metrics[sid, b] for b in bids if cells.valid(sid, b)]
         row = {"study": study, "server_cell": sid, "backend": cell.spec["server"]["backend"],
                "pair": cell.pair["name"], "method": cell.spec["method"],
                "num_speculative_tokens": cell.spec["num_speculative_tokens"], "dataset": dataset,
-               "thinking": thinking, "concurrency": conc, "repeats": len(cells), "valid_repeats": len(valid),
-               "valid": bool(valid), "bench_cells": " ".join(sorted(b for b, _ in cells))}
+               "thinking": thinking, "concurrency": conc, "repeats": len(bids), "valid_repeats": len(valid),
+               "valid": bool(valid), "bench_cells": " ".join(sorted(bids))}
         for name, path in FIGURES.items():
             row[name], row[f"{name}_mad"] = median_mad([_get(m, path) for m in valid])
+        row.update(_against_baseline(cells, sid, bids, valid))
         per_pos = [m["spec_decode"]["per_position_acceptance"] for m in valid if m.get("spec_decode")]
         width = max((len(p) for p in per_pos), default=0)
         medians = [median_mad([p[i] for p in per_pos if i < len(p)])[0] for i in range(width)]
@@ -55,8 +92,99 @@ def rows(grid: Grid, study: str) -> list[dict]:
     return out
 
 
+def _against_baseline(cells: _Cells, sid: str, bids: list[str], valid: list[dict]) -> dict:
+    """Output tok/s as a ratio of medians over repeats (a CI from 3 repeats), and the paired speedup."""
+    base = cells.grid.baseline_of.get(sid)
+    out = {"speedup_output_tok_s": 1.0 if cells.grid.servers[sid].is_baseline else None,
+           "speedup_output_tok_s_ci_low": None, "speedup_output_tok_s_ci_high": None, **dict.fromkeys(PAIRED)}
+    if base is None:
+        return out
+    ref = [cells.metrics[base, b]["output_tok_s"] for b in bids if cells.valid(base, b)]
+    tok = stats.ratio_of_medians([m["output_tok_s"] for m in valid], ref)
+    out.update(speedup_output_tok_s=tok["ratio"], speedup_output_tok_s_ci_low=tok["ci_low"],
+               speedup_output_tok_s_ci_high=tok["ci_high"])
+    out.update(stats.paired_speedup(cells.runs(sid, bids), cells.runs(base, bids)))
+    return out
+
+
+def k_comparison(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
+    """Each two speculative cells that differ only in K, on the same bench cells: the paired speedup of
+    the larger K over the smaller, and whether the difference is resolved (its CI excludes 1)."""
+    cells = cells or _Cells(grid, study)
+    families: dict[str, list[str]] = {}
+    for sid, cell in grid.servers.items():
+        if cell.study == study and not cell.is_baseline:
+            rest = {k: v for k, v in cell.spec.items() if k != "num_speculative_tokens"}
+            families.setdefault(stable_hash(rest), []).append(sid)
+    out = []
+    for sids in families.values():
+        sids = sorted(sids, key=lambda s: grid.servers[s].spec["num_speculative_tokens"])
+        for lo, hi in itertools.combinations(sids, 2):
+            for (sid, dataset, thinking, conc), bids in sorted(cells.groups.items()):
+                if sid != hi:
+                    continue
+                ka, kb = (grid.servers[s].spec["num_speculative_tokens"] for s in (hi, lo))
+                hi_runs, lo_runs = cells.runs(hi, bids), cells.runs(lo, bids)
+                paired = stats.paired_speedup(hi_runs, lo_runs)
+                text = stats.format_ratio(paired["speedup_e2e_geomean"], paired["speedup_e2e_ci_low"],
+                                          paired["speedup_e2e_ci_high"])
+                result = {None: "no CI", stats.NOISE: "within noise", stats.FASTER: f"resolved (K={ka} faster)",
+                          stats.SLOWER: f"resolved (K={kb} faster)"}[paired["verdict"]]
+                out.append({"study": study, "pair": grid.servers[hi].pair["name"],
+                            "method": grid.servers[hi].spec["method"], "dataset": dataset, "thinking": thinking,
+                            "concurrency": conc, "k_a": ka, "k_b": kb, "server_cell_a": hi, "server_cell_b": lo,
+                            "repeats_a": len(hi_runs), "repeats_b": len(lo_runs), **paired,
+                            "resolved": paired["verdict"] in (stats.FASTER, stats.SLOWER),
+                            "statement": f"K={ka} vs K={kb}: {text} {result}"})
+    return out
+
+
+def category_rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
+    """Per prompt category (where the dataset has categories), each speculative cell's acceptance and
+    paired speedup, pooled over valid repeats."""
+    cells = cells or _Cells(grid, study)
+    out = []
+    for (sid, dataset, thinking, conc), bids in sorted(cells.groups.items()):
+        cell, base = grid.servers[sid], grid.baseline_of.get(sid)
+        if cell.is_baseline:
+            continue
+        cell_runs, ref_runs = cells.runs(sid, bids), cells.runs(base, bids) if base else []
+        for cat in sorted({r["category"] for run in cell_runs for r in run if r.get("category")}):
+            pick = lambda runs: [[r for r in run if r.get("category") == cat] for run in runs]  # noqa: E731
+            in_cat = [r for run in pick(cell_runs) for r in run]
+            out.append({"study": study, "server_cell": sid, "pair": cell.pair["name"], "method": cell.spec["method"],
+                        "num_speculative_tokens": cell.spec["num_speculative_tokens"], "dataset": dataset,
+                        "thinking": thinking, "concurrency": conc, "category": cat,
+                        "prompts": len({r["index"] for r in in_cat}),
+                        "mean_acceptance_length": stats.mean_acceptance_length(in_cat),
+                        **stats.paired_speedup(pick(cell_runs), pick(ref_runs))})
+    return out
+
+
+def verdict_lines(table: list[dict], ks: list[dict]) -> list[str]:
+    """What the summarize job prints: each speculative cell's verdict, then each K comparison."""
+    lines = []
+    for r in table:
+        if r["method"] != "none":
+            text = stats.format_ratio(r["speedup_e2e_geomean"], r["speedup_e2e_ci_low"], r["speedup_e2e_ci_high"])
+            lines.append(f"{r['server_cell']} {r['dataset']} think={r['thinking']} c={r['concurrency']}: "
+                         f"e2e speedup {text} {r['verdict'] or 'no CI'} ({r['paired_prompts']} prompts, "
+                         f"{r['valid_repeats']} repeat(s)); output tok/s "
+                         + stats.format_ratio(r["speedup_output_tok_s"], r["speedup_output_tok_s_ci_low"],
+                                              r["speedup_output_tok_s_ci_high"]))
+    lines += [f"{k['dataset']} think={k['thinking']} c={k['concurrency']}: {k['statement']}" for k in ks]
+    return lines
+
+
 def write_summary(grid: Grid, study: str, out: str) -> pd.DataFrame:
-    table = pd.DataFrame(rows(grid, study))
-    atomic_write_text(out, table.to_csv(index=False))
-    print(f"summary: {len(table)} rows -> {out}")
-    return table
+    """summary.csv at `out`, k_comparison.csv and summary_by_category.csv beside it; prints the verdicts."""
+    cells = _Cells(grid, study)
+    table, ks, cats = rows(grid, study, cells), k_comparison(grid, study, cells), category_rows(grid, study, cells)
+    frame = pd.DataFrame(table)
+    atomic_write_text(out, frame.to_csv(index=False))
+    atomic_write_text(Path(out).parent / K_COMPARISON, pd.DataFrame(ks, columns=K_COLUMNS).to_csv(index=False))
+    atomic_write_text(Path(out).parent / BY_CATEGORY,
+                      pd.DataFrame(cats, columns=CATEGORY_COLUMNS).to_csv(index=False))
+    print(f"summary: {len(frame)} rows -> {out}; {len(ks)} K comparisons, {len(cats)} category rows beside it")
+    print("\n".join(verdict_lines(table, ks)))
+    return frame

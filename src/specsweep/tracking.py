@@ -12,6 +12,8 @@ from .cells import Grid
 from .config import REPO
 from .errors import TrackingError
 from .results import atomic_write_json, read_json
+from .stats import format_ratio
+from .summary import BY_CATEGORY, K_COMPARISON
 
 CELL_TAG = "specsweep.cell_id"
 STUDY_TAG = "specsweep.study"
@@ -80,10 +82,15 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
                                                                       CELL_TAG: f"study:{study}"})
         parent_id = parent.info.run_id
         commit, added = git_commit(), 0
+        pooled = summary_tags(summary_csv)
         for sid, bid in grid.cells_of_study(study):
             cell_id = f"{sid}/{bid}"
             mpath = grid.metrics_path(sid, bid)
-            if cell_id in existing or not mpath.exists():
+            if cell_id in existing:      # its own figures are final; the verdict over repeats may have moved
+                for key, value in pooled.get(cell_id, {}).items():
+                    client.set_tag(existing[cell_id].info.run_id, key, value)
+                continue
+            if not mpath.exists():
                 continue
             figures = read_json(mpath)
             cdir = grid.bench_dir(sid, bid)
@@ -94,6 +101,9 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
                     "dataset": bench["dataset"]["name"], "thinking": str(bench["thinking"]).lower(),
                     "vllm_version": str(figures.get("vllm_version")), "git_commit": commit,
                     "valid": str(figures["valid"]).lower()}
+            if figures.get("verdict"):     # this repeat's paired e2e speedup: tags.verdict = 'faster'
+                tags["verdict"] = figures["verdict"]
+            tags.update(pooled.get(cell_id, {}))
             run = client.create_run(exp_id, run_name=cell_id, tags=tags)
             params = [Param(k[:250], str(v)[:6000]) for k, v in flatten(read_yaml(cdir / "config.yaml")).items()]
             for i in range(0, len(params), 100):
@@ -107,6 +117,9 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
             client.set_terminated(run.info.run_id)
             added += 1
         client.log_artifact(parent_id, summary_csv)
+        for table in (K_COMPARISON, BY_CATEGORY):
+            if (Path(summary_csv).parent / table).exists():
+                client.log_artifact(parent_id, str(Path(summary_csv).parent / table))
         client.log_artifact(parent_id, env_json)
         for png in sorted(Path(plots_dir).glob("*.png")):
             client.log_artifact(parent_id, str(png), artifact_path="plots")
@@ -119,6 +132,21 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
     atomic_write_json(out, record)
     print(f"mlflow: {added} new bench-cell runs under {parent_id} at {uri}")
     return record
+
+
+def summary_tags(summary_csv: str) -> dict[str, dict[str, str]]:
+    """Per bench cell, its summary row's verdict over all repeats, which a single repeat's cannot give:
+    tags summary_verdict ('faster', 'slower', 'within noise') and summary_speedup_e2e ('1.18x [1.10, 1.27]')."""
+    import pandas as pd
+
+    out = {}
+    for row in pd.read_csv(summary_csv).to_dict("records"):
+        if not isinstance(row["verdict"], str):          # a baseline, or a cell without a CI
+            continue
+        text = format_ratio(row["speedup_e2e_geomean"], row["speedup_e2e_ci_low"], row["speedup_e2e_ci_high"])
+        for bid in row["bench_cells"].split():
+            out[f"{row['server_cell']}/{bid}"] = {"summary_verdict": row["verdict"], "summary_speedup_e2e": text}
+    return out
 
 
 def read_yaml(path: Path) -> dict:

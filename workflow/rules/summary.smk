@@ -1,8 +1,12 @@
+# The study's tables: summary.csv (one row per cell, with the paired speedup's CI and verdict),
+# k_comparison.csv (K against K) and summary_by_category.csv; the job prints the verdicts.
 rule summarize:
     input:
         lambda w: [str(GRID.cells_done(sid)) for sid in server_cells_of(w.study)],
     output:
-        f"{RESULTS}/{{study}}/summary.csv",
+        summary=f"{RESULTS}/{{study}}/summary.csv",
+        k_comparison=f"{RESULTS}/{{study}}/k_comparison.csv",
+        by_category=f"{RESULTS}/{{study}}/summary_by_category.csv",
     log:
         f"{RESULTS}/{{study}}/logs/summarize.log",
     params:
@@ -13,7 +17,8 @@ rule summarize:
 
 rule plots:
     input:
-        f"{RESULTS}/{{study}}/summary.csv",
+        summary=f"{RESULTS}/{{study}}/summary.csv",
+        by_category=f"{RESULTS}/{{study}}/summary_by_category.csv",
     output:
         touch(f"{RESULTS}/{{study}}/plots/done"),
     log:

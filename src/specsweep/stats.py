@@ -1,0 +1,211 @@
+"""Paired statistics behind a verdict: is a speedup real, or within the run's noise? Pure: rows in, figures out.
+
+One run's single speedup figure moved a lot between identical runs, so a figure comes with a 95%
+bootstrap CI (scipy.stats.bootstrap, BCa, fixed seed: a rerun on the same files gives the same CI).
+
+The figure: each request's latency in the reference over its latency in the cell, for the same prompt
+and turn, summarised as a geometric mean (a ratio's natural average: 2x and 0.5x cancel). What is
+resampled is what varies between reruns:
+- prompts, each with all its turns (and its requests in every repeat) together;
+- with repeats, each cell's repeats, independently of the other cell's: a repeat is a stretch of
+  time on the machine, and a load that comes and goes (other jobs on a shared box) moves every request
+  of that stretch at once. The two cells' repeats ran at different times, so repeat i of one is not
+  paired with repeat i of the other. Resampling prompts alone, with every repeat's requests pooled,
+  gave a confident `slower` for a cell whose five repeats ranged from 0.57x to 1.54x (docs/results.md).
+Not covered: a load that lasts one whole server cell and no other; only a rerun shows that.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+from scipy import stats as sps
+
+from . import metrics
+
+CONFIDENCE = 0.95
+N_RESAMPLES = 9999
+SEED = 0
+MIN_PROMPTS = 5      # below this, no CI: a bootstrap over 2-4 prompts has almost no distinct resamples
+
+FASTER, SLOWER, NOISE = "faster", "slower", "within noise"
+
+
+def request_latency(row: dict, figure: str) -> float | None:
+    """A finished request's latency in seconds: `e2e` (whole request) or `tpot` (per output token after
+    the first); None when the request failed or the figure is undefined for it."""
+    if not row.get("ok") or not row.get("e2e_s"):
+        return None
+    if figure == "e2e":
+        return row["e2e_s"]
+    ttft, tokens = row.get("ttft_s"), row.get("completion_tokens") or 0
+    if ttft is None or tokens < 2 or row["e2e_s"] <= ttft:
+        return None
+    return (row["e2e_s"] - ttft) / (tokens - 1)
+
+
+def row_acceptance(row: dict) -> tuple[float, float] | None:
+    """(drafting steps, accepted drafts) of one finished request, from its own figures in the neutral shape
+    (metrics.request_spec: a server's `spec`, or the local engine's per-step lengths); else None."""
+    spec = metrics.request_spec(row, 0) if row.get("ok") else None
+    if spec is None:
+        return None
+    return float(spec["num_spec_steps"]), float(spec["num_accepted_draft_tokens"])
+
+
+def _matched(cell_runs: list[list[dict]], ref_runs: list[list[dict]], value: Callable[[dict], object]):
+    """(prompt index, cell value, ref value) for each (repeat, prompt, turn) with a value on both sides;
+    cell_runs[i] is the same repeat as ref_runs[i]."""
+    for cell, ref in zip(cell_runs, ref_runs):
+        ref_by_key = {(r["index"], r["turn"]): value(r) for r in ref}
+        for r in cell:
+            a, b = value(r), ref_by_key.get((r["index"], r["turn"]))
+            if a and b:
+                yield r["index"], a, b
+
+
+def _bootstrap(samples: tuple[np.ndarray, ...], statistic, seed: int, paired: bool) -> dict:
+    """A BCa bootstrap CI of a vectorised statistic. BCa, not percentile: in a simulation of 16 prompts
+    with skewed ratios it covered 87% against the percentile's 86% (both short of 95% with few prompts,
+    hence MIN_PROMPTS). All resamples equal (identical cells): the CI is the point."""
+    with warnings.catch_warnings():      # that case makes scipy warn and return NaN
+        warnings.simplefilter("ignore", sps.DegenerateDataWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        res = sps.bootstrap(samples, statistic, paired=paired, vectorized=True, n_resamples=N_RESAMPLES, batch=1000,
+                            confidence_level=CONFIDENCE, method="BCa", rng=np.random.default_rng(seed))
+    spread = res.bootstrap_distribution
+    if np.all(spread == spread[0]):
+        return {"ci_low": float(spread[0]), "ci_high": float(spread[0])}
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return {"ci_low": None, "ci_high": None} if math.isnan(lo) or math.isnan(hi) else {"ci_low": lo, "ci_high": hi}
+
+
+def _log_latencies(cell_runs: list[list[dict]], ref_runs: list[list[dict]], figure: str):
+    """Per side, a (repeats x prompts) matrix of each prompt's summed log latencies over its turns, and
+    each prompt's number of turns; only (prompt, turn)s finished in every repeat of both sides count."""
+    tables = [[{(r["index"], r["turn"]): request_latency(r, figure) for r in run} for run in runs]
+              for runs in (cell_runs, ref_runs)]
+    present = [{k for k, v in t.items() if v} for side in tables for t in side]
+    keys = sorted(set.intersection(*present)) if present and all(tables) else []
+    column = {i: j for j, i in enumerate(sorted({i for i, _ in keys}))}
+    turns = np.bincount([column[i] for i, _ in keys], minlength=len(column)).astype(float)
+    logs = []
+    for side in tables:
+        m = np.zeros((len(side), len(column)))
+        for r, table in enumerate(side):
+            for i, t in keys:
+                m[r, column[i]] += math.log(table[i, t])
+        logs.append(m)
+    return logs[0], logs[1], turns
+
+
+def _log_speedup_statistic(cell: np.ndarray, ref: np.ndarray, turns: np.ndarray, resampled: tuple[str, ...]):
+    """statistic(*index samples, axis=-1): the mean log(ref / cell) latency per request, over the resampled
+    prompts and each side's resampled repeats (a side with one repeat is not resampled)."""
+    def statistic(*samples, axis=-1):
+        batch = samples[0].shape[:-1]
+        idx = {name: s.reshape(-1, s.shape[-1]).astype(int) for name, s in zip(resampled, samples)}
+
+        def mean_over_repeats(logs, name):     # (batches, prompts)
+            return logs[idx[name]].mean(axis=1) if name in idx else logs.mean(axis=0)[None, :]
+
+        diff = mean_over_repeats(ref, "ref") - mean_over_repeats(cell, "cell")
+        if "prompt" not in idx:
+            return (diff.sum(axis=1) / turns.sum()).reshape(batch)
+        p = idx["prompt"]
+        diff = np.broadcast_to(diff, (p.shape[0], diff.shape[1]))
+        return (np.take_along_axis(diff, p, axis=1).sum(axis=1) / turns[p].sum(axis=1)).reshape(batch)
+    return statistic
+
+
+def speedup_ci(cell_runs: list[list[dict]], ref_runs: list[list[dict]], figure: str, seed: int = SEED) -> dict:
+    """Geometric-mean latency ratio ref / cell (above 1: the cell is faster) of one figure (`e2e`, `tpot`)
+    over the requests of every repeat of each side, with its CI; `prompts` and `requests` say what entered."""
+    cell, ref, turns = _log_latencies(cell_runs, ref_runs, figure)
+    out = {"ratio": None, "ci_low": None, "ci_high": None, "prompts": len(turns),
+           "requests": int(turns.sum()) * len(cell)}
+    if not len(turns):
+        return out
+    out["ratio"] = float(np.exp((ref.mean(axis=0) - cell.mean(axis=0)).sum() / turns.sum()))
+    if len(turns) >= MIN_PROMPTS:
+        samples = {"prompt": np.arange(len(turns)), "cell": np.arange(len(cell)), "ref": np.arange(len(ref))}
+        resampled = tuple(n for n in ("prompt", "cell", "ref") if len(samples[n]) > 1)
+        statistic = _log_speedup_statistic(cell, ref, turns, resampled)
+        ci = _bootstrap(tuple(samples[n] for n in resampled), statistic, seed, paired=False)
+        out.update({k: None if v is None else float(np.exp(v)) for k, v in ci.items()})
+    return out
+
+
+def verdict(ci_low: float | None, ci_high: float | None) -> str | None:
+    """`faster` (CI above 1), `slower` (CI below 1), `within noise` (CI includes 1); None without a CI."""
+    if ci_low is None or ci_high is None:
+        return None
+    return FASTER if ci_low > 1 else SLOWER if ci_high < 1 else NOISE
+
+
+def paired_speedup(cell_runs: list[list[dict]], ref_runs: list[list[dict]], seed: int = SEED) -> dict:
+    """Speedup of a cell over a reference from each side's repeats (request rows): e2e and TPOT latency
+    ratios with CIs, what entered, and the verdict on e2e."""
+    out: dict = {}
+    for figure in ("e2e", "tpot"):
+        g = speedup_ci(cell_runs, ref_runs, figure, seed)
+        out.update({f"speedup_{figure}_geomean": g["ratio"], f"speedup_{figure}_ci_low": g["ci_low"],
+                    f"speedup_{figure}_ci_high": g["ci_high"]})
+        if figure == "e2e":
+            out.update(paired_prompts=g["prompts"], paired_requests=g["requests"])
+    out["verdict"] = verdict(out["speedup_e2e_ci_low"], out["speedup_e2e_ci_high"])
+    return out
+
+
+def _acceptance_ratio(steps_a, acc_a, steps_b, acc_b, axis=-1):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (1 + np.sum(acc_a, axis=axis) / np.sum(steps_a, axis=axis)) / \
+            (1 + np.sum(acc_b, axis=axis) / np.sum(steps_b, axis=axis))
+
+
+def acceptance_ratio(cell_runs: list[list[dict]], ref_runs: list[list[dict]], seed: int = SEED) -> dict:
+    """The cell's mean acceptance length over the reference's, on the requests both finished with
+    per-request acceptance (repeat-matched: at temperature 0 a repeat drafts what the first did), with a
+    CI over prompts; ratio None where either side lacks per-request acceptance."""
+    sums: dict[int, np.ndarray] = {}
+    for i, a, b in _matched(cell_runs, ref_runs, row_acceptance):
+        sums[i] = sums.get(i, 0) + np.array([*a, *b])
+    columns = np.array([sums[i] for i in sorted(sums)])
+    if not len(columns) or not columns[:, 0].sum() or not columns[:, 2].sum():
+        return {"ratio": None, "ci_low": None, "ci_high": None}
+    ci = _bootstrap(tuple(columns.T), _acceptance_ratio, seed, paired=True) if len(columns) >= MIN_PROMPTS \
+        else {"ci_low": None, "ci_high": None}
+    return {"ratio": float(_acceptance_ratio(*columns.T)), **ci}
+
+
+def ratio_of_medians(cell: list[float], ref: list[float], seed: int = SEED) -> dict:
+    """median(cell) / median(ref), for a figure measured once per repeat (output tok/s). Repeats of two
+    cells ran at different times, so they are resampled independently, not paired; a percentile CI
+    from 3 repeats each (BCa's jackknife needs more), below that the ratio alone."""
+    cell, ref = [v for v in cell if v], [v for v in ref if v]
+    if not cell or not ref:
+        return {"ratio": None, "ci_low": None, "ci_high": None}
+    out = {"ratio": float(np.median(cell) / np.median(ref)), "ci_low": None, "ci_high": None}
+    if min(len(cell), len(ref)) < 3:
+        return out
+    res = sps.bootstrap((np.array(cell), np.array(ref)),
+                        lambda a, b, axis=-1: np.median(a, axis=axis) / np.median(b, axis=axis),
+                        vectorized=True, n_resamples=N_RESAMPLES, confidence_level=CONFIDENCE,
+                        method="percentile", rng=np.random.default_rng(seed))
+    return {**out, "ci_low": float(res.confidence_interval.low), "ci_high": float(res.confidence_interval.high)}
+
+
+def mean_acceptance_length(rows: list[dict]) -> float | None:
+    """1 + accepted / steps over the requests' steps (token-weighted, as vLLM's counters are)."""
+    counts = [c for c in map(row_acceptance, rows) if c]
+    steps = sum(s for s, _ in counts)
+    return 1.0 + sum(a for _, a in counts) / steps if steps else None
+
+
+def format_ratio(ratio: float | None, lo: float | None, hi: float | None) -> str:
+    """`1.18x [1.10, 1.27]`, the way tables print a ratio with its CI."""
+    if ratio is None:
+        return "n/a"
+    return f"{ratio:.2f}x" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None else " (no CI)")

@@ -1,0 +1,148 @@
+"""Verdicts end to end without a server: a fake session measures the two-category dataset with latencies
+set per K, run_bench_cell writes each cell's files, and the summary, K comparison, per-category table and
+`specsweep compare` (test_compare.py) read them back."""
+import csv
+import json
+import math
+import random
+
+import pandas as pd
+import pytest
+
+from conftest import DATA
+from specsweep import summary
+from specsweep.bench_cell import Measurement, run_bench_cell
+from specsweep.cells import expand
+from specsweep.config import compose_jobs
+from specsweep.metrics import acceptance_from_lengths, request_figures
+
+TWO_CATEGORIES = DATA / "two_categories.jsonl"
+
+
+class FakeSession:
+    """Latency = the prompt's baseline latency / speedup[K], times log-normal noise; acceptance length per
+    step from the category (math drafts well, writing poorly) and K."""
+    log_path = None
+
+    def __init__(self, k: int, speedup: dict, noise: float, seed: int):
+        self.k, self.speedup, self.noise, self.rng = k, speedup, noise, random.Random(seed)
+
+    def alive(self):
+        return True
+
+    def log_tail(self):
+        return ""
+
+    def measure(self, prompts, bench, progress, desc):
+        rows = []
+        for i, turns in enumerate(prompts):
+            for t, _ in enumerate(turns):
+                e2e = (0.5 + 0.1 * i + 0.2 * t) / self.speedup[self.k] * math.exp(self.rng.gauss(0, self.noise))
+                row = {"index": i, "turn": t, "ok": True, "e2e_s": e2e, "ttft_s": 0.02, "completion_tokens": 40,
+                       "prompt_tokens": 10, "itl_s": [], "text": f"answer {i}.{t}"}
+                if self.k:
+                    row["acceptance_lengths"] = [min(self.k + 1, 4 if i % 2 == 0 else 2)] * 10
+                rows.append(row)
+        figures = request_figures(rows, wall_s=sum(r["e2e_s"] for r in rows) / bench["concurrency"])
+        lengths = [n for r in rows for n in r.get("acceptance_lengths", [])]
+        figures["spec_decode"] = acceptance_from_lengths(lengths, self.k + 1) if self.k else None
+        return Measurement(rows, figures)
+
+
+def study(results, speedup, noise=0.03, seed=0, extra=()):
+    """A study on the two-category file, K in the speedup dict, every cell measured by FakeSession."""
+    ks = sorted(k for k in speedup if k)
+    grid = expand(compose_jobs([f"results_dir={results}", "study=v", "dataset=jsonl", f"dataset.path={TWO_CATEGORIES}",
+                                f"sweep.num_speculative_tokens=[{','.join(map(str, ks))}]", "sweep.repeats=2",
+                                "pair.target=/nonexistent/target", "pair.drafter=/nonexistent/drafter",
+                                "pair.built_by_workflow=false", *extra]))
+    order = sorted(grid.servers, key=lambda s: grid.servers[s].spec["num_speculative_tokens"])   # baseline first
+    for n, sid in enumerate(order):
+        k = grid.servers[sid].spec["num_speculative_tokens"]
+        for m, bid in enumerate(sorted(grid.benches[sid])):
+            run_bench_cell(grid, sid, bid, FakeSession(k, speedup, noise, seed + 10 * n + m), progress=False)
+    return grid
+
+
+@pytest.fixture
+def verdict_study(tmp_path):
+    grid = study(tmp_path / "results", {0: 1.0, 3: 1.5, 7: 1.5})
+    table = summary.write_summary(grid, "v", str(tmp_path / "results" / "v" / "summary.csv"))
+    return grid, table, tmp_path / "results" / "v"
+
+
+def test_each_cell_records_its_verdict_and_the_prompt_categories(verdict_study):
+    grid, _, _ = verdict_study
+    [(sid, bid)] = [(s, b) for s, b in grid.cells_of_study("v") if "-k3-" in s][:1]
+    m = json.loads(grid.metrics_path(sid, bid).read_text())
+    assert m["verdict"] == "faster" and m["speedup_e2e_ci_low"] > 1.3 and m["paired_prompts"] == 12
+    assert m["paired_requests"] == 18 and len(m["prompts_sha256"]) == 64
+    reqs = [json.loads(line) for line in open(grid.bench_dir(sid, bid) / "requests.jsonl")]
+    assert {r["category"] for r in reqs} == {"math", "writing"}
+
+
+def test_summary_pools_repeats_into_one_verdict_per_cell(verdict_study):
+    _, table, _ = verdict_study
+    spec = table[table.method != "none"].set_index("num_speculative_tokens")
+    assert list(spec.verdict) == ["faster", "faster"]
+    assert (spec.paired_prompts == 12).all() and (spec.paired_requests == 36).all()   # 2 repeats x 18 requests
+    assert (spec.speedup_e2e_ci_low > 1.3).all() and (spec.speedup_tpot_ci_low > 1.3).all()
+    assert spec.speedup_output_tok_s_ci_low.isna().all()          # 2 repeats: a tok/s ratio, but no CI
+    base = table[table.method == "none"].iloc[0]
+    assert base.speedup_output_tok_s == 1.0 and pd.isna(base.verdict)
+
+
+def test_k_comparison_says_equal_ks_are_within_noise(verdict_study, capsys):
+    grid, _, out = verdict_study
+    [k] = list(csv.DictReader(open(out / summary.K_COMPARISON)))
+    assert (k["k_a"], k["k_b"], k["verdict"], k["resolved"]) == ("7", "3", "within noise", "False")
+    assert k["statement"].startswith("K=7 vs K=3: ") and k["statement"].endswith("within noise")
+    summary.write_summary(grid, "v", str(out / "summary.csv"))      # the summarize job prints the verdicts
+    printed = capsys.readouterr().out
+    assert "e2e speedup 1.5" in printed and "faster (12 prompts, 2 repeat(s))" in printed
+    assert printed.rstrip().endswith(k["statement"])
+
+
+def test_k_comparison_resolves_a_real_difference(tmp_path, capsys):
+    grid = study(tmp_path / "results", {0: 1.0, 3: 1.2, 7: 1.8})
+    [k] = summary.k_comparison(grid, "v")
+    assert k["resolved"] and k["verdict"] == "faster" and k["speedup_e2e_geomean"] == pytest.approx(1.5, rel=0.05)
+    assert k["statement"].endswith("resolved (K=7 faster)")
+
+
+def test_per_category_acceptance_and_speedup(verdict_study):
+    _, _, out = verdict_study
+    cats = {(r["num_speculative_tokens"], r["category"]): r for r in csv.DictReader(open(out / summary.BY_CATEGORY))}
+    assert set(cats) == {("3", "math"), ("3", "writing"), ("7", "math"), ("7", "writing")}
+    assert float(cats["3", "math"]["mean_acceptance_length"]) == pytest.approx(4.0)
+    assert float(cats["7", "writing"]["mean_acceptance_length"]) == pytest.approx(2.0)
+    assert cats["3", "math"]["prompts"] == "6" and cats["3", "math"]["verdict"] == "faster"
+
+
+def test_plots_include_the_category_heatmap(verdict_study):
+    from specsweep.report import plot_study
+
+    _, _, out = verdict_study
+    paths = plot_study(str(out / "summary.csv"), str(out / "plots"))
+    assert out / "plots" / "category_by_k.png" in paths and all(p.exists() for p in paths)
+
+
+def test_mlflow_filters_on_verdicts(verdict_study):
+    """Each bench cell's run carries its own verdict and CI, and the verdict over its repeats; a re-ingest
+    after more repeats would update the latter on runs it already has."""
+    from mlflow.tracking import MlflowClient
+
+    from specsweep import tracking
+
+    grid, _, out = verdict_study
+    (out / "env.json").write_text("{}")
+    tracking.ingest(grid, "v", str(out / "summary.csv"), str(out / "plots"), str(out / "env.json"),
+                    str(out / "mlflow.done"))
+    client = MlflowClient(tracking_uri=tracking.tracking_uri(grid, "v"))
+    exp = client.get_experiment_by_name("specsweep")
+    faster = client.search_runs([exp.experiment_id], filter_string="tags.verdict = 'faster'")
+    assert len(faster) == 4 and all(r.data.metrics["speedup_e2e_ci_low"] > 1 for r in faster)
+    pooled = client.search_runs([exp.experiment_id], filter_string="tags.summary_verdict = 'faster'")
+    assert len(pooled) == 4 and all(r.data.tags["summary_speedup_e2e"].startswith("1.") for r in pooled)
+    parent = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.kind` = 'study'")[0]
+    assert {"k_comparison.csv", "summary_by_category.csv"} <= {a.path for a in client.list_artifacts(parent.info.run_id)}
