@@ -12,7 +12,6 @@ min_version("9.0")
 
 from specsweep.cells import expand as expand_cells
 from specsweep.config import ConfigError, jobs_from_snakemake
-from specsweep.results import atomic_write_json
 
 try:
     GRID = expand_cells(jobs_from_snakemake(config))
