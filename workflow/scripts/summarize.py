@@ -1,4 +1,7 @@
-from specsweep import snakejob, summary
+from pathlib import Path
 
-snakejob.run(snakemake.log[0], lambda: summary.write_summary(snakemake.params.grid, snakemake.wildcards.study,
-                                                             snakemake.output[0]))
+from specsweep import report, snakejob
+
+snakejob.run(snakemake.log[0], lambda: report.write_report(snakemake.params.grid, snakemake.wildcards.study,
+                                                           snakemake.output.summary,
+                                                           str(Path(snakemake.output.plots).parent)))
