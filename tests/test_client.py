@@ -37,6 +37,9 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(200, "text/event-stream", sse(GOOD[:2], done=False))
         elif mode == "plainjson":
             self._reply(200, "application/json", json.dumps({"choices": []}))
+        elif mode == "spec":        # stats in their own chunk, as SGLang streams sglext (tests/test_sglang.py)
+            stats = {"choices": [], "usage": None, "sglext": {"spec_tokens_details": {"spec_verify_ct": 2}}}
+            self._reply(200, "text/event-stream", sse(GOOD[:3] + [stats] + GOOD[3:]))
         elif mode == "slow":
             import time
             time.sleep(3)
@@ -90,6 +93,17 @@ def test_thinking_and_sampling_settings_reach_the_server(server):
     assert body["chat_template_kwargs"] == {"enable_thinking": True}
     assert body["stream"] and body["stream_options"] == {"include_usage": True}
     assert (body["max_tokens"], body["temperature"], body["seed"]) == (5, 0.5, 3)
+
+
+def test_a_servers_own_fields_go_out_and_its_spec_stats_come_back(server):
+    url = f"http://127.0.0.1:{server.server_port}"
+    s = ChatSettings(model="m", max_tokens=5, temperature=0.0, seed=0, thinking=False, timeout_s=5.0,
+                     extra_body={"return_spec_tokens_details": True}, spec_field=("sglext", "spec_tokens_details"))
+    records, _ = asyncio.run(run_requests(url, [["spec"], ["ok"]], s, concurrency=1, progress=False))
+    assert all(body["return_spec_tokens_details"] is True and body["stream"] for body in server.seen)
+    by = {r.index: r for r in records}
+    assert by[0].ok and by[0].text == "Hello" and by[0].spec == {"spec_verify_ct": 2}
+    assert by[1].ok and by[1].spec is None
 
 
 def test_multi_turn_sends_the_models_own_first_answer(server):

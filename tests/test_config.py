@@ -85,8 +85,11 @@ def test_kernels_that_match_their_backend_pass():
 
 
 def test_an_sglang_server_needs_the_launch_settings_of_a_vllm_one():
-    with pytest.raises(ConfigError, match="config: server: 'executable' is a required property"):
+    """All but vLLM's `executable`: SGLang always runs as `server.python -m sglang.launch_server`."""
+    with pytest.raises(ConfigError, match="config: server: 'python' is a required property"):
         compose_jobs(["server=local", "server.backend=sglang"])
+    with pytest.raises(ConfigError, match="config: server: 'executable' is a required property"):
+        compose_jobs(["server=sglang", "server.python=python3", "server.backend=vllm", "kernel=cpu"])
 
 
 SPECULATIVE = "use pair.method, sweep.num_speculative_tokens and pair.speculative_extra"

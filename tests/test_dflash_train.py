@@ -55,10 +55,15 @@ def test_labels_past_the_end_are_masked(pair):
     assert torch.isfinite(loss)
 
 
-def test_training_on_the_targets_own_outputs_raises_acceptance(pair):
+def test_training_on_the_targets_own_outputs_raises_acceptance(pair, tmp_path):
+    """From a randomly initialised drafter, which accepts next to nothing whatever the trained pair, a short
+    training on what the target really writes must raise acceptance clearly and keep decoding lossless."""
+    from specsweep.tiny import init_drafter
+
     torch.set_num_threads(1)
     target, path = pair
-    drafter = DFlashDrafter.from_pretrained(path)
+    init_drafter(target.config, DFlashDrafter.from_pretrained(path).mask_token_id, tmp_path / "fresh", seed=0)
+    drafter = DFlashDrafter.from_pretrained(tmp_path / "fresh")
     gen = torch.Generator().manual_seed(3)
     prompts = [torch.randint(10, 300, (6,), generator=gen).tolist() for _ in range(48)]
     outputs = generate(target, None, prompts, 1, 40).sequences          # what the target really writes

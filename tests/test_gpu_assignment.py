@@ -21,6 +21,7 @@ def test_claims_are_disjoint_and_oversubscription_is_refused(lock_dir):
     with pytest.raises(ServerError, match="needs 3 GPUs .* but 2 are visible"):
         claim_gpus(3, ["0", "1"])
     assert claim_gpus(1, []) == []       # the CPU backend holds no GPU
+    assert claim_gpus(0, ["0", "1"]) == []   # nor does a CPU cell on a machine with GPUs
 
 
 @pytest.mark.server

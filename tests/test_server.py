@@ -55,7 +55,8 @@ def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(t
         assert srv.alive() and srv.info["pgid"] == srv.info["pid"]
         assert "--speculative-config" in srv.info["argv"]
         settings = ChatSettings(srv.served_name, 24, 0.0, 0, False, 60)
-        prompts = [["Ada has 3 pens. Ada gets 2 more. How many pens does Ada have now?"], ["What is 4 + 5?"]] * 3
+        prompts = [["Ada has 3 pens. Ada gets 2 more. How many pens does Ada have now?"],
+                   ["Ben has 9 coins. Ben gives away 4. How many coins does Ben have now?"]] * 3   # as trained
         rows, fig = asyncio.run(vllm.measure(srv.url, prompts, settings, 2, warmup=0, progress=False))
         time.sleep(2.5)   # let the server log its last interval
     assert fig["requests_completed"] == 6
@@ -66,7 +67,9 @@ def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(t
     # nothing left behind: the process group is gone and the port is free
     assert not group_alive(srv.info["pgid"]) and port_is_free("127.0.0.1", srv.port)
     assert srv.proc.returncode is not None
-    # the trained tiny drafter really drafts, and vLLM accepts what our own engine accepts on the same prompts
+    # the trained tiny drafter really drafts (on prompts in its training format), and vLLM accepts what our own
+    # engine accepts on the same prompts: both verify whole blocks, greedy in float32, so they differ only where
+    # a near-tie between two tokens falls differently in vLLM's kernels
     assert spec["mean_acceptance_length"] > 2.0
     assert engine_acceptance(tiny_results, prompts[:2], 4, 24) == pytest.approx(spec["mean_acceptance_length"],
                                                                                  abs=0.25)

@@ -64,9 +64,11 @@ class ServerCell:
             block = self.spec["num_speculative_tokens"] + 1
             name = "base" if self.spec["method"] == "none" else _slug(self.pair["name"])
             return f"{name}-local-b{block}-{h}"
+        # a server's name carries its backend, except vLLM's (the first one: its ids stay as they were)
+        tag = "" if self.spec["server"]["backend"] == "vllm" else f"-{self.spec['server']['backend']}"
         if self.spec["method"] == "none":
-            return f"base-{_slug(self.spec['target'])}-{h}"
-        return f"{_slug(self.pair['name'])}-{self.spec['method']}-k{self.spec['num_speculative_tokens']}-{h}"
+            return f"base{tag}-{_slug(self.spec['target'])}-{h}"
+        return f"{_slug(self.pair['name'])}{tag}-{self.spec['method']}-k{self.spec['num_speculative_tokens']}-{h}"
 
     @property
     def is_baseline(self) -> bool:

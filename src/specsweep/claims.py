@@ -123,8 +123,8 @@ def gpu_inventory() -> list[str]:
 
 
 def claim_gpus(n: int, inventory: list[str]) -> list[Claim]:
-    """n GPUs nobody else holds; [] on a machine without GPUs (the CPU backend)."""
-    if not inventory:
+    """n GPUs nobody else holds; [] for a CPU cell (n = 0) or on a machine without GPUs."""
+    if not n or not inventory:
         return []
     if n > len(inventory):
         raise ServerError(f"the server cell needs {n} GPUs (tensor x data parallel) but {len(inventory)} are "

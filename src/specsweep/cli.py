@@ -106,6 +106,9 @@ def cmd_doctor(args) -> int:
           f"flash-attn {env['flash_attn']}")
     if jobs[0]["server"]["backend"] == "local":
         print("backend: the in-process DFlash engine (no vLLM)")
+    elif jobs[0]["server"]["backend"] == "sglang":
+        print(f"sglang {se.get('sglang')} (DFLASH: {se.get('dflash_module')}) under "
+              f"{se.get('executable') or env['sglang_missing']}")
     else:
         print(f"vllm {se.get('vllm')} (DFlash: {se.get('dflash_module')}) via {' '.join(env['vllm_command']) or 'none'} "
               f"under {se.get('executable')}")

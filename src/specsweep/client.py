@@ -30,6 +30,7 @@ class RequestRecord:
     finish_reason: str | None = None
     text: str = ""
     start_s: float = 0.0        # seconds since the cell's start
+    spec: dict | None = None    # the request's own spec-decode stats, where the server reports them (spec_field)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -43,12 +44,23 @@ class ChatSettings:
     seed: int
     thinking: bool
     timeout_s: float
+    extra_body: dict | None = None       # a server's own request fields, merged into every payload
+    spec_field: tuple[str, ...] = ()     # the key path at which a stream chunk carries the request's spec stats
 
 
 def _payload(messages: list[dict], s: ChatSettings) -> dict:
     return {"model": s.model, "messages": messages, "max_tokens": s.max_tokens, "temperature": s.temperature,
             "seed": s.seed, "stream": True, "stream_options": {"include_usage": True},
-            "chat_template_kwargs": {"enable_thinking": s.thinking}}
+            "chat_template_kwargs": {"enable_thinking": s.thinking}, **(s.extra_body or {})}
+
+
+def _at(chunk: dict, path: tuple[str, ...]):
+    """The value at a key path in a chunk, or None where any step is missing."""
+    for key in path:
+        if not isinstance(chunk, dict):
+            return None
+        chunk = chunk.get(key)
+    return chunk
 
 
 def _reason_for_body(status: int, body: bytes, content_type: str) -> str:
@@ -115,6 +127,9 @@ async def chat_once(http: httpx.AsyncClient, url: str, messages: list[dict], s: 
                     if usage:
                         rec.prompt_tokens = usage.get("prompt_tokens")
                         rec.completion_tokens = usage.get("completion_tokens")
+                    spec = _at(chunk, s.spec_field) if s.spec_field else None
+                    if spec is not None:
+                        rec.spec = spec
                 if not done:
                     rec.error = "stream ended before [DONE] (truncated)"
                     return rec

@@ -137,6 +137,8 @@ def validate(cfg: dict) -> dict:
 _SPECULATIVE = "use pair.method, sweep.num_speculative_tokens and pair.speculative_extra"
 _TP, _DP = "use server.tensor_parallel_size", "use server.data_parallel_size"
 _NAME = "drop it: specsweep names the served model itself (after the target)"
+_SGLANG_ATTENTION = "use kernel.attention_backend (e.g. kernel=sglang_fa3)"
+_GRAPHS = "use kernel.cuda_graphs"
 
 # Per server backend, the flags a server cell's spec sets (the launcher passes them from the spec, and an
 # extra_args copy, coming later, would win): each with the config key to use instead. Any --speculative-*
@@ -149,10 +151,21 @@ SPEC_FLAGS = {
              "--attention-backend": "use kernel.attention_backend (e.g. kernel=flash_attn_graphs)",
              "--enforce-eager": "use kernel.cuda_graphs", "--no-enforce-eager": "use kernel.cuda_graphs",
              "--compilation-config": "use kernel.compilation_level"},
+    # backends/sglang.build_argv's flags, their aliases (--model, --tensor-parallel-size, --data-parallel-size),
+    # and the spellings that would override them: per-phase attention backends win over --attention-backend,
+    # and the CUDA graph switches over --cuda-graph-backend-* (SGLang 0.5.23's srt/arg_groups/fields/).
     "sglang": {"--model-path": "use pair.target", "--model": "use pair.target",
                "--tokenizer-path": "use pair.tokenizer", "--served-model-name": _NAME, "--host": "use server.host",
-               "--port": "use server.port", "--dtype": "use server.dtype", "--tp-size": _TP,
-               "--tensor-parallel-size": _TP, "--dp-size": _DP, "--data-parallel-size": _DP},
+               "--port": "use server.port", "--device": "use server.device", "--dtype": "use server.dtype",
+               "--context-length": "use server.max_model_len", "--tp-size": _TP, "--tensor-parallel-size": _TP,
+               "--dp-size": _DP, "--data-parallel-size": _DP,
+               "--mem-fraction-static": "use server.gpu_memory_utilization",
+               "--attention-backend": _SGLANG_ATTENTION, "--prefill-attention-backend": _SGLANG_ATTENTION,
+               "--decode-attention-backend": _SGLANG_ATTENTION,
+               "--cuda-graph-backend-decode": _GRAPHS, "--cuda-graph-backend-prefill": _GRAPHS,
+               "--cuda-graph-config": _GRAPHS, "--disable-cuda-graph": _GRAPHS,
+               "--disable-decode-cuda-graph": _GRAPHS, "--disable-prefill-cuda-graph": _GRAPHS,
+               "--enable-metrics": "drop it: specsweep turns SGLang's metrics on itself"},
 }
 
 

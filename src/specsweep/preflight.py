@@ -49,8 +49,8 @@ def fail(name, message):
 def environment(server_run: dict) -> dict:
     """Versions and devices of this machine, and of the Python that will really run vLLM."""
     try:
-        if server_run.get("backend") == "local":
-            raise ServerError("the local backend runs no vLLM")
+        if server_run.get("backend") in ("local", "sglang"):
+            raise ServerError(f"the {server_run['backend']} backend runs no vLLM")
         command = server_command(server_run)
         python = interpreter_of(command)
     except ServerError as e:
@@ -65,6 +65,7 @@ def environment(server_run: dict) -> dict:
         "flash_attn": _version("flash-attn"), "gpus": gpu_records(), "cuda_visible_devices": visible,
         "vllm_command": command, "vllm_python": python, "vllm_missing": missing,
         "server_env": probe_python(python) if python else {},
+        **(sglang_environment(server_run) if server_run.get("backend") == "sglang" else {}),
     }
 
 
@@ -79,6 +80,17 @@ def _torch_cuda() -> str | None:
         found = re.search(r"^cuda\b[^=\n]*=\s*['\"]([^'\"]*)['\"]", text, re.M)
         return found.group(1) if found else None
     return None
+
+
+def sglang_environment(server_run: dict) -> dict:
+    """SGLang's own Python and what it holds (its server_env), probed without importing SGLang."""
+    from .backends.sglang import probe, server_python
+
+    try:
+        python = server_python(server_run)
+    except ServerError as e:
+        return {"sglang_python": None, "sglang_missing": str(e), "server_env": {}}
+    return {"sglang_python": python, "sglang_missing": None, "server_env": probe(python)}
 
 
 def _version(name):
@@ -402,6 +414,104 @@ def check_local_engine(cfg, env):
     return ok(name, f"{impl} attention on {s['device']} ({s['dtype']})")
 
 
+# ---- SGLang -----------------------------------------------------------------------------------------
+# Attention backends SGLang 0.5.23 takes on an NVIDIA GPU (srt/arg_groups/choices.py, ATTENTION_BACKEND_CHOICES)
+SGLANG_ATTENTION = ("fa3", "fa4", "flashinfer", "triton", "torch_native", "flex_attention", "trtllm_mha")
+SGLANG_DFLASH_MAX_RUNNING = 48     # DFLASH's default --max-running-requests (speculative_hook.py, _handle_dflash)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """A version's first three numbers (0.5.23rc1 -> (0, 5, 23)): enough to order SGLang releases."""
+    import re
+
+    return tuple(int(re.match(r"\d*", part).group() or 0) for part in version.split(".")[:3])
+
+
+def check_sglang_server(cfg, env):
+    """SGLang's own Python: set, a working interpreter, with SGLang and its launcher installed."""
+    from .backends.sglang import TESTED_VERSION
+
+    name = "sglang_server"
+    if env.get("sglang_missing"):
+        return fail(name, env["sglang_missing"])
+    se = env["server_env"]
+    if not se.get("executable"):
+        return fail(name, f"server.python {env['sglang_python']} does not run (a shim or a broken environment?): "
+                          "point it at the real interpreter of SGLang's environment")
+    if se.get("sglang") is None or not se.get("launch_server"):
+        return fail(name, f"no SGLang under {se['executable']}: pip install sglang=={TESTED_VERSION} in that "
+                          "environment, or point server.python at the Python that has it")
+    if _release(se["sglang"]) < _release(TESTED_VERSION):
+        return warn(name, f"SGLang {se['sglang']} is older than {TESTED_VERSION}, whose flags and response fields "
+                          "specsweep uses: upgrade SGLang in that environment")
+    return ok(name, f"SGLang {se['sglang']} under {se['executable']}")
+
+
+def check_sglang_dflash(cfg, env):
+    """DFLASH in that SGLang, the pair's extra options as SGLang flags, and DFLASH's cap on running requests."""
+    from .backends.sglang import DRAFT_ATTENTION, SPECULATIVE_EXTRA, TESTED_VERSION
+
+    name, pair = "sglang_dflash", cfg["pair"]
+    if pair["method"] == "none":
+        return ok(name, "method none: DFLASH not needed")
+    if pair["method"] != "dflash":
+        return fail(name, f"pair.method={pair['method']}: the sglang backend runs DFlash drafters (and baselines) "
+                          "only; use server=vllm_gpu for it")
+    se = env["server_env"]
+    if se.get("sglang") is None:
+        return fail(name, "no SGLang to run DFLASH in server.python's environment (see sglang_server)")
+    if not se.get("dflash_module"):
+        return fail(name, f"SGLang {se['sglang']} has no DFLASH (sglang/srt/speculative/dflash_worker_v2.py is "
+                          f"missing): upgrade SGLang to {TESTED_VERSION} in the server environment, or choose "
+                          "pair.method=none")
+    extra = pair["speculative_extra"] or {}
+    unknown = sorted(set(extra) - set(SPECULATIVE_EXTRA))
+    if unknown:
+        return fail(name, f"pair.speculative_extra keys {unknown} are not SGLang DFLASH options (each key is passed "
+                          f"as --speculative-<key>): use only {list(SPECULATIVE_EXTRA)}; K is "
+                          "sweep.num_speculative_tokens")
+    draft = extra.get("draft_attention_backend")
+    if draft is not None and draft not in DRAFT_ATTENTION:
+        return fail(name, f"pair.speculative_extra.draft_attention_backend={draft} is not one SGLang drafts with "
+                          f"(it would fall back to another): use one of {list(DRAFT_ATTENTION)}")
+    over = [c for c in aslist(cfg["sweep"]["concurrency"]) if c > SGLANG_DFLASH_MAX_RUNNING]
+    if over and not any(str(a).startswith("--max-running-requests") for a in cfg["server"]["extra_args"]):
+        return warn(name, f"sweep.concurrency {over} exceeds the {SGLANG_DFLASH_MAX_RUNNING} requests SGLang runs "
+                          "at once with DFLASH (the rest queue): add "
+                          f"'server.extra_args=[\"--max-running-requests\",\"{max(over)}\"]'")
+    return ok(name, f"SGLang {se['sglang']} has DFLASH")
+
+
+def check_sglang_device(cfg, env):
+    name = "sglang_device"
+    if cfg["server"]["device"] != "cuda":
+        return fail(name, f"server.device={cfg['server']['device']}: SGLang 0.5.23 refuses DFLASH on CPU "
+                          "(speculative_hook.py takes cuda, npu or xpu) and has no supported CPU server: set "
+                          "server.device=cuda and run on a GPU host")
+    return ok(name, "cuda")
+
+
+def check_sglang_kernel(cfg, env):
+    """SGLang's attention backends have their own names (fa3, flashinfer, ...), and it has no compilation modes."""
+    name, kernel = "sglang_kernel", cfg["kernel"]
+    backend = kernel["attention_backend"]
+    if kernel["compilation_level"] is not None:
+        return fail(name, f"kernel.compilation_level={kernel['compilation_level']} is vLLM's compilation mode, "
+                          "which SGLang does not take: use kernel=sglang_fa3")
+    if backend is None:
+        return warn(name, f"kernel.attention_backend is unset (kernel={kernel['name']}): SGLang picks one and the "
+                          "cell records none; use kernel=sglang_fa3")
+    if backend not in SGLANG_ATTENTION:
+        return fail(name, f"kernel.attention_backend={backend} is not an SGLang attention backend (SGLang names "
+                          f"them {', '.join(SGLANG_ATTENTION)}): use kernel=sglang_fa3")
+    for g in env["gpus"] if backend == "fa3" else []:
+        cc = float(g.get("compute_capability") or 0)
+        if cc and not 8 <= cc <= 9:
+            return fail(name, f"SGLang's fa3 needs sm_80 to sm_90, but GPU {g['index']} is sm_{int(cc * 10)}: set "
+                              "kernel.attention_backend=flashinfer (or fa4 on Blackwell)")
+    return ok(name, f"{backend} attention, CUDA graphs {'on' if kernel['cuda_graphs'] else 'off'}")
+
+
 # The checks each backend runs, listed in full: a new backend lists its own.
 CHECKS = {
     "vllm": [check_dataset, check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support,
@@ -409,6 +519,9 @@ CHECKS = {
              check_memory, check_max_tokens],
     "local": [check_dataset, check_drafter, check_num_speculative_tokens, check_thinking, check_memory,
               check_max_tokens, check_local_engine],
+    "sglang": [check_dataset, check_sglang_device, check_parallel, check_sglang_server, check_sglang_dflash,
+               check_sglang_kernel, check_drafter, check_num_speculative_tokens, check_thinking, check_port,
+               check_memory, check_max_tokens],
 }
 
 

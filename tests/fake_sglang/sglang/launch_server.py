@@ -1,0 +1,258 @@
+"""A stand-in for SGLang 0.5.23's server, for tests only: no model runs and this is NOT SGLang.
+
+`python -m sglang.launch_server ...` with tests/fake_sglang on PYTHONPATH starts it (standard library only,
+so any Python runs it). It copies the parts of SGLang 0.5.23 that specsweep relies on, from its source:
+- the flags specsweep passes, under SGLang's names (srt/arg_groups/fields/*.py, server_args.py); an unknown
+  flag is an argparse error, as in SGLang;
+- DFLASH's argument handling (srt/arg_groups/speculative_hook.py, _handle_dflash): refused on a CPU device,
+  a draft model required, max_running_requests 48 by default, the draft attention backend the target's;
+- GET /health: 503 while starting, then 200 (srt/entrypoints/http_server.py, health_generate);
+- GET /v1/models: a ModelList of ModelCards (srt/entrypoints/openai/protocol.py);
+- GET /server_info: the resolved server args, flat, with `version` and `internal_states[i].avg_spec_accept_length`
+  (http_server.py server_info, utils/common.py build_server_info, scheduler_components/internal_state.py);
+- GET /metrics (with --enable-metrics): the counter sglang:spec_verify_calls_total and the gauges
+  sglang:spec_accept_length and sglang:spec_accept_rate (srt/observability/metrics_collector.py), in
+  prometheus_client's text format;
+- POST /v1/chat/completions, streamed: a role chunk, one content chunk per decode step, the finish_reason
+  chunk, then, when the request sets return_spec_tokens_details, a chunk with `choices: []` and
+  `sglext.spec_tokens_details`, then the usage chunk and [DONE] (openai/serving_chat.py _generate_chat_stream,
+  openai/sse_utils.py build_sse_content, protocol.py ChatCompletionStreamResponse, SglExt, SpecTokensDetails);
+  the per-request stats as managers/tokenizer_manager.py _calculate_spec_decoding_metrics computes them.
+
+Decoding is scripted: the prefill gives one token, then verify step i accepts ACCEPTED[i % 4] drafts (at most
+K = num_draft_tokens - 1) and commits them plus the bonus token, until max_tokens; so tests know the sums.
+"""
+import argparse
+import json
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+VERSION = "0.5.23"
+ACCEPTED = (3, 1, 0, 2)
+STARTUP_S = 0.5                # /health answers 503 this long, like a server still loading
+STEP_S = 0.002                 # one decode step
+# srt/arg_groups/choices.py
+ATTENTION_BACKENDS = ["triton", "torch_native", "flex_attention", "dsa", "nsa", "qsa", "dsv4", "compressed", "fa3",
+                      "fa4", "flashinfer", "llada2_cfg_flashinfer", "flashmla", "trtllm_mla", "cutedsl_mla",
+                      "tokenspeed_mla", "trtllm_mha", "hpc_ops", "minicpm_flashattn", "minicpm_flashinfer", "aiter",
+                      "wave", "intel_amx", "ascend", "intel_xpu"]
+DRAFT_ATTENTION_BACKENDS = ["flashinfer", "fa3", "fa4", "triton", "ascend", "trtllm_mha", "intel_xpu"]
+GRAPH_BACKENDS = ["full", "breakable", "disabled"]   # srt/model_executor/cuda_graph_config.py, Backend.ALL
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(prog="sglang serve")
+    p.add_argument("--model-path", "--model", dest="model_path", required=True)
+    p.add_argument("--tokenizer-path")
+    p.add_argument("--served-model-name")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--device")
+    p.add_argument("--dtype", default="auto", choices=["auto", "half", "float16", "bfloat16", "float", "float32"])
+    p.add_argument("--context-length", type=int)
+    p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
+    p.add_argument("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1)
+    p.add_argument("--mem-fraction-static", type=float)
+    p.add_argument("--attention-backend", choices=ATTENTION_BACKENDS)
+    p.add_argument("--cuda-graph-backend-decode", choices=GRAPH_BACKENDS)
+    p.add_argument("--cuda-graph-backend-prefill", choices=GRAPH_BACKENDS)
+    p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--max-running-requests", type=int)
+    p.add_argument("--speculative-algorithm")
+    p.add_argument("--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path")
+    p.add_argument("--speculative-num-draft-tokens", type=int)
+    p.add_argument("--speculative-dflash-block-size", type=int)
+    p.add_argument("--speculative-draft-attention-backend")
+    p.add_argument("--speculative-draft-window-size", type=int)
+    return p.parse_args(argv)
+
+
+def resolve(a) -> dict:
+    """The resolved args /server_info reports, with _handle_dflash's checks and defaults."""
+    device = a.device or "cuda"
+    resolved = {**vars(a), "device": device, "served_model_name": a.served_model_name or a.model_path,
+                "tokenizer_path": a.tokenizer_path or a.model_path}
+    if a.speculative_algorithm == "DFLASH":
+        if not (device.startswith("cuda") or device in ("npu", "xpu")):
+            raise ValueError(f"DFLASH speculative decoding is not supported by StandInPlatform on device {device!r}.")
+        if a.speculative_draft_model_path is None:
+            raise ValueError("DFLASH speculative decoding requires setting --speculative-draft-model-path.")
+        block = a.speculative_dflash_block_size
+        if block is not None and a.speculative_num_draft_tokens not in (None, block):
+            raise ValueError("Both --speculative-num-draft-tokens and --speculative-dflash-block-size are set but "
+                             "they differ. For DFLASH they must match.")
+        draft = a.speculative_draft_attention_backend or a.attention_backend or "flashinfer"
+        draft = draft if draft in DRAFT_ATTENTION_BACKENDS else "flashinfer"
+        resolved.update(speculative_num_steps=1, speculative_eagle_topk=1,
+                        speculative_num_draft_tokens=block or a.speculative_num_draft_tokens or 16,
+                        speculative_draft_attention_backend=draft,
+                        max_running_requests=a.max_running_requests or 48)
+    return resolved
+
+
+class State:
+    def __init__(self, args: dict):
+        self.args, self.lock, self.started = args, threading.Lock(), time.monotonic()
+        self.verify_calls = 0             # sglang:spec_verify_calls_total
+        self.accept_tokens = self.forward_ct = 0    # the lifetime average's parts (internal_state.py)
+        self.last_accept_length = self.last_accept_rate = 0.0
+
+    @property
+    def k(self) -> int:
+        return self.args["speculative_num_draft_tokens"] - 1 if self.args["speculative_algorithm"] else 0
+
+
+def decode(k: int, max_tokens: int) -> tuple[list[int], int, int, list[int]]:
+    """Tokens committed per step (prefill first), verify steps, correct drafts, and their histogram."""
+    steps, verify_ct, correct, hist = [1], 0, 0, []
+    while sum(steps) < max_tokens:
+        if not k:
+            steps.append(1)
+            continue
+        accepted = min(ACCEPTED[verify_ct % len(ACCEPTED)], k)
+        verify_ct += 1
+        correct += accepted
+        hist += [0] * (accepted + 1 - len(hist))       # schedule_batch.py update_spec_correct_drafts_histogram
+        hist[accepted] += 1
+        steps.append(min(accepted + 1, max_tokens - sum(steps)))
+    return steps, verify_ct, correct, hist
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    state: State
+
+    def log_message(self, fmt, *args):
+        print(f"[stand-in sglang] {self.address_string()} {fmt % args}", flush=True)
+
+    def _json(self, status: int, obj) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _text(self, status: int, text: str, ctype: str = "text/plain; version=0.0.4; charset=utf-8") -> None:
+        body = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        s, a = self.state, self.state.args
+        if self.path == "/health":
+            self._text(503 if time.monotonic() - s.started < STARTUP_S else 200, "")
+        elif self.path == "/v1/models":
+            self._json(200, {"object": "list", "data": [
+                {"id": a["served_model_name"], "object": "model", "created": int(time.time()), "owned_by": "sglang",
+                 "root": a["served_model_name"], "parent": None, "max_model_len": a["context_length"]}]})
+        elif self.path == "/server_info":
+            with s.lock:
+                internal = {"avg_spec_accept_length": s.accept_tokens / s.forward_ct} if s.forward_ct else {}
+            self._json(200, {**a, "internal_states": [internal], "version": VERSION, "frontend": "python"})
+        elif self.path == "/metrics" and a["enable_metrics"]:
+            self._text(200, self._metrics())
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def _metrics(self) -> str:
+        s, name = self.state, self.state.args["served_model_name"]
+        tok = f'engine_type="unified",model_name="{name}"'
+        sched = f'{tok},moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+        with s.lock:
+            return (
+                "# HELP sglang:spec_verify_calls_total Number of speculative decoding verification calls.\n"
+                "# TYPE sglang:spec_verify_calls_total counter\n"
+                f"sglang:spec_verify_calls_total{{{tok}}} {float(s.verify_calls)}\n"
+                "# HELP sglang:spec_accept_length Mean acceptance length of speculative decoding (accepted drafts + "
+                "bonus token per forward).\n"
+                "# TYPE sglang:spec_accept_length gauge\n"
+                f"sglang:spec_accept_length{{{sched}}} {s.last_accept_length}\n"
+                "# HELP sglang:spec_accept_rate Speculative acceptance rate (`accepted drafts / proposed drafts` in "
+                "batch).\n"
+                "# TYPE sglang:spec_accept_rate gauge\n"
+                f"sglang:spec_accept_rate{{{sched}}} {s.last_accept_rate}\n")
+
+    def do_POST(self):
+        if self.path != "/v1/chat/completions":
+            return self._json(404, {"detail": "Not Found"})
+        req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if not req.get("stream"):
+            return self._json(400, {"object": "error", "message": "the stand-in streams only",
+                                    "type": "BadRequestError", "param": None, "code": 400})
+        s = self.state
+        k = s.k
+        max_tokens = req.get("max_completion_tokens") or req["max_tokens"]
+        steps, verify_ct, correct, hist = decode(k, max_tokens)
+        prompt_tokens = sum(len(str(m["content"]).split()) for m in req["messages"])
+        rid, created, model = uuid.uuid4().hex, int(time.time()), req["model"]
+
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def send(obj) -> None:
+            data = f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n".encode()
+            self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def chunk(delta: dict, finish_reason=None) -> dict:      # sse_utils.build_sse_content
+            return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                    "choices": [{"index": 0, "delta": {"reasoning_content": None, **delta}, "logprobs": None,
+                                 "finish_reason": finish_reason, "matched_stop": None}]}
+
+        send(chunk({"role": "assistant", "content": ""}))
+        done = 0
+        for n in steps:
+            time.sleep(STEP_S)
+            send(chunk({"content": "".join(f" tok{done + i}" for i in range(n))}))
+            done += n
+        if k and verify_ct:                     # observe_one_finished_request, then the scheduler's gauges
+            with s.lock:
+                s.verify_calls += verify_ct
+                s.accept_tokens += correct + verify_ct
+                s.forward_ct += verify_ct
+                s.last_accept_length = (correct + verify_ct) / verify_ct
+                s.last_accept_rate = correct / (verify_ct * k)
+        send(chunk({}, finish_reason="length"))
+        if req.get("return_spec_tokens_details") and k and verify_ct:
+            details = {"spec_accept_rate": correct / (verify_ct * k), "spec_accept_length": done / verify_ct,
+                       "spec_cap_length": 0.0, "spec_block_accept_length": 0.0, "spec_num_correct_drafts": correct,
+                       "spec_num_proposed_drafts": verify_ct * k, "spec_verify_ct": verify_ct,
+                       "spec_correct_drafts_histogram": hist, "spec_cap_lens_histogram": []}
+            send({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [],
+                  "usage": None, "sglext": {"spec_tokens_details": details}})
+        if (req.get("stream_options") or {}).get("include_usage"):
+            send({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [],
+                  "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + done,
+                            "completion_tokens": done, "prompt_tokens_details": None, "reasoning_tokens": 0,
+                            "completion_tokens_details": None}})
+        send("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+
+
+def main(argv) -> None:
+    args = parse(argv)
+    try:
+        resolved = resolve(args)
+    except ValueError as e:
+        print(f"ValueError: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    Handler.state = State(resolved)
+    httpd = ThreadingHTTPServer((args.host, args.port), Handler)
+    httpd.daemon_threads = True
+    print(f"[stand-in sglang {VERSION}] serving {resolved['served_model_name']} on {args.host}:{args.port} "
+          f"(speculative_algorithm={resolved['speculative_algorithm']}, "
+          f"num_draft_tokens={resolved.get('speculative_num_draft_tokens')})", flush=True)
+    httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

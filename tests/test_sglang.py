@@ -1,0 +1,292 @@
+"""The SGLang backend: its argv, its acceptance figures, a server cell end to end, and its preflight checks.
+
+No real SGLang runs here (no GPU, and SGLang 0.5.23 refuses DFLASH on CPU). The server is a stand-in,
+tests/fake_sglang/sglang/launch_server.py, that copies SGLang 0.5.23's flags and response shapes; it runs
+as a real process through the same lifecycle (server.python -m sglang.launch_server, on 127.0.0.1).
+"""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specsweep import preflight, runner
+from specsweep.backends import sglang
+from specsweep.cells import expand
+from specsweep.claims import port_is_free
+from specsweep.config import ConfigError, _spec_flag_fix, compose_jobs
+from specsweep.datasets import materialise
+from specsweep.errors import CellError
+
+FAKE = Path(__file__).parent / "fake_sglang"
+PY = sys.executable
+SGLANG = ["server=sglang", f"server.python={PY}", "kernel=sglang_fa3"]
+
+
+def job(*overrides, results="results"):
+    [cfg] = compose_jobs([f"results_dir={results}", *SGLANG, *overrides])
+    return cfg
+
+
+def cells(*overrides, results="results"):
+    """The grid, its baseline server cell and its speculative one."""
+    grid = expand(compose_jobs([f"results_dir={results}", *SGLANG, "sweep.num_speculative_tokens=3", *overrides]))
+    base = next(s for s, c in grid.servers.items() if c.is_baseline)
+    spec = next(s for s, c in grid.servers.items() if not c.is_baseline)
+    return grid, base, spec
+
+
+# the launch ------------------------------------------------------------------------------------------
+def test_argv_maps_every_setting_to_sglangs_flag():
+    grid = expand(compose_jobs([
+        "results_dir=results", *SGLANG, "pair=qwen3-8b-dflash-b16", "pair.tokenizer=Qwen/Qwen3-8B-tok",
+        "sweep.num_speculative_tokens=7", "server.tensor_parallel_size=2", "server.data_parallel_size=2",
+        "kernel.cuda_graphs=false", "server.extra_args=" + json.dumps(["--max-running-requests", "64"]),
+        "+pair.speculative_extra.draft_attention_backend=triton", "+pair.speculative_extra.draft_window_size=2048"]))
+    spec = next(c.spec for c in grid.servers.values() if not c.is_baseline)
+    argv = sglang.build_argv(PY, spec, "127.0.0.1", 18123, "Qwen3-8B")
+    assert argv == [
+        PY, "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-8B", "--served-model-name", "Qwen3-8B",
+        "--host", "127.0.0.1", "--port", "18123", "--device", "cuda", "--dtype", "bfloat16",
+        "--context-length", "8192", "--enable-metrics", "--tokenizer-path", "Qwen/Qwen3-8B-tok", "--tp-size", "2",
+        "--dp-size", "2", "--mem-fraction-static", "0.85", "--attention-backend", "fa3",
+        "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled",
+        "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "z-lab/Qwen3-8B-DFlash-b16",
+        "--speculative-num-draft-tokens", "8",                     # the block: K = 7 drafts after the anchor
+        "--speculative-draft-attention-backend", "triton", "--speculative-draft-window-size", "2048",
+        "--max-running-requests", "64"]
+    base = next(c.spec for c in grid.servers.values() if c.is_baseline)
+    assert not [a for a in sglang.build_argv(PY, base, "h", 1, "m") if a.startswith("--speculative")]
+    # every flag the backend passes is one server.extra_args may not set (config.SPEC_FLAGS["sglang"])
+    passed = {a for a in argv[3:-2] if a.startswith("--")}
+    assert [flag for flag in sorted(passed) if not _spec_flag_fix("sglang", flag)] == []
+    assert _spec_flag_fix("sglang", "--max-running-requests") is None
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["kernel=flash_attn_graphs"], "kernel.compilation_level=3 is vLLM's compilation mode"),
+    (["pair=tiny-ngram"], "pair.method=ngram: the sglang backend runs DFlash drafters"),
+    (["+pair.speculative_extra.draft_tensor_parallel_size=1"], "keys ['draft_tensor_parallel_size'] are not SGLang"),
+])
+def test_argv_refuses_what_sglang_would_not_run_as_recorded(overrides, message):
+    from specsweep.errors import ServerError
+
+    grid = expand(compose_jobs(["results_dir=results", *SGLANG, "sweep.num_speculative_tokens=3", *overrides]))
+    spec = next(c.spec for c in grid.servers.values() if not c.is_baseline)
+    with pytest.raises(ServerError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        sglang.build_argv(PY, spec, "h", 1, "m")
+
+
+def test_sglang_cells_are_named_apart_from_vllm_cells_of_the_same_pair():
+    vllm_ids = set(expand(compose_jobs(["results_dir=results", "server=vllm_gpu"])).servers)
+    grid, base, spec = cells()
+    assert base.startswith("base-sglang-target-") and spec.startswith("tiny-sglang-dflash-k3-")
+    assert not vllm_ids & set(grid.servers)
+
+
+# the figures -----------------------------------------------------------------------------------------
+def row(ok=True, tokens=8, spec=None):
+    return {"ok": ok, "completion_tokens": tokens, "spec": spec}
+
+
+def details(verify, correct, hist, k=3):
+    return {"spec_verify_ct": verify, "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": verify * k,
+            "spec_correct_drafts_histogram": hist, "spec_accept_length": 0.0, "spec_accept_rate": 0.0}
+
+
+def test_acceptance_is_the_sum_of_the_requests_own_stats():
+    rows = [row(spec=details(3, 5, [1, 0, 1, 1])), row(spec=details(2, 1, [1, 1])),
+            row(ok=False, spec=details(9, 9, [0, 0, 0, 9])),     # a failed request counts nowhere
+            row(tokens=1)]                                         # one token: the prefill's, no verify step
+    fig = sglang.acceptance(rows, 3)
+    assert fig["spec_decode"] == {
+        "num_drafts": 5, "num_draft_tokens": 15, "num_accepted_tokens": 6, "mean_acceptance_length": 1 + 6 / 5,
+        "acceptance_rate": 6 / 15, "per_position_acceptance": [3 / 5, 2 / 5, 1 / 5],
+        "acceptance_length_histogram": [2, 1, 1, 1]}
+    assert fig["spec_decode_source"] == "per-request sums (SGLang has no counters)"
+    assert fig["spec_request_sums"] == {"drafts": 5, "draft_tokens": 15, "accepted": 6,
+                                        "per_pos": {0: 3.0, 1: 2.0, 2: 1.0}}
+    assert fig["spec_requests_without_details"] == 0
+    assert sglang.acceptance([row()], 3)["spec_requests_without_details"] == 1
+
+
+def test_verify_calls_are_read_for_the_served_model_only():
+    text = ('# TYPE sglang:spec_verify_calls_total counter\n'
+            'sglang:spec_verify_calls_total{engine_type="unified",model_name="target"} 12.0\n'
+            'sglang:spec_verify_calls_total{engine_type="unified",model_name="other"} 5.0\n')
+    assert sglang.verify_calls(text, "target") == 12.0
+
+
+# a server cell end to end, against the stand-in ------------------------------------------------------
+@pytest.fixture
+def fake(tmp_path, lock_dir, monkeypatch):
+    """A grid whose SGLang is the stand-in, one GPU to claim, and its dataset written."""
+    monkeypatch.setenv("SPECSWEEP_GPUS", "0")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+    def make(*overrides):
+        grid, base, spec = cells(f"+server.env.PYTHONPATH={FAKE}",
+                                 "server.port_range=[18900,18999]", "server.ready_timeout_s=60",
+                                 "server.stop_grace_s=5", "server.request_timeout_s=30", "dataset.num_prompts=5",
+                                 "sweep.max_tokens=8", "sweep.concurrency=[2]", "sweep.warmup=1", *overrides,
+                                 results=str(tmp_path / "results"))
+        bench = next(iter(grid.benches[spec].values())).spec
+        materialise(bench["dataset"], grid.dataset_file(bench["dataset"]))
+        return grid, base, spec
+    return make
+
+
+def test_a_server_cell_runs_end_to_end_against_the_stand_in(fake, tmp_path):
+    grid, base, spec = fake()
+    for sid in (base, spec):
+        runner.run_server_cell(grid, sid, tmp_path / f"{sid}.done", progress=False)
+    [bid] = grid.benches[spec]
+    out = grid.bench_dir(spec, bid)
+    assert (out / "config.yaml").exists() and yaml.safe_load((out / "config.yaml").read_text())["server_cell"] == spec
+    rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert len(rows) == 5 and all(r["ok"] and r["completion_tokens"] == 8 for r in rows)
+    # the stand-in's script for 8 tokens at K = 3: prefill 1, then steps accepting 3, 1, 0 drafts (+ bonus each)
+    for r in rows:
+        assert r["spec"] == {"spec_accept_rate": 4 / 9, "spec_accept_length": 8 / 3, "spec_cap_length": 0.0,
+                             "spec_block_accept_length": 0.0, "spec_num_correct_drafts": 4,
+                             "spec_num_proposed_drafts": 9, "spec_verify_ct": 3,
+                             "spec_correct_drafts_histogram": [1, 1, 0, 1], "spec_cap_lens_histogram": []}
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["spec_decode"] == {"num_drafts": 15, "num_draft_tokens": 45, "num_accepted_tokens": 20,
+                                "mean_acceptance_length": 1 + 20 / 15, "acceptance_rate": 20 / 45,
+                                "per_position_acceptance": [2 / 3, 1 / 3, 1 / 3],
+                                "acceptance_length_histogram": [5, 5, 0, 5]}
+    assert m["spec_decode_source"] == "per-request sums (SGLang has no counters)"
+    assert m["spec_verify_calls_delta"] == 15          # /metrics agrees; the warm-up request is not in it
+    assert (m["backend"], m["sglang_version"], m["server_python"]) == ("sglang", "0.5.23", PY)
+    assert m["sglang_resolved"]["speculative_num_draft_tokens"] == 4
+    assert m["sglang_resolved"]["speculative_draft_attention_backend"] == "fa3"
+    assert m["valid"] and m["requests_completed"] == 5 and m["baseline_cell"] == base
+    assert m["greedy_agreement"] == 1.0 and m["speedup_output_tok_s"] > 0
+
+    bm = json.loads(grid.metrics_path(base, bid).read_text())
+    assert bm["spec_decode"] is None and bm["backend"] == "sglang"
+    server = json.loads((grid.server_dir(spec) / "logs" / "server.json").read_text())
+    assert server["argv"][:3] == [PY, "-m", "sglang.launch_server"] and server["cuda_visible_devices"] == "0"
+    assert "stopped_at" in server and port_is_free("127.0.0.1", server["port"])
+    assert "[stand-in sglang 0.5.23] serving target" in Path(server["log"]).read_text()
+    assert (tmp_path / f"{spec}.done").exists()
+
+
+def test_a_speculative_cell_without_spec_details_fails_rather_than_report_none(fake, tmp_path, monkeypatch):
+    monkeypatch.setattr(sglang, "SPEC_REQUEST", {"return_spec_tokens_details": False})   # as an older SGLang answers
+    grid, _, spec = fake()
+    with pytest.raises(CellError, match="no finished request carried sglext.spec_tokens_details"):
+        runner.run_server_cell(grid, spec, tmp_path / "x.done", progress=False)
+    [bid] = grid.benches[spec]
+    assert json.loads((grid.bench_dir(spec, bid) / "failed.json").read_text())["requests_kept"] == 5
+    assert not grid.metrics_path(spec, bid).exists()
+
+
+def test_dflash_on_cpu_fails_the_cell_with_sglangs_own_reason(fake, tmp_path):
+    grid, _, spec = fake("server.device=cpu")
+    with pytest.raises(CellError) as e:
+        runner.run_server_cell(grid, spec, tmp_path / "x.done", progress=False)
+    assert "SGLang exited with code 1 before it was ready" in str(e.value)
+    assert "DFLASH speculative decoding is not supported by StandInPlatform on device 'cpu'" in str(e.value)
+    assert not grid.metrics_path(spec, next(iter(grid.benches[spec]))).exists()
+
+
+# preflight -------------------------------------------------------------------------------------------
+def fake_install(tmp_path, version, dflash=True):
+    """A site dir holding an `sglang` distribution: metadata, its launcher, and (or not) the DFLASH worker."""
+    site = tmp_path / f"sglang-{version}"
+    (site / f"sglang-{version}.dist-info").mkdir(parents=True)
+    (site / f"sglang-{version}.dist-info" / "METADATA").write_text(f"Name: sglang\nVersion: {version}\n")
+    (site / "sglang" / "srt" / "speculative").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("raise ImportError('the probe must not import sglang')\n")
+    (site / "sglang" / "launch_server.py").write_text("")
+    if dflash:
+        (site / "sglang" / "srt" / "speculative" / "dflash_worker_v2.py").write_text("")
+    return site
+
+
+def env_for(cfg, monkeypatch, site=None, gpus=()):
+    if site is not None:
+        monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.setenv("SPECSWEEP_GPUS", json.dumps(list(gpus)))
+    return preflight.environment(cfg["server"])
+
+
+def test_server_python_is_required():
+    with pytest.raises(ConfigError, match=r"^config: server.python is required: set it"):
+        compose_jobs(["server=sglang"])
+    cfg = job("server.python=null")
+    c = preflight.check_sglang_server(cfg, preflight.environment(cfg["server"]))
+    assert (c.status, c.message) == ("fail", "server.python is not set: SGLang runs in its own environment; set "
+                                             "server.python to that environment's Python, e.g. "
+                                             "server.python=/opt/sglang/bin/python")
+    cfg = job("server.python=/nonexistent/bin/python")
+    c = preflight.check_sglang_server(cfg, preflight.environment(cfg["server"]))
+    assert c.status == "fail" and c.message.startswith("server.python '/nonexistent/bin/python' does not exist")
+
+
+def test_a_python_without_sglang(monkeypatch):
+    cfg = job()
+    env = env_for(cfg, monkeypatch)
+    c = preflight.check_sglang_server(cfg, env)
+    assert (c.status, c.message) == ("fail", f"no SGLang under {env['server_env']['executable']}: pip install "
+                                             "sglang==0.5.23 in that environment, or point server.python at the "
+                                             "Python that has it")
+    assert preflight.check_sglang_dflash(cfg, env).status == "fail"
+
+
+def test_an_sglang_without_dflash(tmp_path, monkeypatch):
+    cfg = job()
+    env = env_for(cfg, monkeypatch, fake_install(tmp_path, "0.4.6", dflash=False))
+    assert env["server_env"]["sglang"] == "0.4.6" and env["sglang_python"] == PY
+    c = preflight.check_sglang_dflash(cfg, env)
+    assert (c.status, c.message) == ("fail", "SGLang 0.4.6 has no DFLASH (sglang/srt/speculative/dflash_worker_v2.py "
+                                             "is missing): upgrade SGLang to 0.5.23 in the server environment, or "
+                                             "choose pair.method=none")
+    c = preflight.check_sglang_server(cfg, env)
+    assert c.status == "warn" and "older than 0.5.23" in c.message
+    assert preflight.check_sglang_dflash(job("sweep.baseline=true", "pair.method=none"), env).status == "pass"
+
+
+def test_sglang_with_dflash_passes_every_sglang_check(tmp_path, monkeypatch):
+    cfg = job()
+    hopper = {"index": "0", "compute_capability": "9.0"}
+    env = env_for(cfg, monkeypatch, fake_install(tmp_path, "0.5.23"), gpus=[hopper])
+    results = {c.name: c for c in preflight.run_checks([cfg], env)}
+    for name in ("sglang_server", "sglang_dflash", "sglang_device", "sglang_kernel", "parallel_layout"):
+        assert results[name].status == "pass", results[name]
+    assert "vllm_executable" not in results and "attention_backend" not in results
+
+
+def test_cpu_device_is_refused():
+    c = preflight.check_sglang_device(job("server.device=cpu"), {})
+    assert (c.status, c.message) == ("fail", "server.device=cpu: SGLang 0.5.23 refuses DFLASH on CPU "
+                                             "(speculative_hook.py takes cuda, npu or xpu) and has no supported CPU "
+                                             "server: set server.device=cuda and run on a GPU host")
+
+
+@pytest.mark.parametrize("overrides, gpus, status, message", [
+    (["kernel=cpu"], [], "warn", "kernel.attention_backend is unset (kernel=cpu): SGLang picks one"),
+    (["kernel=flash_attn_eager"], [], "fail", "kernel.compilation_level=0 is vLLM's compilation mode"),
+    (["kernel.attention_backend=FLASH_ATTN"], [], "fail", "kernel.attention_backend=FLASH_ATTN is not an SGLang"),
+    ([], [{"index": "1", "compute_capability": "10.0"}], "fail", "SGLang's fa3 needs sm_80 to sm_90, but GPU 1 is "
+                                                                 "sm_100"),
+    (["kernel.attention_backend=flashinfer"], [{"index": "1", "compute_capability": "10.0"}], "pass", "flashinfer"),
+])
+def test_sglang_kernel_names(overrides, gpus, status, message):
+    c = preflight.check_sglang_kernel(job(*overrides), {"gpus": gpus})
+    assert c.status == status and message in c.message, c
+
+
+def test_pair_options_and_concurrency_against_dflash(tmp_path, monkeypatch):
+    env = env_for(job(), monkeypatch, fake_install(tmp_path, "0.5.23"))
+    c = preflight.check_sglang_dflash(job("+pair.speculative_extra.draft_tensor_parallel_size=1"), env)
+    assert c.status == "fail" and "keys ['draft_tensor_parallel_size'] are not SGLang DFLASH options" in c.message
+    c = preflight.check_sglang_dflash(job("+pair.speculative_extra.draft_attention_backend=torch_native"), env)
+    assert c.status == "fail" and "would fall back to another" in c.message
+    c = preflight.check_sglang_dflash(job("sweep.concurrency=[4,64]"), env)
+    assert c.status == "warn" and "--max-running-requests" in c.message
+    ok = job("sweep.concurrency=[64]", "server.extra_args=" + json.dumps(["--max-running-requests", "64"]))
+    assert preflight.check_sglang_dflash(ok, env).status == "pass"
