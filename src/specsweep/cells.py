@@ -71,6 +71,11 @@ class ServerCell:
         return f"{_slug(self.pair['name'])}{tag}-{self.spec['method']}-k{self.spec['num_speculative_tokens']}-{h}"
 
     @property
+    def served_name(self) -> str:
+        """The name a server serves the target under: its directory's or hub repo's last part."""
+        return Path(self.spec["target"].rstrip("/")).name
+
+    @property
     def is_baseline(self) -> bool:
         return self.spec["method"] == "none"
 

@@ -55,16 +55,22 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
+def listeners(port: int) -> set[int]:
+    """The pids this user can see listening on a TCP port."""
+    try:
+        return {c.pid for c in psutil.net_connections("tcp")
+                if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid}
+    except (psutil.Error, OSError):
+        return set()
+
+
 def port_owner(port: int) -> str:
     """Who listens on a port, when this user can see it."""
-
-    try:
-        for conn in psutil.net_connections("tcp"):
-            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
-                proc = psutil.Process(conn.pid)
-                return f"pid {conn.pid} ({' '.join(proc.cmdline()[:3])})"
-    except (psutil.Error, OSError):
-        pass
+    for pid in sorted(listeners(port)):
+        try:
+            return f"pid {pid} ({' '.join(psutil.Process(pid).cmdline()[:3])})"
+        except psutil.Error:
+            continue
     return "another process"
 
 

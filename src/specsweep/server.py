@@ -18,7 +18,7 @@ from typing import Callable
 import httpx
 import psutil
 
-from .claims import Claim, claim_gpus, claim_port, gpu_inventory, port_is_free, port_owner
+from .claims import Claim, claim_gpus, claim_port, gpu_inventory, listeners, port_is_free, port_owner
 from .errors import ServerError
 from .progress import progress_bar
 from .results import atomic_write_json, tail
@@ -94,6 +94,7 @@ class Server:
                         raise ServerError(f"{self.kind} exited with code {self.proc.returncode} before it was ready; "
                                           f"log {self.log_path}, last lines:\n{self.log_tail()}")
                     if self._answers(http):
+                        self._check_listener_is_ours()
                         return
                     time.sleep(0.25)
                     now = time.monotonic()
@@ -112,6 +113,15 @@ class Server:
         except (httpx.HTTPError, ValueError):
             return False
         return any(m.get("id") == self.served_name for m in models.get("data", []))
+
+    def _check_listener_is_ours(self) -> None:
+        """A server binding with SO_REUSEPORT (vLLM does) can share a port with another one started at the
+        same moment; then requests would reach either. Ready means the port is ours alone."""
+        foreign = sorted(pid for pid in listeners(self.port) if not in_group(pid, self.info["pgid"]))
+        if foreign:
+            raise ServerError(f"port {self.port} is also served by pid {', '.join(map(str, foreign))}, not started by "
+                              f"this job, so requests could reach either: stop it, or give this study another "
+                              f"server.port_range")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -166,6 +176,13 @@ def stop_group(pgid: int, proc: subprocess.Popen | None, grace_s: float) -> None
         return
     if proc is not None:
         proc.wait(timeout=30)
+
+
+def in_group(pid: int, pgid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pgid
+    except ProcessLookupError:
+        return False
 
 
 def group_alive(pgid: int) -> bool:

@@ -80,10 +80,6 @@ def probe(python: str) -> dict:
         return {"executable": None, "error": f"could not run {python}"}
 
 
-def served_name(spec: dict) -> str:
-    return Path(spec["target"].rstrip("/")).name
-
-
 def build_argv(python: str, spec: dict, host: str, port: int, name: str) -> list[str]:
     """The launch argv; config.SPEC_FLAGS["sglang"] refuses each of these flags in server.extra_args.
 
@@ -131,7 +127,7 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> Server:
     """The SGLang server of a server cell, not started yet."""
     cell = grid.servers[sid]
     python = server_python(cell.run)
-    name = served_name(cell.spec)
+    name = cell.served_name
     return Server(lambda port: build_argv(python, cell.spec, cell.run["host"], port, name), cell.run,
                   log_dir or grid.server_dir(sid) / "logs", env=cell.spec["server"]["env"], gpus_needed=cell.gpus,
                   served_name=name, kind="SGLang", record={"python": python})

@@ -15,17 +15,13 @@ from ..cells import Grid
 from ..server import Server
 
 
-def served_name(spec: dict) -> str:
-    return Path(spec["target"].rstrip("/")).name
-
-
 def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> Server:
     """The `vllm serve` process of a server cell, not started yet."""
     cell = grid.servers[sid]
     command = vllm_cmd.server_command(cell.run)
     python = vllm_cmd.interpreter_of(command)
     version = (vllm_cmd.probe_python(python).get("vllm") if python else None) or "unknown"
-    name = served_name(cell.spec)
+    name = cell.served_name
     return Server(lambda port: vllm_cmd.build_argv(command, cell.spec, cell.run["host"], port, name), cell.run,
                   log_dir or grid.server_dir(sid) / "logs", env=cell.spec["server"]["env"], gpus_needed=cell.gpus,
                   served_name=name, kind="vLLM", record={"python": python, "vllm_version": version})
