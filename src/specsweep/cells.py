@@ -127,8 +127,8 @@ class Grid:
         return self.server_dir(sid) / "runs" / f"{todo}.done"
 
     def cells_done(self, sid: str) -> Path:
-        """A record that every bench cell of a server cell is finished; named after that set of cells."""
-        return self.server_dir(sid) / f"cells-{stable_hash(sorted(self.benches[sid]))[:12]}.json"
+        """A marker that every bench cell of a server cell is finished; named after that set of cells."""
+        return self.server_dir(sid) / f"cells-{stable_hash(sorted(self.benches[sid]))[:12]}.done"
 
     def subset(self, *sids: str) -> "Grid":
         """The part of the grid a job needs: some server cells, their baselines, and their bench cells."""

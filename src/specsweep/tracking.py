@@ -5,7 +5,9 @@ Idempotent: a child run is keyed by its cell id (a tag), so re-ingesting never d
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from .cells import Grid
@@ -22,7 +24,37 @@ KIND_TAG = "specsweep.kind"
 
 def tracking_uri(grid: Grid, study: str) -> str:
     uri = grid.tracking[study]["uri"]
-    return uri or f"sqlite:///{(grid.results_dir / 'mlflow.db').resolve()}"
+    return uri or f"sqlite:///{default_store(grid)}"
+
+
+def default_store(grid: Grid) -> Path:
+    return (grid.results_dir / "mlflow.db").resolve()
+
+
+def create_store_in_memory(db: Path, shm: Path = Path("/dev/shm")) -> None:
+    """Create a new default store in tmpfs and link it into place, whole or not at all.
+
+    MLflow creates a SQLite store by running each schema migration in its own transaction, and SQLite syncs
+    every commit to disk: on the 2-core machine that took 7.6 s on disk and 2.0 s in /dev/shm.
+    """
+    if db.exists() or not shm.is_dir():
+        return
+    from mlflow.tracking import MlflowClient
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=shm, prefix="specsweep-mlflow-") as tmp:
+        MlflowClient(tracking_uri=f"sqlite:///{tmp}/mlflow.db").search_experiments()
+        staged = db.with_name(f".{db.name}.{os.getpid()}.tmp")
+        try:
+            with open(staged, "xb") as out, open(f"{tmp}/mlflow.db", "rb") as src:
+                shutil.copyfileobj(src, out)
+                out.flush()
+                os.fsync(out.fileno())
+            os.link(staged, db)          # never over a store another ingest created meanwhile
+        except FileExistsError:
+            pass                         # that store is used; MLflow creates one itself if none is left
+        finally:
+            staged.unlink(missing_ok=True)
 
 
 def marker(grid: Grid, study: str) -> str:
@@ -68,6 +100,8 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
 
     uri = tracking_uri(grid, study)
     try:
+        if not grid.tracking[study]["uri"]:
+            create_store_in_memory(default_store(grid))
         client = MlflowClient(tracking_uri=uri)
         name = grid.tracking[study]["experiment"]
         exp = client.get_experiment_by_name(name)

