@@ -53,9 +53,11 @@ def lock_dir(tmp_path, monkeypatch):
 
 
 def snakemake_argv(workdir, results, *overrides, study="t", extra=()):
-    """`snakemake --cores 2` on this repo's workflow, with Hydra overrides passed as its users pass them."""
+    """`snakemake --cores 2` on this repo's workflow, with Hydra overrides passed as its users pass them. One
+    repeat per bench cell unless a test asks for more: the default sweep's ten are for verdicts, not wiring."""
     return [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--cores", "2", *extra,
-            "--config", f"study={study}", f"results_dir={results}", "overrides=" + " ".join(overrides)]
+            "--config", f"study={study}", f"results_dir={results}",
+            "overrides=" + " ".join(["sweep.repeats=1", *overrides])]
 
 
 def prebuilt_pair(tiny_results) -> list[str]:
