@@ -54,7 +54,7 @@ def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(t
     with srv:
         assert srv.alive() and srv.info["pgid"] == srv.info["pid"]
         assert "--speculative-config" in srv.info["argv"]
-        settings = ChatSettings(srv.served_name, 24, 0.0, 0, False, 60)
+        settings = ChatSettings(srv.served_name, 24, 0.0, 0, False, 60, spec_field=vllm.SPEC_FIELD)
         prompts = [["Ada has 3 pens. Ada gets 2 more. How many pens does Ada have now?"],
                    ["Ben has 9 coins. Ben gives away 4. How many coins does Ben have now?"]] * 3   # as trained
         rows, fig = asyncio.run(vllm.measure(srv.url, prompts, settings, 2, warmup=0, progress=False))
@@ -101,7 +101,8 @@ def test_ngram_cell_per_request_figures_equal_the_counters_and_ignore_eos_decode
 
     grid = expand(compose_jobs([f"results_dir={tiny_results}", "study=perreq", "pair=tiny-ngram",
                                 "sweep.num_speculative_tokens=3", "sweep.baseline=false", "sweep.ignore_eos=true",
-                                "sweep.max_tokens=32", "sweep.warmup=2", "dataset.num_prompts=8"]))
+                                "sweep.max_tokens=32", "sweep.warmup=2", "dataset.num_prompts=8",
+                                "sweep.repeats=1"]))
     [sid], [(bid, bench)] = grid.servers, grid.benches[next(iter(grid.servers))].items()
     materialise(bench.spec["dataset"], grid.dataset_file(bench.spec["dataset"]))
     with vllm.open_session(grid, sid, progress=False) as session:
