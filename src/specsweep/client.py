@@ -49,6 +49,13 @@ class ChatSettings:
     ignore_eos: bool = False             # decode exactly max_tokens
 
 
+def settings_for(bench: dict, model: str, timeout_s: float, **server_fields) -> ChatSettings:
+    """A bench cell's request settings, as every server backend sends them."""
+    return ChatSettings(model=model, max_tokens=bench["max_tokens"], temperature=bench["temperature"],
+                        seed=bench["seed"], thinking=bench["thinking"], timeout_s=timeout_s,
+                        ignore_eos=bench.get("ignore_eos", False), **server_fields)
+
+
 def _payload(messages: list[dict], s: ChatSettings) -> dict:
     return {"model": s.model, "messages": messages, "max_tokens": s.max_tokens, "temperature": s.temperature,
             "seed": s.seed, "stream": True, "stream_options": {"include_usage": True},

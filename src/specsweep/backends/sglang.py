@@ -224,9 +224,7 @@ class SglangSession:
         return self.srv.log_tail()
 
     def measure(self, prompts: list[list[str]], bench: dict, progress: bool, desc: str) -> Measurement:
-        settings = client.ChatSettings(model=self.srv.served_name, max_tokens=bench["max_tokens"],
-                                       temperature=bench["temperature"], seed=bench["seed"],
-                                       thinking=bench["thinking"], timeout_s=self.run["request_timeout_s"],
+        settings = client.settings_for(bench, self.srv.served_name, self.run["request_timeout_s"],
                                        extra_body=SPEC_REQUEST if self.k else None, spec_field=SPEC_FIELD)
         rows, figures = asyncio.run(measure(self.srv.url, prompts, settings, bench["concurrency"], bench["warmup"],
                                             self.k, progress, desc))

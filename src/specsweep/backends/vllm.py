@@ -70,10 +70,8 @@ class VllmSession:
         return self.srv.log_tail()
 
     def measure(self, prompts: list[list[str]], bench: dict, progress: bool, desc: str) -> Measurement:
-        settings = client.ChatSettings(model=self.srv.served_name, max_tokens=bench["max_tokens"],
-                                       temperature=bench["temperature"], seed=bench["seed"],
-                                       thinking=bench["thinking"], timeout_s=self.run["request_timeout_s"],
-                                       ignore_eos=bench["ignore_eos"], spec_field=SPEC_FIELD)
+        settings = client.settings_for(bench, self.srv.served_name, self.run["request_timeout_s"],
+                                       spec_field=SPEC_FIELD)
         try:
             rows, figures = asyncio.run(measure(self.srv.url, prompts, settings, bench["concurrency"],
                                                 bench["warmup"], progress, desc))
