@@ -157,6 +157,20 @@ class Server:
         self.stop()
 
 
+class ServerSession:
+    """What every server backend's session shares: its running server, its run settings, and its log."""
+
+    def __init__(self, srv: Server, run: dict):
+        self.srv, self.run = srv, run
+        self.log_path = srv.log_path
+
+    def alive(self) -> bool:
+        return self.srv.alive()
+
+    def log_tail(self) -> str:
+        return self.srv.log_tail()
+
+
 def stop_group(pgid: int, proc: subprocess.Popen | None, grace_s: float) -> None:
     """Stop a process group we started: SIGTERM, wait, then SIGKILL whatever is left."""
     try:

@@ -23,7 +23,7 @@ from .. import client, metrics, promstats
 from ..bench_cell import Measurement
 from ..cells import Grid
 from ..errors import ServerError
-from ..server import Server
+from ..server import Server, ServerSession
 
 TESTED_VERSION = "0.5.23"
 SPEC_SOURCE = "per-request sums (SGLang has no counters)"
@@ -206,22 +206,15 @@ def resolved_settings(url: str) -> dict:
     return {"version": info.get("version"), **{key: info.get(key) for key in RESOLVED}}
 
 
-class SglangSession:
+class SglangSession(ServerSession):
     def __init__(self, srv: Server, spec: dict, run: dict):
-        self.srv, self.run = srv, run
-        self.log_path = srv.log_path
+        super().__init__(srv, run)
         self.k = spec["num_speculative_tokens"] if spec["method"] == "dflash" else 0
         self.resolved = resolved_settings(srv.url)
         block = self.resolved["speculative_num_draft_tokens"]
         if self.k and block != self.k + 1:
             raise ServerError(f"SGLang resolved speculative_num_draft_tokens={block}, not K + 1 = {self.k + 1}: "
                               f"the cell would record one block and run another; see {self.log_path}")
-
-    def alive(self) -> bool:
-        return self.srv.alive()
-
-    def log_tail(self) -> str:
-        return self.srv.log_tail()
 
     def measure(self, prompts: list[list[str]], bench: dict, progress: bool, desc: str) -> Measurement:
         settings = client.settings_for(bench, self.srv.served_name, self.run["request_timeout_s"],

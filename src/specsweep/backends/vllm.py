@@ -13,7 +13,7 @@ import httpx
 from .. import client, metrics, promstats, vllm_cmd
 from ..bench_cell import Measurement
 from ..cells import Grid
-from ..server import Server
+from ..server import Server, ServerSession
 
 
 def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> Server:
@@ -58,17 +58,7 @@ async def measure(url: str, prompts: list[list[str]], settings: client.ChatSetti
     return rows, figures
 
 
-class VllmSession:
-    def __init__(self, srv: Server, run: dict):
-        self.srv, self.run = srv, run
-        self.log_path = srv.log_path
-
-    def alive(self) -> bool:
-        return self.srv.alive()
-
-    def log_tail(self) -> str:
-        return self.srv.log_tail()
-
+class VllmSession(ServerSession):
     def measure(self, prompts: list[list[str]], bench: dict, progress: bool, desc: str) -> Measurement:
         settings = client.settings_for(bench, self.srv.served_name, self.run["request_timeout_s"],
                                        spec_field=SPEC_FIELD)
