@@ -76,3 +76,28 @@ def wait_for(predicate, timeout_s, what, interval_s=0.2):
             return value
         time.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def snakemake(workdir, *args, timeout=900):
+    return run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--cores", "2", *args],
+               timeout=timeout)
+
+
+SMOKE = ["study=smoke", "sweep=smoke", "dataset.num_prompts=4"]   # Hydra overrides
+
+
+def smk_config(results, *extra):
+    """The smoke study as `snakemake --config` takes it."""
+    return ["--config", "study=smoke", "sweep=smoke", f"results_dir={results}",
+            "overrides=" + " ".join(["dataset.num_prompts=4", *extra])]
+
+
+@pytest.fixture(scope="session")
+def smoke(tiny_results):
+    """The smoke study in the session's results, whose tiny pair the DAG has already built there. One per test
+    session: the workflow, SLURM and browser tests all read it (the SLURM and browser tests only read it)."""
+    work = tiny_results.parent / "work"
+    cfg = smk_config(tiny_results)
+    first = snakemake(work, *cfg)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    return work, cfg

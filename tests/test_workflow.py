@@ -4,33 +4,9 @@ import json
 
 import pytest
 
-from conftest import BIN, REPO, run
+from conftest import BIN, REPO, SMOKE, run, smk_config, snakemake
 
 pytestmark = pytest.mark.server
-
-
-def snakemake(workdir, *args, timeout=900):
-    return run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--cores", "2", *args],
-               timeout=timeout)
-
-
-SMOKE = ["study=smoke", "sweep=smoke", "dataset.num_prompts=4"]   # Hydra overrides
-
-
-def smk_config(results, *extra):
-    """The smoke study as `snakemake --config` takes it."""
-    return ["--config", "study=smoke", "sweep=smoke", f"results_dir={results}",
-            "overrides=" + " ".join(["dataset.num_prompts=4", *extra])]
-
-
-@pytest.fixture(scope="module")
-def smoke(tiny_results):
-    """The smoke study in the session's results, whose tiny pair the DAG has already built there."""
-    work = tiny_results.parent / "work"
-    cfg = smk_config(tiny_results)
-    first = snakemake(work, *cfg)
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    return work, cfg
 
 
 def test_smoke_study_writes_summary_plots_and_mlflow(smoke):
