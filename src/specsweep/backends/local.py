@@ -150,7 +150,9 @@ def open_session(grid: Grid, sid: str, progress: bool = True) -> Iterator[LocalS
     try:
         t0 = time.monotonic()
         pair = LocalPair(cell.spec)
-        print(f"[specsweep] {sid}: local engine, block {pair.block_size} on {pair.device}, "
+        where = f"{pair.device} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})" \
+            if pair.device == "cuda" else pair.device
+        print(f"[specsweep] {sid}: local engine, block {pair.block_size} on {where}, "
               f"loaded in {time.monotonic() - t0:.1f} s", flush=True)
         yield LocalSession(pair)
     finally:
