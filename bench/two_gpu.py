@@ -11,7 +11,8 @@ is sampled, so the file shows whether both GPUs were busy at once.
 
 `make` builds random weights shaped like Qwen3-8B and its b16 drafter on this host (bench/gpu_step.py's
 shapes), with the tiny tokenizer (random weights decode ids it lacks as nothing; timing is what counts).
-Writes OUT/two_gpu.json and OUT/results.tar.gz (every study's results, for ingest on a CPU machine).
+Writes OUT/two_gpu.json, OUT/results.tar.gz (every study's results, for ingest on a CPU machine) and
+OUT/logs.tar.gz (each Snakemake run's output and the nvidia-smi samples). RESULTS must not exist yet.
 """
 from __future__ import annotations
 
@@ -127,7 +128,10 @@ def main() -> None:
     ap.add_argument("--tokenizer", type=Path, help="tokenizer for a made pair (default: the tiny pair's)")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides shared by every study")
     args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    if args.results.exists():
+        raise SystemExit(f"{args.results} exists: give a fresh --results, so that every cell runs in this run")
+    logs = args.out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
     common = ["server=local_cuda", "kernel=local_graphs", "tracking=off", *args.overrides]
     report = {"overrides": common, "pairs": {}}
     pairs = dict(p.split("=", 1) for p in args.pair)
@@ -141,8 +145,8 @@ def main() -> None:
             path = Path(where)
         ks = "sweep.num_speculative_tokens=[3,7]" if name == "tiny" else "sweep.num_speculative_tokens=[7,15]"
         # one after the other first, so that side by side is never the one that found the page cache cold
-        seq = study(f"{name}-seq", name, path, 1, common + [ks], args.results, args.out)
-        par = study(f"{name}-par", name, path, 2, common + [ks], args.results, args.out)
+        seq = study(f"{name}-seq", name, path, 1, common + [ks], args.results, logs)
+        par = study(f"{name}-par", name, path, 2, common + [ks], args.results, logs)
         info.update(seq=seq, par=par, ratio_par_over_seq=round(par["wall_s"] / seq["wall_s"], 3))
         report["pairs"][name] = info
         print(json.dumps({name: {"seq_s": seq["wall_s"], "par_s": par["wall_s"],
@@ -150,8 +154,10 @@ def main() -> None:
     (args.out / "two_gpu.json").write_text(json.dumps(report, indent=1))
     with tarfile.open(args.out / "results.tar.gz", "w:gz") as tar:
         for d in sorted(args.results.iterdir()):
-            if d.name not in ("models", "pairs"):
-                tar.add(d, arcname=d.name)
+            tar.add(d, arcname=d.name)
+    with tarfile.open(args.out / "logs.tar.gz", "w:gz") as tar:
+        tar.add(logs, arcname="logs")
+    shutil.rmtree(logs)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,25 @@ def server_cells_of(study):
     return [sid for sid, cell in GRID.servers.items() if cell.study == study]
 
 
+RUN_MARKERS = {}
+
+
+def run_marker(sid):
+    """The server job this run asks of a server cell, or None when its cells are all finished: looked at once
+    per run. Each finished checkpoint makes Snakemake re-evaluate every server cell's inputs, also those whose
+    jobs are still running; a fresh look would name a running job's unfinished cells as a new job, and on a
+    GPU host it started (a second server for the same cell, on the other GPU: measured on two H200s)."""
+    if sid not in RUN_MARKERS:
+        RUN_MARKERS[sid] = GRID.run_marker(sid).stem if GRID.pending(sid) else None
+    return RUN_MARKERS[sid]
+
+
 def cell_metrics(wildcards):
     """The metrics.json of a server cell's bench cells. While any is unfinished, its server job (a checkpoint)
     is asked for first; once that has run, Snakemake re-evaluates this and gets the paths a finished grid gives."""
     sid = wildcards.server
-    if GRID.pending(sid):
-        checkpoints.serve_and_bench.get(study=wildcards.study, server=sid, todo=GRID.run_marker(sid).stem)
+    if run_marker(sid):
+        checkpoints.serve_and_bench.get(study=wildcards.study, server=sid, todo=run_marker(sid))
     return [str(GRID.metrics_path(sid, bid)) for bid in GRID.benches[sid]]
 
 
