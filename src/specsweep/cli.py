@@ -1,4 +1,4 @@
-"""`specsweep`: sweep (Hydra multirun into the Snakemake DAG), bench, cells, compare, doctor."""
+"""`specsweep`: sweep (Hydra multirun into the Snakemake DAG), bench, cells, compare, doctor, ingest."""
 from __future__ import annotations
 
 import argparse
@@ -55,6 +55,36 @@ def cmd_cells(args) -> int:
         for bid in grid.benches[sid]:
             state = "done" if grid.metrics_path(sid, bid).exists() else "todo"
             print(f"    {state}  {bid}")
+    return 0
+
+
+def cmd_ingest(args) -> int:
+    """Log finished studies into MLflow that ran elsewhere (a GPU host with tracking=off), copied here whole:
+    each bench cell's config.yaml holds the composed job it came from, so the grid is rebuilt from them."""
+    import yaml
+
+    from .cells import expand
+    from .tracking import ingest, marker
+
+    for study_dir in map(Path, args.study_dirs):
+        configs = sorted(study_dir.glob("*/*/config.yaml"))
+        if not configs:
+            raise ConfigError(f"{study_dir} holds no bench cells (*/*/config.yaml): give a results/<study> folder")
+        jobs = {}
+        for f in configs:
+            job = yaml.safe_load(f.read_text())["job_config"]
+            job.update(results_dir=str(study_dir.resolve().parent),
+                       tracking={"enabled": True, "uri": args.uri, "experiment": args.experiment})
+            jobs[json.dumps(job, sort_keys=True)] = job
+        grid = expand(list(jobs.values()))
+        [study] = grid.studies()
+        missing = [sid for sid in grid.servers if grid.pending(sid)]
+        files = [study_dir / "summary.csv", study_dir / "plots" / "done", study_dir / "env.json"]
+        if missing or not all(f.exists() for f in files):
+            raise ConfigError(f"{study_dir} is not a finished study ({', '.join(missing) or 'no summary'}): finish it "
+                              "with snakemake where it ran, then copy the whole results/<study> folder")
+        out = ingest(grid, study, str(files[0]), str(files[1].parent), str(files[2]), marker(grid, study))
+        print(f"specsweep: {study}: {json.dumps(out)}")
     return 0
 
 
@@ -230,6 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--timeout", type=float, default=120.0)
     b.add_argument("--out", default="results/bench")
     b.set_defaults(fn=cmd_bench)
+
+    ig = sub.add_parser("ingest", help="log finished studies copied from another host (tracking=off there) into MLflow")
+    ig.add_argument("study_dirs", nargs="+", help="results/<study> folders, copied whole")
+    ig.add_argument("--uri", default=None, help="an MLflow tracking URI (default: sqlite:///<results>/mlflow.db)")
+    ig.add_argument("--experiment", default="specsweep")
+    ig.set_defaults(fn=cmd_ingest)
 
     cm = sub.add_parser("compare", help="two studies or two bench cells side by side, with paired CIs and verdicts")
     cm.add_argument("a", help="results/<study>, or a bench cell directory")
