@@ -50,7 +50,7 @@ class Server:
     # names (SGLang: --config, as {"api-key": key}). Neither: no key (a stand-in that takes none).
     key_env: str | None = None
     key_config_flag: str | None = None
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)   # never printed
     port: int = 0
     url: str = ""
     proc: subprocess.Popen | None = None
