@@ -71,7 +71,8 @@ def cpu_seconds(procs: list[psutil.Process]) -> float:
 def measure(srv, procs, prompts, args) -> tuple[float, float, str | None, float | None]:
     """One pass: output tok/s, the server's CPU seconds per output token, (where the server sent per-request
     figures) how their sums differ from its counters, and the mean verify steps per request."""
-    settings = ChatSettings(srv.served_name, args.max_tokens, 0.0, 0, False, 120.0, ignore_eos=True)
+    settings = ChatSettings(srv.served_name, args.max_tokens, 0.0, 0, False, 120.0, ignore_eos=True,
+                            api_key=srv.api_key)
     cpu0 = cpu_seconds(procs)
     rows, fig = asyncio.run(vllm.measure(srv.url, prompts, settings, args.concurrency, warmup=0, progress=False))
     cpu = cpu_seconds(procs) - cpu0

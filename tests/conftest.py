@@ -52,6 +52,25 @@ def lock_dir(tmp_path, monkeypatch):
     return tmp_path / "locks"
 
 
+@pytest.fixture
+def issued_keys(monkeypatch) -> list[str]:
+    """Every API key a server launch makes in this test, in order (still random), so a test can look for them."""
+    import specsweep.server as server
+
+    keys, new = [], server.new_api_key
+
+    def recorded():
+        keys.append(new())
+        return keys[-1]
+    monkeypatch.setattr(server, "new_api_key", recorded)
+    return keys
+
+
+def files_holding(root: Path, text: str) -> list[Path]:
+    """The files under root whose bytes contain text."""
+    return [f for f in root.rglob("*") if f.is_file() and text.encode() in f.read_bytes()]
+
+
 def snakemake_argv(workdir, results, *overrides, study="t", extra=()):
     """`snakemake --cores 2` on this repo's workflow, with Hydra overrides passed as its users pass them. One
     repeat per bench cell unless a test asks for more: the default sweep's ten are for verdicts, not wiring."""

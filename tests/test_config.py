@@ -119,6 +119,11 @@ SPECULATIVE = "use pair.method, sweep.num_speculative_tokens and pair.speculativ
     ("sglang", ["--dp-size", "2"], "--dp-size", "use server.data_parallel_size"),
     ("sglang", ["--port=30000"], "--port=30000", "use server.port"),
     ("sglang", ["--speculative-algorithm", "EAGLE"], "--speculative-algorithm", SPECULATIVE),
+    # the launch's own API key, and what could replace it or vLLM's guard (docs/backends.md#api-keys)
+    ("vllm", ["--api-key", "k"], "--api-key", "each launch gets a fresh random API key"),
+    ("vllm", ["--middleware=m.M"], "--middleware=m.M", "specsweep sets vLLM's middleware"),
+    ("sglang", ["--api-key=k"], "--api-key=k", "each launch gets a fresh random API key"),
+    ("sglang", ["--config", "c.yaml"], "--config", "a config file could set what the cell sets"),
 ])
 def test_extra_args_may_not_set_what_the_spec_sets(backend, args, item, fix):
     with pytest.raises(ConfigError) as e:

@@ -213,7 +213,8 @@ def test_concurrency_64_and_256_account_for_every_request(tiny_results, tmp_path
         for n in (64, 256):
             prompts = [r["turns"] for r in synthetic_rows(n, 0)]
             cpu0 = time.process_time()
-            rows, fig = asyncio.run(vllm.measure(srv.url, prompts, ChatSettings("target", 8, 0.0, 0, False, 300),
+            rows, fig = asyncio.run(vllm.measure(srv.url, prompts, ChatSettings("target", 8, 0.0, 0, False, 300,
+                                                                                api_key=srv.api_key),
                                                    concurrency=n, warmup=0, progress=False))
             cpu = time.process_time() - cpu0
             assert fig["requests_sent"] == n == fig["requests_completed"] + fig["requests_errored"]

@@ -4,6 +4,7 @@ import os
 import socket
 import time
 
+import httpx
 import numpy as np
 import pytest
 
@@ -15,6 +16,8 @@ from specsweep.client import ChatSettings
 from specsweep.config import compose_jobs
 from specsweep.errors import ServerError
 from specsweep.server import group_alive
+
+from conftest import files_holding
 
 
 def cell(results, *overrides, baseline=False):
@@ -48,14 +51,34 @@ def engine_acceptance(tiny_results, prompts, block_size, max_new_tokens) -> floa
     return sum(lengths) / len(lengths)
 
 
+def shared_node_guard(srv, issued_keys):
+    """The launch's fresh key reached vLLM through its environment (VLLM_API_KEY), not argv, and vLLM refuses
+    requests without it on every path; /health and /metrics stay open for readiness and scraping."""
+    [key] = issued_keys
+    assert srv.api_key == key and key not in " ".join(srv.info["argv"]) and srv.info["api_key_via"] == "VLLM_API_KEY"
+    body = {"model": srv.served_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    for headers in ({}, {"Authorization": "Bearer not-the-key"}):
+        refused = httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers=headers, timeout=30)
+        assert (refused.status_code, refused.json()) == (401, {"error": "Unauthorized"})
+        assert httpx.get(f"{srv.url}/v1/models", headers=headers, timeout=30).status_code == 401
+        # vLLM's own check leaves these open; /invocations would run the request (specsweep.vllm_guard)
+        for path in ("/invocations", "/tokenize"):
+            assert httpx.post(f"{srv.url}{path}", json=body, headers=headers, timeout=30).status_code == 401
+    assert httpx.get(f"{srv.url}/health", timeout=30).status_code == 200
+    assert "vllm:" in httpx.get(f"{srv.url}/metrics", timeout=30).text
+
+
 @pytest.mark.server
-def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(tiny_results, tmp_path, lock_dir):
+def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(tiny_results, tmp_path, lock_dir,
+                                                                              issued_keys):
     c = cell(tiny_results, "sweep.num_speculative_tokens=3", "+server.env.VLLM_LOG_STATS_INTERVAL=1")
     srv = start(c, tmp_path / "logs")
     with srv:
         assert srv.alive() and srv.info["pgid"] == srv.info["pid"]
         assert "--speculative-config" in srv.info["argv"]
-        settings = ChatSettings(srv.served_name, 24, 0.0, 0, False, 60, spec_field=vllm.SPEC_FIELD)
+        shared_node_guard(srv, issued_keys)
+        settings = ChatSettings(srv.served_name, 24, 0.0, 0, False, 60, spec_field=vllm.SPEC_FIELD,
+                                api_key=srv.api_key)
         prompts = [["Ada has 3 pens. Ada gets 2 more. How many pens does Ada have now?"],
                    ["Ben has 9 coins. Ben gives away 4. How many coins does Ben have now?"]] * 3   # as trained
         rows, fig = asyncio.run(vllm.measure(srv.url, prompts, settings, 2, warmup=0, progress=False))
@@ -87,6 +110,7 @@ def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(t
     print(f"\nDFlash K=3: token-weighted {per_request['mean_acceptance_length']:.4f}, per prompt "
           f"{per_request['mean_acceptance_length_per_prompt']:.4f}, output lengths "
           f"{[r['completion_tokens'] for r in rows]}, steps {[r['spec']['num_spec_steps'] for r in rows]}")
+    assert files_holding(tmp_path, issued_keys[0]) == []        # not in the log nor in server.json
     # nothing left behind: the process group is gone and the port is free
     assert not group_alive(srv.info["pgid"]) and port_is_free("127.0.0.1", srv.port)
     assert srv.proc.returncode is not None

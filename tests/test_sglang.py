@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -19,6 +20,8 @@ from specsweep.claims import port_is_free
 from specsweep.config import ConfigError, _spec_flag_fix, compose_jobs
 from specsweep.datasets import materialise
 from specsweep.errors import CellError
+
+from conftest import files_holding
 
 FAKE = Path(__file__).parent / "fake_sglang"
 PY = sys.executable
@@ -138,7 +141,7 @@ def fake(tmp_path, lock_dir, monkeypatch):
     return make
 
 
-def test_a_server_cell_runs_end_to_end_against_the_stand_in(fake, tmp_path):
+def test_a_server_cell_runs_end_to_end_against_the_stand_in(fake, tmp_path, issued_keys):
     grid, base, spec = fake()
     for sid in (base, spec):
         runner.run_server_cell(grid, sid, tmp_path / f"{sid}.done", progress=False)
@@ -175,6 +178,32 @@ def test_a_server_cell_runs_end_to_end_against_the_stand_in(fake, tmp_path):
     assert "stopped_at" in server and port_is_free("127.0.0.1", server["port"])
     assert "[stand-in sglang 0.5.23] serving target" in Path(server["log"]).read_text()
     assert (tmp_path / f"{spec}.done").exists()
+    # each launch had its own key, sent with every request, and written nowhere: not in the launch record, the
+    # logs, config.yaml or metrics.json (the stand-in's /server_info reports it; only RESOLVED keys are kept)
+    assert server["api_key_via"] == "--config" and len(set(issued_keys)) == 2
+    assert [files_holding(tmp_path, key) for key in issued_keys] == [[], []]
+
+
+def test_the_server_takes_its_fresh_key_from_a_private_file_and_refuses_requests_without_it(fake, tmp_path,
+                                                                                          issued_keys):
+    grid, _, spec = fake()
+    with sglang.server_for(grid, spec) as srv:
+        [key] = issued_keys
+        assert srv.api_key == key and key not in " ".join(srv.info["argv"])        # not in `ps`
+        key_file = Path(srv.info["argv"][srv.info["argv"].index("--config") + 1])
+        assert not key_file.exists()                          # read at start-up, then removed
+        for path in ("/v1/models", "/server_info"):
+            assert httpx.get(srv.url + path).status_code == 401
+            assert httpx.get(srv.url + path, headers={"Authorization": "Bearer not-the-key"}).status_code == 401
+            assert httpx.get(srv.url + path, headers=srv.auth).status_code == 200
+        refused = httpx.post(srv.url + "/v1/chat/completions", json={"model": srv.served_name, "stream": True,
+                                                                    "max_tokens": 4, "messages": []})
+        assert (refused.status_code, refused.json()) == (401, {"error": "Unauthorized"})
+        # readiness and scraping need no key, as in SGLang
+        assert httpx.get(srv.url + "/health").status_code == 200 and httpx.get(srv.url + "/metrics").status_code == 200
+    # a second launch gets another key
+    with sglang.server_for(grid, spec):
+        assert len(issued_keys) == 2 and issued_keys[0] != issued_keys[1]
 
 
 def test_a_speculative_cell_without_spec_details_fails_rather_than_report_none(fake, tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -18,7 +19,46 @@ import psutil
 
 from .errors import ServerError
 
-LOCK_DIR = Path(os.environ.get("SPECSWEEP_LOCK_DIR", Path(tempfile.gettempdir()) / "specsweep-locks"))
+
+def default_lock_dir() -> Path:
+    """Per user, so that another user on a shared node neither blocks nor reads ours: SPECSWEEP_LOCK_DIR, else
+    $XDG_RUNTIME_DIR/specsweep-locks (a per-user tmpfs where the login set one up), else the temp dir with the
+    uid in the name."""
+    if os.environ.get("SPECSWEEP_LOCK_DIR"):
+        return Path(os.environ["SPECSWEEP_LOCK_DIR"])
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):   # a SLURM job may inherit one that its node does not have
+        return Path(runtime) / "specsweep-locks"
+    return Path(tempfile.gettempdir()) / f"specsweep-locks-{os.getuid()}"
+
+
+LOCK_DIR = default_lock_dir()
+
+
+def lock_dir() -> Path:
+    """LOCK_DIR, created mode 0700, and refused (one line, with the fix) unless it is a real directory of ours
+    that only we can use: in a shared temp dir another user could have made it first, to see or hold our locks
+    (and the API-key files kept there)."""
+    path = LOCK_DIR
+    fix = "remove it, or set SPECSWEEP_LOCK_DIR to a directory of your own"
+    try:
+        path.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise ServerError(f"cannot create lock directory {path} ({e.strerror}): set SPECSWEEP_LOCK_DIR to a "
+                          "directory of your own") from None
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise ServerError(f"lock directory {path} is a symlink (to {os.readlink(path)}): {fix}")
+    if not stat.S_ISDIR(st.st_mode):
+        raise ServerError(f"lock directory {path} is not a directory: {fix}")
+    if st.st_uid != os.getuid():
+        raise ServerError(f"lock directory {path} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}): {fix}")
+    if st.st_mode & 0o077:
+        raise ServerError(f"lock directory {path} is open to other users (mode {stat.S_IMODE(st.st_mode):o}): "
+                          f"run `chmod 700 {path}`, or set SPECSWEEP_LOCK_DIR to a directory of your own")
+    return path
 
 
 @dataclass
@@ -35,8 +75,7 @@ class Claim:
 
 
 def try_claim(name: str) -> Claim | None:
-    LOCK_DIR.mkdir(parents=True, exist_ok=True)
-    fd = os.open(LOCK_DIR / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(lock_dir() / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -47,6 +47,7 @@ class ChatSettings:
     extra_body: dict | None = None       # a server's own request fields, merged into every payload
     spec_field: tuple[str, ...] = ()     # the key path at which a stream chunk carries the request's spec stats
     ignore_eos: bool = False             # decode exactly max_tokens
+    api_key: str | None = field(default=None, repr=False)   # sent as a Bearer token; never recorded
 
 
 def settings_for(bench: dict, model: str, timeout_s: float, **server_fields) -> ChatSettings:
@@ -179,7 +180,9 @@ async def run_requests(url: str, prompts: list[list[str]], s: ChatSettings, conc
     sem = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     bar = progress_bar(total=len(prompts), desc=desc, unit="prompt", disable=not progress)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(s.timeout_s, connect=10.0), limits=limits) as http:
+    headers = {"Authorization": f"Bearer {s.api_key}"} if s.api_key else {}
+    async with httpx.AsyncClient(timeout=httpx.Timeout(s.timeout_s, connect=10.0), limits=limits,
+                                 headers=headers) as http:
         t0 = time.perf_counter()
 
         async def one(i, turns):

@@ -139,6 +139,8 @@ _TP, _DP = "use server.tensor_parallel_size", "use server.data_parallel_size"
 _NAME = "drop it: specsweep names the served model itself (after the target)"
 _SGLANG_ATTENTION = "use kernel.attention_backend (e.g. kernel=sglang_fa3)"
 _GRAPHS = "use kernel.cuda_graphs"
+_KEY = "drop it: each launch gets a fresh random API key of its own (docs/backends.md#api-keys)"
+_CONFIG = "pass each option in server.extra_args instead: a config file could set what the cell sets, unchecked"
 
 # Per server backend, the flags a server cell's spec sets, and the per-request metrics level it records (the
 # launcher passes them from the config, and an extra_args copy, coming later, would win): each with the config
@@ -151,7 +153,8 @@ SPEC_FLAGS = {
              "--attention-backend": "use kernel.attention_backend (e.g. kernel=flash_attn_graphs)",
              "--enforce-eager": "use kernel.cuda_graphs", "--no-enforce-eager": "use kernel.cuda_graphs",
              "--compilation-config": "use kernel.compilation_level",
-             "--per-request-spec-decode-metrics": "use server.per_request_spec_metrics"},
+             "--per-request-spec-decode-metrics": "use server.per_request_spec_metrics",
+             "--api-key": _KEY, "--config": _CONFIG, "--middleware": "drop it: specsweep sets vLLM's middleware"},
     # backends/sglang.build_argv's flags, their aliases (--model, --tensor-parallel-size, --data-parallel-size),
     # and the spellings that would override them: per-phase attention backends win over --attention-backend,
     # and the CUDA graph switches over --cuda-graph-backend-* (SGLang 0.5.23's srt/arg_groups/fields/).
@@ -166,7 +169,8 @@ SPEC_FLAGS = {
                "--cuda-graph-backend-decode": _GRAPHS, "--cuda-graph-backend-prefill": _GRAPHS,
                "--cuda-graph-config": _GRAPHS, "--disable-cuda-graph": _GRAPHS,
                "--disable-decode-cuda-graph": _GRAPHS, "--disable-prefill-cuda-graph": _GRAPHS,
-               "--enable-metrics": "drop it: specsweep turns SGLang's metrics on itself"},
+               "--enable-metrics": "drop it: specsweep turns SGLang's metrics on itself",
+               "--api-key": _KEY, "--config": _CONFIG},
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import time
@@ -18,7 +19,7 @@ from typing import Callable
 import httpx
 import psutil
 
-from .claims import Claim, claim_gpus, claim_port, gpu_inventory, listeners, port_is_free, port_owner
+from .claims import Claim, claim_gpus, claim_port, gpu_inventory, listeners, lock_dir, port_is_free, port_owner
 from .errors import ServerError
 from .progress import progress_bar
 from .results import atomic_write_json, tail
@@ -28,6 +29,10 @@ from .results import atomic_write_json, tail
 # `env` config can still set any of them explicitly.
 JOB_THREAD_VARS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def new_api_key() -> str:
+    return secrets.token_urlsafe(32)
 
 
 @dataclass
@@ -40,12 +45,19 @@ class Server:
     served_name: str = "model"
     kind: str = "vLLM"                       # how messages name it
     record: dict = field(default_factory=dict)   # launch facts (its Python, versions) kept in server.json
+    # How the server takes the fresh API key each launch gets (never argv, which `ps` shows to every user): from
+    # this environment variable (vLLM: VLLM_API_KEY), or from a private JSON file (JSON is YAML) that this flag
+    # names (SGLang: --config, as {"api-key": key}). Neither: no key (a stand-in that takes none).
+    key_env: str | None = None
+    key_config_flag: str | None = None
+    api_key: str | None = field(default=None, repr=False)   # never printed
     port: int = 0
     url: str = ""
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
     info: dict = field(default_factory=dict)
     _claims: list[Claim] = field(default_factory=list)
+    _key_file: Path | None = None
 
     def start(self) -> None:
         note = reap_leftover(self.log_dir, self.run["stop_grace_s"], self.kind)
@@ -59,6 +71,7 @@ class Server:
         argv = self.argv_for(self.port)
         env = {k: v for k, v in os.environ.items() if k not in JOB_THREAD_VARS}
         env.update({k: str(v) for k, v in self.env.items()})
+        argv, env = self._hand_over_key(argv, env)
         # unbuffered: the log shows each request as it is served, and a killed server's last lines survive
         env.setdefault("PYTHONUNBUFFERED", "1")
         if gpu_ids:
@@ -72,10 +85,34 @@ class Server:
         self.info = {"pid": self.proc.pid, "pgid": os.getpgid(self.proc.pid), "argv": argv, "url": self.url,
                      "port": self.port, "log": str(self.log_path), "kind": self.kind, **self.record,
                      "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+                     "api_key_via": self.key_env or self.key_config_flag,   # how, never the key
                      # the kernel's own start time: what reap_leftover compares against, whatever the load
                      "started_at": psutil.Process(self.proc.pid).create_time(),
                      "orchestrator_pid": os.getpid()}
         atomic_write_json(self.log_dir / "server.json", self.info)
+
+    def _hand_over_key(self, argv: list[str], env: dict) -> tuple[list[str], dict]:
+        """A fresh random key for this launch, so nobody else on a shared node can send traffic into it."""
+        if not (self.key_env or self.key_config_flag):
+            return argv, env
+        self.api_key = new_api_key()
+        if self.key_env:
+            return argv, {**env, self.key_env: self.api_key}
+        self._key_file = lock_dir() / f"key-{os.getpid()}-{uuid.uuid4().hex}.yaml"
+        fd = os.open(self._key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps({"api-key": self.api_key}))
+        return argv + [self.key_config_flag, str(self._key_file)], env
+
+    def _drop_key_file(self) -> None:
+        if self._key_file is not None:
+            self._key_file.unlink(missing_ok=True)
+            self._key_file = None
+
+    @property
+    def auth(self) -> dict:
+        """The header every request but /health and /metrics needs."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def log_tail(self, n: int = 40) -> str:
         return tail(self.log_path, n) if self.log_path else ""
@@ -88,13 +125,14 @@ class Server:
                            disable=not progress)
         last = time.monotonic()
         try:
-            with httpx.Client(timeout=5.0) as http:
+            with httpx.Client(timeout=5.0, headers=self.auth) as http:
                 while time.monotonic() < deadline:
                     if self.proc.poll() is not None:
                         raise ServerError(f"{self.kind} exited with code {self.proc.returncode} before it was ready; "
                                           f"log {self.log_path}, last lines:\n{self.log_tail()}")
                     if self._answers(http):
                         self._check_listener_is_ours()
+                        self._drop_key_file()      # read at start-up; the key now lives only in memory
                         return
                     time.sleep(0.25)
                     now = time.monotonic()
@@ -140,6 +178,7 @@ class Server:
                 self.info["stopped_at"] = time.time()
                 atomic_write_json(self.log_dir / "server.json", self.info)
         finally:
+            self._drop_key_file()
             for claim in self._claims:
                 claim.release()
             self._claims = []

@@ -13,6 +13,17 @@ from pathlib import Path
 
 from .errors import ServerError
 
+# The middleware that refuses requests without the launch's API key on every path but /health and /metrics
+# (vllm_guard.py says why vLLM's own check is not enough), and the directory its server's Python imports it from.
+GUARD = "specsweep.vllm_guard.RequireKey"
+GUARD_PATH = str(Path(__file__).resolve().parent.parent)
+
+
+def guarded_env(env: dict) -> dict:
+    """A server's environment with the guard importable (before any PYTHONPATH the config or the caller sets)."""
+    rest = env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
+    return {**env, "PYTHONPATH": os.pathsep.join([GUARD_PATH, *([str(rest)] if rest else [])])}
+
 
 def server_command(run: dict) -> list[str]:
     """The argv prefix that runs vLLM's CLI in the configured environment."""
@@ -91,7 +102,7 @@ def build_argv(command: list[str], spec: dict, host: str, port: int, served_name
     refuses any but none without speculation)."""
     s, k = spec["server"], spec["kernel"]
     argv = command + ["serve", spec["target"], "--served-model-name", served_name,
-                      "--host", host, "--port", str(port),
+                      "--host", host, "--port", str(port), "--middleware", GUARD,
                       "--dtype", s["dtype"], "--max-model-len", str(s["max_model_len"])]
     if spec["tokenizer"] != spec["target"]:
         argv += ["--tokenizer", spec["tokenizer"]]

@@ -130,7 +130,7 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> Server:
     name = cell.served_name
     return Server(lambda port: build_argv(python, cell.spec, cell.run["host"], port, name), cell.run,
                   log_dir or grid.server_dir(sid) / "logs", env=cell.spec["server"]["env"], gpus_needed=cell.gpus,
-                  served_name=name, kind="SGLang", record={"python": python})
+                  served_name=name, kind="SGLang", key_config_flag="--config", record={"python": python})
 
 
 def acceptance(rows: list[dict], k: int) -> dict:
@@ -196,10 +196,10 @@ async def measure(url: str, prompts: list[list[str]], settings: client.ChatSetti
     return rows, figures
 
 
-def resolved_settings(url: str) -> dict:
-    """SGLang's version and the speculative settings it resolved, from /server_info."""
+def resolved_settings(url: str, headers: dict) -> dict:
+    """SGLang's version and the speculative settings it resolved, from /server_info (which its API key guards)."""
     try:
-        info = httpx.get(f"{url}/server_info", timeout=30).raise_for_status().json()
+        info = httpx.get(f"{url}/server_info", headers=headers, timeout=30).raise_for_status().json()
     except (httpx.HTTPError, ValueError) as e:
         raise ServerError(f"{url}/server_info did not answer ({type(e).__name__}): is server.python's SGLang "
                           f"{TESTED_VERSION} or later?") from None
@@ -210,7 +210,7 @@ class SglangSession(ServerSession):
     def __init__(self, srv: Server, spec: dict, run: dict):
         super().__init__(srv, run)
         self.k = spec["num_speculative_tokens"] if spec["method"] == "dflash" else 0
-        self.resolved = resolved_settings(srv.url)
+        self.resolved = resolved_settings(srv.url, srv.auth)
         block = self.resolved["speculative_num_draft_tokens"]
         if self.k and block != self.k + 1:
             raise ServerError(f"SGLang resolved speculative_num_draft_tokens={block}, not K + 1 = {self.k + 1}: "
@@ -218,7 +218,8 @@ class SglangSession(ServerSession):
 
     def measure(self, prompts: list[list[str]], bench: dict, progress: bool, desc: str) -> Measurement:
         settings = client.settings_for(bench, self.srv.served_name, self.run["request_timeout_s"],
-                                       extra_body=SPEC_REQUEST if self.k else None, spec_field=SPEC_FIELD)
+                                       extra_body=SPEC_REQUEST if self.k else None, spec_field=SPEC_FIELD,
+                                       api_key=self.srv.api_key)
         rows, figures = asyncio.run(measure(self.srv.url, prompts, settings, bench["concurrency"], bench["warmup"],
                                             self.k, progress, desc))
         failure = None

@@ -27,10 +27,10 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> Server:
     level = wanted if probe.get("per_request_spec_metrics") else "none"
     name = cell.served_name
     return Server(lambda port: vllm_cmd.build_argv(command, cell.spec, cell.run["host"], port, name, level), cell.run,
-                  log_dir or grid.server_dir(sid) / "logs", env=cell.spec["server"]["env"], gpus_needed=cell.gpus,
-                  served_name=name, kind="vLLM", record={"python": python, "vllm_version": version,
-                                                         "per_request_spec_metrics": level,
-                                                         "per_request_spec_metrics_wanted": wanted})
+                  log_dir or grid.server_dir(sid) / "logs", env=vllm_cmd.guarded_env(cell.spec["server"]["env"]),
+                  gpus_needed=cell.gpus, served_name=name, kind="vLLM", key_env="VLLM_API_KEY",
+                  record={"python": python, "vllm_version": version, "per_request_spec_metrics": level,
+                          "per_request_spec_metrics_wanted": wanted})
 
 
 # --per-request-spec-decode-metrics: each request's figures ride on its final (usage) chunk
@@ -61,7 +61,7 @@ async def measure(url: str, prompts: list[list[str]], settings: client.ChatSetti
 class VllmSession(ServerSession):
     def measure(self, prompts: list[list[str]], bench: dict, progress: bool, desc: str) -> Measurement:
         settings = client.settings_for(bench, self.srv.served_name, self.run["request_timeout_s"],
-                                       spec_field=SPEC_FIELD)
+                                       spec_field=SPEC_FIELD, api_key=self.srv.api_key)
         try:
             rows, figures = asyncio.run(measure(self.srv.url, prompts, settings, bench["concurrency"],
                                                 bench["warmup"], progress, desc))

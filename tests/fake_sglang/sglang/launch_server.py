@@ -6,6 +6,10 @@ so any Python runs it). It copies the parts of SGLang 0.5.23 that specsweep reli
   flag is an argparse error, as in SGLang;
 - DFLASH's argument handling (srt/arg_groups/speculative_hook.py, _handle_dflash): refused on a CPU device,
   a draft model required, max_running_requests 48 by default, the draft attention backend the target's;
+- --api-key, and --config: a YAML file whose keys become `--key value` ahead of the command line
+  (server_args_config_parser.py, ConfigArgumentMerger; the stand-in reads the JSON subset of YAML, which is what
+  specsweep writes). With a key, every path but /health*, /ready* and /metrics* needs `Authorization: Bearer
+  <key>` (or `x-api-key: <key>`), else 401 {"error": "Unauthorized"} (srt/utils/auth.py, decide_request_auth);
 - GET /health: 503 while starting, then 200 (srt/entrypoints/http_server.py, health_generate);
 - GET /v1/models: a ModelList of ModelCards (srt/entrypoints/openai/protocol.py);
 - GET /server_info: the resolved server args, flat, with `version` and `internal_states[i].avg_spec_accept_length`
@@ -67,7 +71,30 @@ def parse(argv):
     p.add_argument("--speculative-dflash-block-size", type=int)
     p.add_argument("--speculative-draft-attention-backend")
     p.add_argument("--speculative-draft-window-size", type=int)
-    return p.parse_args(argv)
+    p.add_argument("--api-key")
+    return p.parse_args(merge_config(argv))
+
+
+def merge_config(argv):
+    """ConfigArgumentMerger.merge_config_with_args: the file's options first, so the command line wins."""
+    if "--config" not in argv:
+        return argv
+    i = argv.index("--config")
+    path = argv[i + 1]
+    if not path.endswith((".yaml", ".yml")):
+        raise SystemExit(f"ValueError: Config file must be YAML format, got: {path}")
+    with open(path) as f:
+        config = json.load(f)
+    options = [a for key, value in config.items() for a in (f"--{key}", str(value))]
+    return options + argv[:i] + argv[i + 2:]
+
+
+def allowed(method: str, path: str, headers, api_key) -> bool:
+    """decide_request_auth for a NORMAL endpoint (the only level the stand-in's routes have)."""
+    if method == "OPTIONS" or not api_key or path.startswith(("/health", "/ready", "/metrics")):
+        return True
+    scheme, _, token = (headers.get("Authorization") or "").partition(" ")
+    return (scheme.lower() == "bearer" and token == api_key) or headers.get("x-api-key") == api_key
 
 
 def resolve(a) -> dict:
@@ -144,8 +171,18 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _refused(self, method: str) -> bool:
+        if allowed(method, self.path, self.headers, self.state.args["api_key"]):
+            return False
+        if method == "POST":      # the body is not read; the connection cannot be reused
+            self.close_connection = True
+        self._json(401, {"error": "Unauthorized"})
+        return True
+
     def do_GET(self):
         s, a = self.state, self.state.args
+        if self._refused("GET"):
+            return
         if self.path == "/health":
             self._text(503 if time.monotonic() - s.started < STARTUP_S else 200, "")
         elif self.path == "/v1/models":
@@ -180,6 +217,8 @@ class Handler(BaseHTTPRequestHandler):
                 f"sglang:spec_accept_rate{{{sched}}} {s.last_accept_rate}\n")
 
     def do_POST(self):
+        if self._refused("POST"):
+            return
         if self.path != "/v1/chat/completions":
             return self._json(404, {"detail": "Not Found"})
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
