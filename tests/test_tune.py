@@ -71,6 +71,13 @@ def test_predict_speedup_and_best_k():
                                                                      zip(range(1, 5), (1.9, 2.7, 3.2, 3.3))])
 
 
+def test_ms_per_token_pools_a_repeats_requests():
+    rows = [{"ok": True, "completion_tokens": 10, "e2e_s": 0.1}, {"ok": True, "completion_tokens": 30, "e2e_s": 0.1},
+            {"ok": False, "completion_tokens": 0, "e2e_s": 5.0}]
+    assert tune.ms_per_token(rows) == pytest.approx(200 / 40)
+    assert tune.ms_per_token(rows[2:]) is None
+
+
 # ---- a fabricated study on disk -------------------------------------------------------------------------
 STEP = {1: (10.0, 2.0, 1.0), 4: (20.0, 3.0, 4.0)}      # concurrency -> (base, overhead, per-token) ms
 ACCEPTED = [0, 1, 2, 2, 3, 3, 3, 4, 5, 7]              # drafts accepted per step at K = 7 (known rates)
@@ -89,9 +96,9 @@ def _write_cell(root, study, k, conc, repeat, valid=True):
     al = 1 + sum(taken) / len(taken) if k else 1.0
     base, over, per = STEP[conc]
     step = base + (over + per * k if k else 0.0)
-    (cell / "metrics.json").write_text(json.dumps({"valid": valid, "tpot_ms": {"mean": step / al},
-                                                   "output_tok_s": 100.0 * conc}))
-    rows = [{"ok": True, "index": i, "turn": 0, **({"spec": {
+    (cell / "metrics.json").write_text(json.dumps({"valid": valid, "output_tok_s": 100.0 * conc}))
+    rows = [{"ok": True, "index": i, "turn": 0, "completion_tokens": 10 * (i + 1),
+             "e2e_s": 10 * (i + 1) * step / al / 1e3, **({"spec": {
         "num_spec_steps": len(taken), "num_draft_tokens": len(taken) * k, "num_accepted_draft_tokens": sum(taken),
         "acceptance_histogram": np.bincount(taken, minlength=k + 1).tolist()}} if k else {})} for i in range(4)]
     (cell / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -118,6 +118,9 @@ def _print_table(rows: list[dict], columns: dict[str, str]) -> None:
     import pandas as pd
 
     frame = pd.DataFrame(rows, columns=list(columns)).rename(columns=columns)
+    for name in frame.columns:       # a figure column with gaps (None) prints as '-', like NaN
+        if frame[name].dtype == object and all(v is None or isinstance(v, float) for v in frame[name]):
+            frame[name] = pd.to_numeric(frame[name])
     print(frame.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-"))
 
 

