@@ -1,12 +1,18 @@
-"""Is the prefix model of `specsweep tune` biased? Are the drafts of a block of b' the first b' - 1 drafts of
-a block of b?
+"""Is the prefix model of `specsweep tune` biased, and why?
 
-A DFlash drafter is not causal inside its block: every position attends to every other, mask tokens
-included, so a shorter block can draft different tokens. At the same contexts (every position of each
-prompt's greedy answer, the committed text any lossless decode produces) this drafts with every block
-b' <= b and reports, per b': the share of contexts whose first b' - 1 drafts equal block b's, and the mean
-acceptance length (counting the bonus token) of b''s own drafts against the prefix model's (block b's
-drafts cut at b' - 1). Both decode the same contexts, so the difference is the bias alone.
+The model predicts AL at K' from the steps of a decode at K: each step would have accepted
+min(accepted, K'). Two things can break it, and this separates them on the embedded pair:
+- the drafts: a DFlash drafter is not causal inside its block (every position attends to every other, mask
+  tokens included), so a block of b' may not draft the first b' - 1 tokens a block of b drafts;
+- where steps start: a decode at K' starts its steps at other positions than one at K.
+
+At every position of each prompt's greedy answer (the text any lossless decode commits) it drafts with
+every block b' <= b, then replays greedy decoding along the answer three ways, per b':
+- `al_prefix_model`: the model, from the replay at block b (1 + mean of min(accepted, b' - 1));
+- `al_truncated_drafts`: a replay at b' whose drafts are block b's, cut to b' - 1 (only where steps start
+  differs from the model);
+- `al_own_drafts`: a replay at b' with its own drafts (what the engine and vLLM do).
+`drafts_equal_block_prefix` is the share of positions whose b' drafts are block b's first b' - 1.
 
     .venv/bin/python bench/prefix_bias.py [--models results/models/tiny] [--prompts 16] [--block 8]
 """
@@ -48,39 +54,51 @@ def main() -> None:
     drafter = DFlashDrafter.from_pretrained(f"{args.models}/drafter")
     embed, head = target.get_input_embeddings(), target.get_output_embeddings()
     blocks = range(2, args.block + 1)
-    same = {b: 0 for b in blocks}
-    own_len = {b: 0 for b in blocks}
-    prefix_len = {b: 0 for b in blocks}
-    contexts = 0
+    answers, drafts = [], []          # per prompt: its greedy answer; per position, {block: drafts}
     for row in synthetic_rows(args.prompts, 0):
         prompt = chat_ids(tok, row["turns"][0])
         answer = generate(target, None, [prompt], 1, args.max_new_tokens, stop_ids={tok.eos_token_id}).sequences[0]
-        seq = prompt + answer
-        out = target(input_ids=torch.tensor([seq]), output_hidden_states=True)
+        out = target(input_ids=torch.tensor([prompt + answer]), output_hidden_states=True)
         states = drafter.context_states(out.hidden_states)
-        # each context: the prompt and the first i answer tokens committed, answer[i] the block's first token
-        for i in range(len(answer) - 1):
-            ctx = len(prompt) + i                                     # committed tokens before answer[i]
+        at = []
+        for i in range(len(answer) - 1):          # committed: the prompt and answer[:i]; answer[i] opens the block
+            ctx = len(prompt) + i
             ctx_kv = drafter.context_kv(states[:, :ctx], torch.arange(ctx)[None])
-            truth = answer[i + 1:]
-            drafts = {}
+            at.append({})
             for b in blocks:
                 block = torch.full((1, b), drafter.mask_token_id)
                 block[0, 0] = answer[i]
                 hidden = drafter(embed(block), torch.arange(ctx, ctx + b)[None], ctx_kv,
                                  torch.ones(1, ctx, dtype=torch.bool))
-                drafts[b] = head(hidden[:, 1:]).argmax(-1)[0].tolist()
-            full = drafts[args.block]
-            for b in blocks:
-                same[b] += drafts[b] == full[: b - 1]
-                own_len[b] += 1 + accepted(drafts[b], truth)
-                prefix_len[b] += 1 + accepted(full[: b - 1], truth)
-            contexts += 1
-    report = {"contexts": contexts, "block": args.block, "per_block": [
-        {"block": b, "k": b - 1, "drafts_equal_block_prefix": same[b] / contexts,
-         "al_own_drafts": own_len[b] / contexts, "al_prefix_model": prefix_len[b] / contexts,
-         "prefix_model_error": prefix_len[b] / own_len[b] - 1} for b in blocks]}
-    print(json.dumps(report, indent=1))
+                at[-1][b] = head(hidden[:, 1:]).argmax(-1)[0].tolist()
+        answers.append(answer)
+        drafts.append(at)
+
+    def replay(pick) -> list[int]:
+        """Drafts accepted per step of a greedy decode along every answer; pick(position drafts) -> drafts."""
+        out = []
+        for answer, at in zip(answers, drafts):
+            i = 0
+            while i < len(answer) - 1:
+                n = accepted(pick(at[i]), answer[i + 1:])
+                out.append(n)
+                i += n + 1
+        return out
+
+    full = replay(lambda d: d[args.block])
+    positions = [d for at in drafts for d in at]
+    rows = []
+    for b in blocks:
+        own = replay(lambda d: d[b])
+        cut = replay(lambda d: d[args.block][: b - 1])
+        model = 1 + sum(min(n, b - 1) for n in full) / len(full)
+        al_own = 1 + sum(own) / len(own)
+        rows.append({"block": b, "k": b - 1,
+                     "drafts_equal_block_prefix": sum(d[b] == d[args.block][: b - 1] for d in positions) / len(positions),
+                     "al_prefix_model": model, "al_truncated_drafts": 1 + sum(cut) / len(cut), "al_own_drafts": al_own,
+                     "prefix_model_error": model / al_own - 1})
+    print(json.dumps({"prompts": len(answers), "positions": len(positions), "block": args.block, "per_block": rows},
+                     indent=1))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,12 @@ def test_prefix_model_equals_truncating_each_step():
         assert predicted[k - 1] == pytest.approx(1 + np.minimum(accepted, k).mean())
 
 
+def test_calibrate_interpolates_the_measured_ratio_in_k():
+    predicted = np.array([2.0, 3.0, 4.0, 5.0])
+    assert tune.calibrate(predicted, {2: 2.7, 4: 5.0}).tolist() == pytest.approx([1.8, 2.7, 3.8, 5.0])
+    assert tune.calibrate(predicted, {4: 5.0}).tolist() == pytest.approx(predicted.tolist())
+
+
 def test_al_ci_brackets_the_estimate_and_narrows_with_more_requests():
     rng = np.random.default_rng(2)
     few = np.array([np.bincount(rng.integers(0, 4, 20), minlength=4) for _ in range(8)])
@@ -63,7 +69,7 @@ def test_step_cost_fit_needs_the_baseline_and_two_k(points):
 def test_predict_speedup_and_best_k():
     rates = np.array([0.9, 0.8, 0.5, 0.1])          # AL 1.9, 2.7, 3.2, 3.3
     cost = tune.StepCost(base_ms=10.0, overhead_ms=2.0, per_token_ms=1.0, rms_residual_ms=0.0)
-    rows = tune.predict(rates, cost)
+    rows = tune.predict(tune.predicted_al(rates), cost)
     expected = [10 * al / (12 + k) for k, al in zip(range(1, 5), (1.9, 2.7, 3.2, 3.3))]
     assert [r["predicted_speedup"] for r in rows] == pytest.approx(expected)
     assert max(rows, key=lambda r: r["predicted_speedup"])["k"] == 3
@@ -119,6 +125,7 @@ def test_tune_on_a_study_with_known_answers(tmp_path):
         base, over, per = STEP[r["concurrency"]]
         al = 1 + np.minimum(ACCEPTED, r["k"]).mean()
         assert r["predicted_al"] == pytest.approx(al)
+        assert r["predicted_al_calibrated"] == pytest.approx(al)     # the prefix model is exact here
         assert r["predicted_speedup"] == pytest.approx(base * al / (base + over + per * r["k"]))
         if r["k"] in (3, 7):      # measured cells: the exact model predicts them exactly
             assert r["measured_al"] == pytest.approx(r["predicted_al"])

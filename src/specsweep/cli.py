@@ -106,11 +106,12 @@ def cmd_compare(args) -> int:
 
 TUNE_COLUMNS = {"dataset": "dataset", "thinking": "think", "concurrency": "c", "k": "K",
                 "predicted_al": "AL pred", "predicted_al_ci_low": "AL lo", "predicted_al_ci_high": "AL hi",
-                "measured_al": "AL meas", "predicted_tpot_ms": "TPOT ms pred", "measured_tpot_ms": "TPOT ms meas",
+                "predicted_al_calibrated": "AL cal", "measured_al": "AL meas", "predicted_tpot_ms": "TPOT ms pred", "measured_tpot_ms": "TPOT ms meas",
                 "predicted_speedup": "speedup pred", "measured_speedup": "speedup meas", "recommended": "best"}
 VERIFY_COLUMNS = {"dataset": "dataset", "thinking": "think", "concurrency": "c", "k": "K", "recommended": "best",
-                  "in_study_before": "measured before", "predicted_al": "AL pred", "measured_al": "AL meas",
-                  "al_error": "AL err", "predicted_speedup": "speedup pred", "measured_speedup": "speedup meas",
+                  "in_study_before": "measured before", "predicted_al": "AL pred",
+                  "predicted_al_calibrated": "AL cal", "measured_al": "AL meas", "al_error": "AL err",
+                  "al_calibrated_error": "AL cal err", "predicted_speedup": "speedup pred", "measured_speedup": "speedup meas",
                   "speedup_error": "speedup err"}
 
 
@@ -145,10 +146,18 @@ def cmd_tune(args) -> int:
         raise ConfigError(f"tune: --verify needs a recommendation, and {study} has no step-cost model: run the baseline "
                           "and at least two K at each concurrency (e.g. sweep.num_speculative_tokens=[3,7])")
     check = tune.k_by_concurrency(rows, neighbours=True)
-    rc = run_jobs(tune.verify_jobs(study, check), args.cores, [], f"tune --verify {tune.override(check)}")
+    # --forcerun summarize: the study's summary.csv exists, and Snakemake does not always rebuild it for a
+    # missing input behind a checkpoint (it did not here without the first run's .snakemake metadata);
+    # forcing it makes Snakemake run the new cells it needs, and the summary then holds them too
+    rc = run_jobs(tune.verify_jobs(study, check), args.cores, ["--forcerun", "summarize"],
+                  f"tune --verify {tune.override(check)}")
     if rc != 0:
         return rc
     checked = tune.verify_rows(rows, study, check)
+    missing = [f"K={r['k']} c={r['concurrency']}" for r in checked if r["measured_al"] is None]
+    if missing:
+        raise ConfigError(f"tune: --verify ran, but {', '.join(missing)} have no finished cells in {study}: "
+                          "see the Snakemake output above, fix the cause and rerun")
     atomic_write_text(study / tune.VERIFY, pd.DataFrame(checked).to_csv(index=False))
     _print_table(checked, VERIFY_COLUMNS)
     print(f"wrote {study / tune.VERIFY}")

@@ -5,7 +5,8 @@ largest K give the mean acceptance length at any smaller K: AL(K') = 1 + r_1 + .
 model; it assumes the first K' drafts at K are the drafts at K', docs/tune.md says how far that holds).
 Step time comes from every measured K: step = TPOT x AL per cell, fitted per concurrency as
 base (the baseline's step) + drafter overhead + per-draft-token cost x K. Predicted TPOT at K' is its
-step over AL(K'); the speedup is the baseline's TPOT over that.
+step over AL(K'); the speedup is the baseline's TPOT over that. AL(K') there is the prefix model
+calibrated by the other measured K (`calibrate`), where the study has any.
 
 TPOT here is a request's end-to-end time over its output tokens, pooled over a repeat's requests (the
 median over repeats): the streamed figure (time after the first token over the rest) is not usable on
@@ -46,6 +47,17 @@ def predicted_al(rates: np.ndarray) -> np.ndarray:
     return 1.0 + np.cumsum(rates, axis=-1)
 
 
+def calibrate(predicted: np.ndarray, measured: dict[int, float]) -> np.ndarray:
+    """Predicted AL(1..K) times measured / predicted, that ratio taken linearly in K between the measured K
+    (the largest K's is 1 by construction) and held at the smallest measured K's below it. The prefix model
+    runs high for DFlash at smaller K (docs/tune.md); the other measured K say by how much."""
+    ks = sorted(k for k in measured if 1 <= k <= len(predicted))
+    if not ks:
+        return np.asarray(predicted, dtype=float)
+    ratios = [measured[k] / predicted[k - 1] for k in ks]
+    return np.asarray(predicted) * np.interp(np.arange(1, len(predicted) + 1), ks, ratios)
+
+
 def al_ci(histograms: np.ndarray, seed: int = SEED, n: int = N_RESAMPLES, level: float = 0.95):
     """95% percentile-bootstrap bounds of AL(1..K), resampling requests (rows of per-request histograms)."""
     h = np.asarray(histograms, dtype=float)
@@ -81,11 +93,11 @@ def fit_step_cost(step_ms: dict[int, float]) -> StepCost:
     return StepCost(base, float(intercept), float(slope), float(np.sqrt(np.mean(resid ** 2))))
 
 
-def predict(rates: np.ndarray, cost: StepCost | None) -> list[dict]:
-    """Per K' = 1..K: predicted AL and, given a cost model, step ms, TPOT ms and speedup over the baseline."""
+def predict(als: np.ndarray, cost: StepCost | None) -> list[dict]:
+    """Per K' = 1..K, from AL(K'): given a cost model, step ms, TPOT ms and speedup over the baseline."""
     out = []
-    for k, al in enumerate(predicted_al(rates), start=1):
-        row = {"k": k, "predicted_al": float(al)}
+    for k, al in enumerate(als, start=1):
+        row = {"k": k, "al": float(al)}
         if cost is not None:
             step = cost.step_ms(k)
             row.update(predicted_step_ms=step, predicted_tpot_ms=step / al, predicted_speedup=cost.base_ms * al / step)
@@ -187,12 +199,15 @@ def tune_rows(study: dict[tuple, dict[int, Measured]]) -> tuple[list[dict], list
                          "it needs the baseline and at least two K): AL only")
         low, high = al_ci(hist)
         base_tok_s = by_k[0].median("output_tok_s") if 0 in by_k else None
-        preds = predict(position_rates(hist.sum(axis=0)), cost)
+        pure = predicted_al(position_rates(hist.sum(axis=0)))
+        calibrated = calibrate(pure, {k: m.al() for k, m in by_k.items() if k > 0 and m.al()})
+        preds = predict(calibrated, cost)
         best = max(preds, key=lambda r: r["predicted_speedup"])["k"] if cost else None
         for row in preds:
             k, m = row["k"], by_k.get(row["k"])
             out.append({"pair": pair, "dataset": dataset, "thinking": thinking, "concurrency": conc, "k": k,
-                        "from_k": kmax, "predicted_al": row["predicted_al"],
+                        "from_k": kmax, "calibrated_from_k": " ".join(str(k_) for k_ in sorted(by_k) if k_ > 0),
+                        "predicted_al": float(pure[k - 1]), "predicted_al_calibrated": row["al"],
                         "predicted_al_ci_low": None if low is None else float(low[k - 1]),
                         "predicted_al_ci_high": None if high is None else float(high[k - 1]),
                         "predicted_step_ms": row.get("predicted_step_ms"),
@@ -269,8 +284,9 @@ def verify_rows(before: list[dict], study_dir: str | Path, mapping: dict[int, li
         out.append({"pair": r["pair"], "dataset": r["dataset"], "thinking": r["thinking"],
                     "concurrency": r["concurrency"], "k": r["k"], "recommended": r["recommended"],
                     "in_study_before": r["measured_al"] is not None,
-                    "predicted_al": r["predicted_al"], "measured_al": al,
-                    "al_error": r["predicted_al"] / al - 1 if al else None,
+                    "predicted_al": r["predicted_al"], "predicted_al_calibrated": r["predicted_al_calibrated"],
+                    "measured_al": al, "al_error": r["predicted_al"] / al - 1 if al else None,
+                    "al_calibrated_error": r["predicted_al_calibrated"] / al - 1 if al else None,
                     "predicted_speedup": r["predicted_speedup"], "measured_speedup": sp,
                     "speedup_error": r["predicted_speedup"] / sp - 1 if sp and r["predicted_speedup"] else None})
     return out
