@@ -177,11 +177,25 @@ def _server_cell(cfg: dict, k: int | None) -> ServerCell:
     return ServerCell(study=cfg["study"], spec=_server_spec(cfg, k), run=run, pair=pair, gpus=gpus)
 
 
-def _bench_specs(cfg: dict) -> list[dict]:
+def k_plan(cfg: dict) -> dict[int, list[int]]:
+    """K -> the concurrencies it runs at. The sweep crosses num_speculative_tokens with concurrency, unless
+    sweep.k_by_concurrency pairs them ({concurrency: K or [K, ...]}, like `vllm bench sweep --link-vars`)."""
+    sweep = cfg["sweep"]
+    linked = sweep.get("k_by_concurrency")
+    if not linked:
+        return {k: aslist(sweep["concurrency"]) for k in aslist(sweep["num_speculative_tokens"])}
+    plan: dict[int, list[int]] = {}
+    for conc, ks in sorted(linked.items()):
+        for k in aslist(ks):
+            plan.setdefault(int(k), []).append(int(conc))
+    return dict(sorted(plan.items()))
+
+
+def _bench_specs(cfg: dict, concurrencies: list[int]) -> list[dict]:
     sweep = cfg["sweep"]
     out = []
     for thinking in aslist(sweep["thinking"]):
-        for conc in aslist(sweep["concurrency"]):
+        for conc in concurrencies:
             if conc < 1:
                 raise ConfigError(f"config: sweep.concurrency {conc} must be at least 1")
             for rep in range(sweep["repeats"]):
@@ -203,18 +217,19 @@ def expand(jobs: list[dict]) -> Grid:
     grid = Grid(results_dir=Path(results.pop()))
     for cfg in jobs:
         grid.tracking[cfg["study"]] = cfg["tracking"]
-        method = cfg["pair"]["method"]
-        ks = [] if method == "none" else aslist(cfg["sweep"]["num_speculative_tokens"])
-        for k in ks:
+        plan = {} if cfg["pair"]["method"] == "none" else k_plan(cfg)
+        for k in plan:
             if k < 1:
                 raise ConfigError(f"config: sweep.num_speculative_tokens {k} must be positive: "
                                   f"the authors use block_size - 1 = {cfg['pair']['block_size'] - 1}")
-        cells = [_server_cell(cfg, k) for k in ks]
-        baseline = _server_cell(cfg, None) if (cfg["sweep"]["baseline"] or not ks) else None
-        benches = {BenchCell(s).id: BenchCell(s) for s in _bench_specs(cfg)}
-        for cell in ([baseline] if baseline else []) + cells:
+        every = sorted({c for cs in plan.values() for c in cs}) or aslist(cfg["sweep"]["concurrency"])
+        runs = [(_server_cell(cfg, k), concs) for k, concs in plan.items()]
+        if cfg["sweep"]["baseline"] or not plan:      # the baseline runs every concurrency its K cells run
+            runs.insert(0, (_server_cell(cfg, None), every))
+        baseline = runs[0][0] if runs[0][0].is_baseline else None
+        for cell, concs in runs:
             grid.servers[cell.id] = cell
-            grid.benches.setdefault(cell.id, {}).update(benches)
+            grid.benches.setdefault(cell.id, {}).update({BenchCell(s).id: BenchCell(s) for s in _bench_specs(cfg, concs)})
             grid.configs.setdefault(cell.id, cfg)
             if baseline and cell is not baseline:
                 grid.baseline_of[cell.id] = baseline.id

@@ -1,4 +1,4 @@
-"""`specsweep`: sweep (Hydra multirun into the Snakemake DAG), bench, cells, compare, doctor, ingest."""
+"""`specsweep`: sweep (Hydra multirun into the Snakemake DAG), bench, cells, compare, tune, doctor, ingest."""
 from __future__ import annotations
 
 import argparse
@@ -30,6 +30,13 @@ def expand_multirun(overrides: list[str]) -> list[list[str]]:
 def cmd_sweep(args) -> int:
     runs = expand_multirun(args.overrides) if args.multirun else [args.overrides]
     jobs = [job for ov in runs for job in compose_jobs(ov)]
+
+    return run_jobs(jobs, args.cores, (["-n"] if args.dry_run else []) + args.snakemake_args,
+                    f"{len(runs)} Hydra job(s)")
+
+
+def run_jobs(jobs: list[dict], cores: int, snakemake_args: list[str], what: str) -> int:
+    """Resolved study configs through the Snakemake DAG, by way of a jobs file."""
     from .cells import expand, stable_hash
     from .results import atomic_write_yaml
 
@@ -37,9 +44,9 @@ def cmd_sweep(args) -> int:
     jobs_file = grid.results_dir / "sweeps" / f"{stable_hash(jobs)[:12]}.yaml"
     atomic_write_yaml(jobs_file, jobs)
     snakemake = Path(sys.executable).parent / "snakemake"
-    argv = [str(snakemake) if snakemake.exists() else "snakemake", "--cores", str(args.cores),
-            "--config", f"jobs_file={jobs_file.resolve()}"] + (["-n"] if args.dry_run else []) + args.snakemake_args
-    print(f"specsweep: {len(runs)} Hydra job(s), {len(grid.servers)} server cells, "
+    argv = [str(snakemake) if snakemake.exists() else "snakemake", "--cores", str(cores),
+            "--config", f"jobs_file={jobs_file.resolve()}"] + snakemake_args
+    print(f"specsweep: {what}, {len(grid.servers)} server cells, "
           f"{sum(len(b) for b in grid.benches.values())} bench cells -> {' '.join(argv)}", flush=True)
     return subprocess.call(argv, cwd=REPO)
 
@@ -124,6 +131,66 @@ def cmd_compare(args) -> int:
     from .compare import write_comparison
 
     write_comparison(args.a, args.b, args.out)
+    return 0
+
+
+TUNE_COLUMNS = {"dataset": "dataset", "thinking": "think", "concurrency": "c", "k": "K",
+                "predicted_al": "AL pred", "predicted_al_ci_low": "AL lo", "predicted_al_ci_high": "AL hi",
+                "predicted_al_calibrated": "AL cal", "measured_al": "AL meas", "predicted_tpot_ms": "TPOT ms pred", "measured_tpot_ms": "TPOT ms meas",
+                "predicted_speedup": "speedup pred", "measured_speedup": "speedup meas", "recommended": "best"}
+VERIFY_COLUMNS = {"dataset": "dataset", "thinking": "think", "concurrency": "c", "k": "K", "recommended": "best",
+                  "in_study_before": "measured before", "predicted_al": "AL pred",
+                  "predicted_al_calibrated": "AL cal", "measured_al": "AL meas", "al_error": "AL err",
+                  "al_calibrated_error": "AL cal err", "predicted_speedup": "speedup pred", "measured_speedup": "speedup meas",
+                  "speedup_error": "speedup err"}
+
+
+def _print_table(rows: list[dict], columns: dict[str, str]) -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame(rows, columns=list(columns)).rename(columns=columns)
+    for name in frame.columns:       # a figure column with gaps (None) prints as '-', like NaN
+        if frame[name].dtype == object and all(v is None or isinstance(v, float) for v in frame[name]):
+            frame[name] = pd.to_numeric(frame[name])
+    print(frame.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-"))
+
+
+def cmd_tune(args) -> int:
+    """Predict AL, TPOT and speedup for every K up to a study's largest, recommend K per concurrency, verify."""
+    import pandas as pd
+
+    from . import tune
+    from .results import atomic_write_text
+
+    study = Path(args.study)
+    rows, mapping, notes = tune.write_tune(study)
+    _print_table(rows, TUNE_COLUMNS)
+    for note in notes:
+        print(f"note: {note}")
+    print(f"wrote {study / tune.TABLE} and {study / tune.MAPPING}")
+    if mapping:
+        print(f"recommended: {tune.override(mapping)}")
+    if not args.verify:
+        return 0
+    if not mapping:
+        raise ConfigError(f"tune: --verify needs a recommendation, and {study} has no step-cost model: run the baseline "
+                          "and at least two K at each concurrency (e.g. sweep.num_speculative_tokens=[3,7])")
+    check = tune.k_by_concurrency(rows, neighbours=True)
+    # --forcerun summarize: the study's summary.csv exists, and Snakemake does not always rebuild it for a
+    # missing input behind a checkpoint (it did not here without the first run's .snakemake metadata);
+    # forcing it makes Snakemake run the new cells it needs, and the summary then holds them too
+    rc = run_jobs(tune.verify_jobs(study, check), args.cores, ["--forcerun", "summarize"],
+                  f"tune --verify {tune.override(check)}")
+    if rc != 0:
+        return rc
+    checked = tune.verify_rows(rows, study, check)
+    missing = [f"K={r['k']} c={r['concurrency']}" for r in checked if r["measured_al"] is None]
+    if missing:
+        raise ConfigError(f"tune: --verify ran, but {', '.join(missing)} have no finished cells in {study}: "
+                          "see the Snakemake output above, fix the cause and rerun")
+    atomic_write_text(study / tune.VERIFY, pd.DataFrame(checked).to_csv(index=False))
+    _print_table(checked, VERIFY_COLUMNS)
+    print(f"wrote {study / tune.VERIFY}")
     return 0
 
 
@@ -272,6 +339,15 @@ def build_parser() -> argparse.ArgumentParser:
     cm.add_argument("b", help="the same kind as A; ratios B vs A above 1 mean B is faster")
     cm.add_argument("--out", default="compare.csv", help="the CSV to write")
     cm.set_defaults(fn=cmd_compare)
+
+    tu = sub.add_parser("tune", help="predict AL, TPOT and speedup for every K up to a study's largest; "
+                                     "recommend K per concurrency")
+    tu.add_argument("study", help="results/<study>: its largest K at each concurrency, and for a recommendation "
+                                  "the baseline and at least two K")
+    tu.add_argument("--verify", action="store_true",
+                    help="run the recommended K and one each side through the DAG; report predicted vs measured")
+    tu.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    tu.set_defaults(fn=cmd_tune)
 
     d = sub.add_parser("doctor", help="run every preflight check on a composed config and this machine")
     d.add_argument("--base-url", help="also check an already running server")

@@ -131,7 +131,20 @@ def validate(cfg: dict) -> dict:
         sweep[axis] = aslist(sweep[axis])
     for axis in ("pairs", "datasets"):
         sweep[axis] = aslist(sweep[axis]) or None
+    if sweep.get("k_by_concurrency"):
+        sweep["k_by_concurrency"] = _k_by_concurrency(sweep["k_by_concurrency"])
     return _canonical(cfg)
+
+
+def _k_by_concurrency(linked: dict) -> dict[int, list[int]]:
+    """sweep.k_by_concurrency with integer concurrencies (a YAML or JSON key may be a string) and K lists."""
+    out = {}
+    for conc, ks in linked.items():
+        if not str(conc).isdigit() or int(conc) < 1:
+            raise ConfigError(f"config: sweep.k_by_concurrency key {conc!r} is not a concurrency: use positive "
+                              "integers, e.g. sweep.k_by_concurrency={1:7,4:[3,4]}")
+        out[int(conc)] = aslist(ks)
+    return out
 
 
 _SPECULATIVE = "use pair.method, sweep.num_speculative_tokens and pair.speculative_extra"

