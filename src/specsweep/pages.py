@@ -23,6 +23,11 @@ code, pre { font-size: 12px; white-space: pre-wrap; word-break: break-all; }
 </style>"""
 
 
+KEY_COLUMNS = ["server_cell", "method", "num_speculative_tokens", "dataset", "thinking", "concurrency", "valid",
+               "output_tok_s", "mean_acceptance_length", "speedup_e2e_geomean", "speedup_e2e_ci_low",
+               "speedup_e2e_ci_high", "verdict"]
+
+
 def page(title: str, *sections: str) -> str:
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>{STYLE}"
             f"</head><body><h2>{html.escape(title)}</h2>{''.join(sections)}</body></html>")
@@ -41,7 +46,9 @@ def key_values(record: dict, caption: str = "") -> str:
 
 def summary_page(summary_csv: str, out: str) -> None:
     """The summary, one row per cell, and the K-against-K statements."""
-    sections = [table(pd.read_csv(summary_csv), "summary.csv: one row per cell over its repeats")]
+    summary = pd.read_csv(summary_csv)
+    sections = [table(summary[[c for c in KEY_COLUMNS if c in summary]], "The figures to read first"),
+                table(summary, "summary.csv: one row per cell over its repeats")]
     ks = Path(summary_csv).with_name(K_COMPARISON)
     if ks.exists() and not (k := pd.read_csv(ks)).empty:
         sections.append(table(k[["statement", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high",

@@ -68,8 +68,10 @@ def _by_k(ax, table: pd.DataFrame, styles: dict, column: str, err) -> None:
                 label=_group_label(dataset, thinking, conc) if groups.ngroups > 1 else None)
         low, high = err(g)
         for (_, row), lo, hi in zip(g.iterrows(), low, high):
+            label, colour = style_of(styles, row)
             ax.errorbar([row.num_speculative_tokens], [row[column]], yerr=[[lo], [hi]], marker=marker, capsize=3,
-                        color=style_of(styles, row)[1], ls="none")
+                        color=colour, ls="none", label=None if label in ax.get_legend_handles_labels()[1] else label)
+    ax.set_xticks(sorted(spec.num_speculative_tokens.unique()))
     ax.set_xlabel("num_speculative_tokens (K)")
 
 
@@ -80,7 +82,7 @@ def speedup_vs_k(table: pd.DataFrame, styles: dict, path: Path) -> None:
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set(ylabel="speedup (paired e2e latency, geomean)",
            title="Speedup over the baseline, 95% CI" + _left_out(table))
-    _save(fig, path)
+    _save(fig, path, integer_x=False)     # _by_k set the ticks: the Ks
 
 
 def acceptance_vs_k(table: pd.DataFrame, styles: dict, path: Path) -> None:
@@ -102,7 +104,8 @@ def acceptance_vs_k(table: pd.DataFrame, styles: dict, path: Path) -> None:
                        label=None if label in seen else label)
             seen.add(label)
     right.set(xlabel="draft position", ylabel="acceptance rate", ylim=(0, 1.05), title="Per-position acceptance")
-    _save(fig, path)
+    right.set_xticks(range(1, int(spec.num_speculative_tokens.max()) + 1) if len(spec) else [])
+    _save(fig, path, integer_x=False)
 
 
 def histogram(table: pd.DataFrame, styles: dict, path: Path) -> None:

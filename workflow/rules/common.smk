@@ -39,8 +39,8 @@ def tiny_models_needed():
 def study_labels(study):
     """The report's labels of a study: its pairs, datasets and thinking modes."""
     benches = [b.spec for sid in server_cells_of(study) for b in GRID.benches[sid].values()]
-    return {"study": study,
-            "pair": " ".join(sorted({GRID.servers[sid].pair["name"] for sid in server_cells_of(study)})),
+    pairs = {GRID.servers[sid].pair["name"] for sid in server_cells_of(study) if not GRID.servers[sid].is_baseline}
+    return {"study": study, "pair": " ".join(sorted(pairs)) or "-",
             "dataset": " ".join(sorted({b["dataset"]["name"] for b in benches})),
             "thinking": " ".join(sorted({str(b["thinking"]).lower() for b in benches}))}
 
