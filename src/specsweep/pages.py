@@ -61,8 +61,10 @@ def env_page(env_json: str, out: str) -> None:
 
 
 def launch_page(grid: Grid, sid: str, out: str) -> None:
-    """A server cell's launch record (server.json: argv, PID, process group, versions) and its bench cells."""
-    record = read_json(grid.server_dir(sid) / "logs" / "server.json")
+    """A server cell's launch record (server.json: argv, PID, process group, versions) and its bench cells. The
+    local engine backend starts no server, so its cells have none."""
+    path = grid.server_dir(sid) / "logs" / "server.json"
+    record = read_json(path) if path.exists() else {"server": "none: the local engine ran inside the job"}
     argv = " ".join(record.get("argv") or [])
     cells = []
     for bid in grid.benches[sid]:
