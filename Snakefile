@@ -36,12 +36,18 @@ include: "workflow/rules/datasets.smk"
 include: "workflow/rules/serve.smk"
 include: "workflow/rules/summary.smk"
 include: "workflow/rules/mlflow.smk"
+include: "workflow/rules/report.smk"
+
+
+report: "workflow/report/workflow.rst"
 
 
 rule all:
     input:
         expand(f"{RESULTS}/{{study}}/summary.csv", study=STUDIES),
-        expand(f"{RESULTS}/{{study}}/plots/done", study=STUDIES),
+        expand(f"{RESULTS}/{{study}}/plots", study=STUDIES),
+        expand(f"{RESULTS}/{{study}}/pages/summary.html", study=STUDIES),
+        [rules.training_page.output[0]] if tiny_models_needed() else [],
         [mlflow_marker(GRID, s) for s in STUDIES if GRID.tracking[s]["enabled"]],
     default_target: True
 

@@ -40,4 +40,13 @@ esac
 # The DFlash authors' reference code, for the test that compares the engine with its dflash_generate.
 # Its dependencies are exact pins that would downgrade transformers, hence --no-deps (shared notes).
 pip install -q --no-deps "dflash==0.1.0"
+# The browser tests drive Debian's Chromium through Playwright (Playwright's own browser download is not
+# reachable from CI); SPECSWEEP_NO_BROWSER=1 skips installing it.
+if [ -z "${SPECSWEEP_NO_BROWSER:-}" ] && ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get install -y -q chromium >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }
+  else
+    echo "no chromium: the browser tests need it (apt-get install chromium, as root)" >&2
+  fi
+fi
 echo "specsweep installed in $VENV"

@@ -23,8 +23,8 @@ def test_smoke_study_writes_summary_plots_and_mlflow(smoke):
     assert float(spec["paired_prompts"]) == 4 and spec["verdict"] == ""   # 4 prompts: below stats.MIN_PROMPTS, no CI
     assert (results / "k_comparison.csv").exists() and (results / "summary_by_category.csv").exists()
     assert sorted(p.name for p in (results / "plots").glob("*.png")) == [
-        "acceptance_length_histogram.png", "acceptance_length_vs_k.png", "per_position_acceptance.png",
-        "speedup_vs_k.png", "throughput_vs_concurrency.png"]
+        "acceptance_length_histogram.png", "acceptance_vs_k.png", "pareto.png", "speedup_vs_k.png",
+        "throughput_vs_concurrency.png"]
     for metrics_file in results.glob("*/*/metrics.json"):
         m = json.loads(metrics_file.read_text())
         assert m["requests_sent"] == m["requests_completed"] + m["requests_errored"] == 4
@@ -45,6 +45,23 @@ def test_smoke_study_writes_summary_plots_and_mlflow(smoke):
     assert {"pair", "dataset", "thinking", "vllm_version", "git_commit", "specsweep.cell_id"} <= set(child.data.tags)
     assert "spec_decode.mean_acceptance_length" in child.data.metrics
     assert child.data.params["pair.name"] == "tiny"
+    # runs span their cells' real times, the parent the whole study; ingest came after every cell ended
+    figures = json.loads((results / child.data.tags["specsweep.cell_id"] / "metrics.json").read_text())
+    assert (child.info.start_time, child.info.end_time) == (int(figures["started_at"] * 1000),
+                                                            int(figures["finished_at"] * 1000))
+    assert parents[0].info.start_time == min(r.info.start_time for r in children)
+    assert parents[0].info.end_time == max(r.info.end_time for r in children) < parents[0].info.end_time + 1
+    assert "started_at" not in child.data.metrics
+    [dataset] = child.inputs.dataset_inputs
+    prompts = next((work.parent / "results" / "datasets").glob("synthetic-*.jsonl"))
+    import hashlib
+    assert (dataset.dataset.name, dataset.dataset.digest) == (
+        "synthetic", hashlib.sha256(prompts.read_bytes()).hexdigest()[:16])
+    parent_id = parents[0].info.run_id
+    assert json.loads(parents[0].data.tags["mlflow.loggedArtifacts"]) == [{"path": "summary_table.json",
+                                                                           "type": "table"}]
+    table = json.loads(open(client.download_artifacts(parent_id, "summary_table.json", str(work.parent))).read())
+    assert sorted(row[table["columns"].index("method")] for row in table["data"]) == ["dflash", "none"]
 
 
 def test_second_run_runs_nothing(smoke):

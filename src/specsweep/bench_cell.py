@@ -7,6 +7,7 @@ failed.json instead, and the requests that finished stay in requests.jsonl.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -109,7 +110,9 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     prompt_rows, skipped = load_prompt_rows(grid.dataset_file(bench["dataset"]), bench["dataset"])
     prompts = [p["turns"] for p in prompt_rows]
     atomic_write_yaml(out / "config.yaml", cell_config(grid, sid, bid))
+    started_at = time.time()                  # wall clock: the cell's MLflow run spans these
     m = session.measure(prompts, bench, progress, f"{sid}/{bid}")
+    finished_at = time.time()
     if any("category" in p for p in prompt_rows):      # per-category figures in the summary
         for r in m.rows:
             r["category"] = prompt_rows[r["index"]].get("category")
@@ -134,7 +137,7 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     figures["invalid_reason"] = "; ".join(reasons) or None
     figures.update(compare_with_baseline(grid, sid, bid, figures, m.rows))
     figures["output_length_warning"] = output_length_warning(grid, sid, bid, figures)
-    figures.update(server_cell=sid, bench_cell=bid)
+    figures.update(server_cell=sid, bench_cell=bid, started_at=started_at, finished_at=finished_at)
     if session.log_path:
         figures["server_log"] = str(session.log_path)
         link = out / "server.log"

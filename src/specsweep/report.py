@@ -1,5 +1,7 @@
-"""Plots of one study's summary: acceptance and speedup against K, per-position acceptance, the
-acceptance-length histogram, throughput, and (for a dataset with categories) category x K heatmaps."""
+"""Plots of one study's summary. Every plot gives a K the same colour and label (`k_styles`): speedup
+against K with its paired 95% CI, acceptance length against K beside the per-position acceptance, the
+acceptance-length histogram, throughput against concurrency, the throughput Pareto plot (as `vllm bench
+sweep plot_pareto` draws it), and, for a dataset with categories, category x K heatmaps."""
 from __future__ import annotations
 
 import json
@@ -13,86 +15,159 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+BASELINE_COLOUR = "black"
+NAMES = ("speedup_vs_k.png", "acceptance_vs_k.png", "acceptance_length_histogram.png",
+         "throughput_vs_concurrency.png", "pareto.png")
 
-def _save(fig, path: Path) -> None:
+
+def k_styles(table: pd.DataFrame) -> dict:
+    """(method, K) -> (label, colour): one colour per K in every plot of the study, black for the baseline."""
+    spec = table[table.method != "none"]
+    ks = sorted({int(k) for k in spec.num_speculative_tokens.dropna()})
+    colours = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(ks)}
+    methods = spec.method.nunique()
+    styles = {("none", None): ("baseline", BASELINE_COLOUR)}
+    for method, k in spec[["method", "num_speculative_tokens"]].drop_duplicates().itertuples(index=False):
+        styles[method, int(k)] = (f"{method} K={int(k)}" if methods > 1 else f"K={int(k)}", colours[int(k)])
+    return styles
+
+
+def style_of(styles: dict, row) -> tuple[str, object]:
+    if row.method == "none":
+        return styles["none", None]
+    return styles[row.method, int(row.num_speculative_tokens)]
+
+
+def _group_label(dataset, thinking, conc) -> str:
+    return f"{dataset} think={str(thinking).lower()} c={conc}"
+
+
+def _save(fig, path: Path, integer_x: bool = True) -> None:
     for ax in fig.axes:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # K, positions and concurrency are whole
+        if integer_x:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # K, positions and concurrency are whole
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def _by_k(table: pd.DataFrame, column: str, ylabel: str, title: str, path: Path, ci: str | None = None) -> None:
-    """`column` against K per bench group; error bars are the CI columns `{ci}_low`/`_high` if given, else its MAD."""
-    fig, ax = plt.subplots(figsize=(6, 4))
-    spec = table[(table.method != "none") & table.valid]
-    for (dataset, thinking, conc), g in spec.groupby(["dataset", "thinking", "concurrency"]):
-        g = g.sort_values("num_speculative_tokens")
-        if ci:
-            err = [(g[column] - g[f"{ci}_low"]).fillna(0), (g[f"{ci}_high"] - g[column]).fillna(0)]
-        else:
-            err = g[f"{column}_mad"].fillna(0)
-        ax.errorbar(g.num_speculative_tokens, g[column], yerr=err, marker="o",
-                    capsize=3, label=f"{dataset} think={thinking} c={conc}")
+def _left_out(table: pd.DataFrame) -> str:
     invalid = int((~table.valid).sum())
-    ax.set(xlabel="num_speculative_tokens (K)", ylabel=ylabel,
-           title=title + (f" ({invalid} invalid cells left out)" if invalid else ""))
-    if column.startswith("speedup"):
-        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+    return f" ({invalid} invalid cells left out)" if invalid else ""
+
+
+def _by_k(ax, table: pd.DataFrame, styles: dict, column: str, err) -> None:
+    """`column` against K: one grey line per bench group, each point in its K's colour with error bars `err(g)`."""
+    spec = table[(table.method != "none") & table.valid]
+    groups = spec.groupby(["dataset", "thinking", "concurrency"])
+    for marker, ((dataset, thinking, conc), g) in zip("osD^v<>p" * 8, groups):
+        g = g.sort_values("num_speculative_tokens")
+        ax.plot(g.num_speculative_tokens, g[column], color="grey", lw=0.8, marker=marker, ms=0,
+                label=_group_label(dataset, thinking, conc) if groups.ngroups > 1 else None)
+        low, high = err(g)
+        for (_, row), lo, hi in zip(g.iterrows(), low, high):
+            label, colour = style_of(styles, row)
+            ax.errorbar([row.num_speculative_tokens], [row[column]], yerr=[[lo], [hi]], marker=marker, capsize=3,
+                        color=colour, ls="none", label=None if label in ax.get_legend_handles_labels()[1] else label)
+    ax.set_xticks(sorted(spec.num_speculative_tokens.unique()))
+    ax.set_xlabel("num_speculative_tokens (K)")
+
+
+def speedup_vs_k(table: pd.DataFrame, styles: dict, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    _by_k(ax, table, styles, "speedup_e2e_geomean", lambda g: (
+        (g.speedup_e2e_geomean - g.speedup_e2e_ci_low).fillna(0), (g.speedup_e2e_ci_high - g.speedup_e2e_geomean).fillna(0)))
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set(ylabel="speedup (paired e2e latency, geomean)",
+           title="Speedup over the baseline, 95% CI" + _left_out(table))
+    _save(fig, path, integer_x=False)     # _by_k set the ticks: the Ks
+
+
+def acceptance_vs_k(table: pd.DataFrame, styles: dict, path: Path) -> None:
+    """Left: mean acceptance length against K (error bars: MAD over repeats). Right: per-position acceptance."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    _by_k(left, table, styles, "mean_acceptance_length",
+          lambda g: (g.mean_acceptance_length_mad.fillna(0), g.mean_acceptance_length_mad.fillna(0)))
+    left.set(ylabel="mean acceptance length", title="Acceptance length" + _left_out(table))
+    spec = table[(table.method != "none") & table.valid].sort_values("num_speculative_tokens")
+    several = spec.groupby(["dataset", "thinking", "concurrency"]).ngroups > 1
+    seen = set()
+    for _, row in spec.iterrows():
+        rates = json.loads(row.per_position_acceptance)
+        label, colour = style_of(styles, row)
+        if several:
+            label = f"{label} {_group_label(row.dataset, row.thinking, row.concurrency)}"
+        if rates:
+            right.plot(range(1, len(rates) + 1), rates, marker="o", color=colour,
+                       label=None if label in seen else label)
+            seen.add(label)
+    right.set(xlabel="draft position", ylabel="acceptance rate", ylim=(0, 1.05), title="Per-position acceptance")
+    right.set_xticks(range(1, int(spec.num_speculative_tokens.max()) + 1) if len(spec) else [])
+    _save(fig, path, integer_x=False)
+
+
+def histogram(table: pd.DataFrame, styles: dict, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    spec = table[(table.method != "none") & table.valid].sort_values("num_speculative_tokens")
+    width = 0.8 / max(len(spec), 1)
+    for i, (_, row) in enumerate(spec.iterrows()):
+        shares = json.loads(row.acceptance_length_shares)
+        label, colour = style_of(styles, row)
+        ax.bar([n + 1 + (i - (len(spec) - 1) / 2) * width for n in range(len(shares))], shares, width=width,
+               color=colour, label=f"{label} {_group_label(row.dataset, row.thinking, row.concurrency)}")
+    ax.set(xlabel="acceptance length (drafts accepted + 1)", ylabel="share of steps",
+           title="Acceptance-length histogram")
     _save(fig, path)
+
+
+def _curves(table: pd.DataFrame):
+    """Per server cell and bench group (all but concurrency), its valid rows sorted by concurrency."""
+    for _, g in table[table.valid].groupby(["server_cell", "dataset", "thinking"]):
+        yield g.sort_values("concurrency")
+
+
+def throughput(table: pd.DataFrame, styles: dict, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    several = table.dataset.nunique() * table.thinking.nunique() > 1
+    for g in _curves(table):
+        label, colour = style_of(styles, g.iloc[0])
+        ax.plot(g.concurrency, g.output_tok_s, marker="o", color=colour,
+                label=f"{label} {g.dataset.iloc[0]} think={str(g.thinking.iloc[0]).lower()}" if several else label)
+    ax.set(xlabel="concurrency", ylabel="output tok/s (total)", title="Throughput against concurrency")
+    _save(fig, path)
+
+
+def pareto(table: pd.DataFrame, styles: dict, path: Path) -> None:
+    """Per-user output tok/s (total / concurrency) against total output tok/s, one curve per K and the baseline,
+    each point labelled with its concurrency: up and right is better, and the curve shows the trade."""
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    several = table.dataset.nunique() * table.thinking.nunique() > 1
+    for g in _curves(table):
+        label, colour = style_of(styles, g.iloc[0])
+        per_user = g.output_tok_s / g.concurrency
+        ax.plot(per_user, g.output_tok_s, marker="o", color=colour,
+                label=f"{label} {g.dataset.iloc[0]} think={str(g.thinking.iloc[0]).lower()}" if several else label)
+        for x, y, c in zip(per_user, g.output_tok_s, g.concurrency):
+            ax.annotate(f"c={c}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=colour)
+    ax.set(xlabel="output tok/s per user", ylabel="output tok/s (total)",
+           title="Throughput Pareto: per user against total")
+    _save(fig, path, integer_x=False)
 
 
 def plot_study(summary_csv: str, out_dir: str) -> list[Path]:
     table = pd.read_csv(summary_csv)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / n for n in ("acceptance_length_vs_k.png", "per_position_acceptance.png",
-                               "speedup_vs_k.png", "throughput_vs_concurrency.png",
-                               "acceptance_length_histogram.png")]
-    _by_k(table, "mean_acceptance_length", "mean acceptance length", "Acceptance length", paths[0])
-    _by_k(table, "speedup_e2e_geomean", "speedup (paired e2e latency, geomean)", "Speedup, 95% CI", paths[2],
-          ci="speedup_e2e_ci")
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for _, row in table[(table.method != "none") & table.valid].iterrows():
-        rates = json.loads(row.per_position_acceptance)
-        if rates:
-            ax.plot(range(1, len(rates) + 1), rates, marker="o",
-                    label=f"K={row.num_speculative_tokens} {row.dataset} c={row.concurrency}")
-    ax.set(xlabel="draft position", ylabel="acceptance rate", ylim=(0, 1.05), title="Per-position acceptance")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    _save(fig, paths[1])
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    spec = table[(table.method != "none") & table.valid].sort_values("num_speculative_tokens")
-    width = 0.8 / max(len(spec), 1)
-    for i, (_, row) in enumerate(spec.iterrows()):
-        shares = json.loads(row.acceptance_length_shares)
-        ax.bar([n + 1 + (i - (len(spec) - 1) / 2) * width for n in range(len(shares))], shares, width=width,
-               label=f"K={row.num_speculative_tokens} {row.dataset} think={row.thinking} c={row.concurrency}")
-    ax.set(xlabel="acceptance length (drafts accepted + 1)", ylabel="share of steps",
-           title="Acceptance-length histogram")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    _save(fig, paths[4])
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for (sid, dataset), g in table[table.valid].groupby(["server_cell", "dataset"]):
-        g = g.sort_values("concurrency")
-        ax.plot(g.concurrency, g.output_tok_s, marker="o", label=f"{sid.rsplit('-', 1)[0]} {dataset}")
-    ax.set(xlabel="concurrency", ylabel="output tok/s", title="Throughput vs concurrency")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    _save(fig, paths[3])
+    styles = k_styles(table)
+    paths = [out / n for n in NAMES]
+    for draw, path in zip((speedup_vs_k, acceptance_vs_k, histogram, throughput, pareto), paths):
+        draw(table, styles, path)
     categories = Path(summary_csv).with_name("summary_by_category.csv")
     if categories.exists():
         paths += _category_heatmaps(pd.read_csv(categories), out)
     return paths
-
-
 def _category_heatmaps(cats: pd.DataFrame, out: Path) -> list[Path]:
     """Category x K: mean acceptance length and paired e2e speedup, one row of panels per bench group."""
     if cats.empty:

@@ -1,9 +1,13 @@
 """MLflow ingest: the single writer. One parent run per study, one child run per bench cell.
 
-Idempotent: a child run is keyed by its cell id (a tag), so re-ingesting never duplicates runs.
+Idempotent: a child run is keyed by its cell id (a tag), so re-ingesting never duplicates runs. Runs read
+like the study: each child spans its cell's real start and end and names its dataset as an MLflow dataset
+input; the parent spans the study and holds the summary as a table the UI renders.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -20,6 +24,8 @@ from .summary import BY_CATEGORY, K_COMPARISON
 CELL_TAG = "specsweep.cell_id"
 STUDY_TAG = "specsweep.study"
 KIND_TAG = "specsweep.kind"
+SUMMARY_TABLE = "summary_table.json"
+TIMES = ("started_at", "finished_at")     # in metrics.json: wall-clock seconds, never logged as metrics
 
 
 def tracking_uri(grid: Grid, study: str) -> str:
@@ -88,7 +94,39 @@ def git_commit() -> str:
 
 def _numeric(d: dict) -> dict:
     return {k: float(v) for k, v in flatten(d).items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v}
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and k not in TIMES}
+
+
+def cell_times_ms(figures: dict, cell_dir: Path) -> tuple[int, int]:
+    """A bench cell's start and end in epoch ms: metrics.json's own, or for a cell measured before it recorded
+    them, the times of its first file written (config.yaml) and its last (metrics.json)."""
+    start = figures.get("started_at") or (cell_dir / "config.yaml").stat().st_mtime
+    end = figures.get("finished_at") or (cell_dir / "metrics.json").stat().st_mtime
+    return int(start * 1000), int(end * 1000)
+
+
+def dataset_input(name: str, prompts_file: str):
+    """The prompts file as an MLflow dataset input: its name and the digest of the file's bytes."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    digest = hashlib.sha256(Path(prompts_file).read_bytes()).hexdigest()[:16]
+    dataset = Dataset(name=name, digest=digest, source_type="local",
+                      source=json.dumps({"uri": Path(prompts_file).resolve().as_uri()}))
+    return DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "eval")])
+
+
+def log_summary_table(client, run_id: str, summary_csv: str) -> None:
+    """The summary as an MLflow table. log_table appends rows to a table already logged, so a re-ingest
+    writes the table file afresh instead, in the format log_table writes."""
+    import pandas as pd
+
+    table = pd.read_csv(summary_csv)
+    if not any(a.path == SUMMARY_TABLE for a in client.list_artifacts(run_id)):
+        client.log_table(run_id, data=table, artifact_file=SUMMARY_TABLE)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        table.to_json(Path(tmp) / SUMMARY_TABLE, orient="split", index=False, date_format="iso")
+        client.log_artifact(run_id, str(Path(tmp) / SUMMARY_TABLE))
 
 
 def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: str, out: str) -> dict:
@@ -110,23 +148,23 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
         exp_id = exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifacts)
         existing = {r.data.tags.get(CELL_TAG): r for r in client.search_runs(
             [exp_id], filter_string=f"tags.`{STUDY_TAG}` = '{study}'", max_results=50000)}
+        finished = {(sid, bid): read_json(grid.metrics_path(sid, bid)) for sid, bid in grid.cells_of_study(study)
+                    if grid.metrics_path(sid, bid).exists()}
+        times = {key: cell_times_ms(figures, grid.bench_dir(*key)) for key, figures in finished.items()}
         parent = existing.get(f"study:{study}")
         if parent is None:
-            parent = client.create_run(exp_id, run_name=study, tags={STUDY_TAG: study, KIND_TAG: "study",
-                                                                      CELL_TAG: f"study:{study}"})
+            parent = client.create_run(exp_id, run_name=study, start_time=min((t[0] for t in times.values()),
+                                                                              default=None),
+                                       tags={STUDY_TAG: study, KIND_TAG: "study", CELL_TAG: f"study:{study}"})
         parent_id = parent.info.run_id
         commit, added = git_commit(), 0
         pooled = summary_tags(summary_csv)
-        for sid, bid in grid.cells_of_study(study):
+        for (sid, bid), figures in finished.items():
             cell_id = f"{sid}/{bid}"
-            mpath = grid.metrics_path(sid, bid)
             if cell_id in existing:      # its own figures are final; the verdict over repeats may have moved
                 for key, value in pooled.get(cell_id, {}).items():
                     client.set_tag(existing[cell_id].info.run_id, key, value)
                 continue
-            if not mpath.exists():
-                continue
-            figures = read_json(mpath)
             cdir = grid.bench_dir(sid, bid)
             bench, server = grid.benches[sid][bid].spec, grid.servers[sid]
             tags = {STUDY_TAG: study, KIND_TAG: "bench_cell", CELL_TAG: cell_id, "mlflow.parentRunId": parent_id,
@@ -138,7 +176,9 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
             if figures.get("verdict"):     # this repeat's paired e2e speedup: tags.verdict = 'faster'
                 tags["verdict"] = figures["verdict"]
             tags.update(pooled.get(cell_id, {}))
-            run = client.create_run(exp_id, run_name=cell_id, tags=tags)
+            run = client.create_run(exp_id, run_name=cell_id, tags=tags, start_time=times[sid, bid][0])
+            client.log_inputs(run.info.run_id, [dataset_input(bench["dataset"]["name"],
+                                                              grid.dataset_file(bench["dataset"]))])
             params = [Param(k[:250], str(v)[:6000]) for k, v in flatten(read_yaml(cdir / "config.yaml")).items()]
             for i in range(0, len(params), 100):
                 client.log_batch(run.info.run_id, params=params[i:i + 100])
@@ -148,16 +188,17 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
             for art in ("metrics.json", "requests.jsonl", "config.yaml", "server.log"):
                 if (cdir / art).exists():
                     client.log_artifact(run.info.run_id, str((cdir / art).resolve()))
-            client.set_terminated(run.info.run_id)
+            client.set_terminated(run.info.run_id, end_time=times[sid, bid][1])
             added += 1
         client.log_artifact(parent_id, summary_csv)
+        log_summary_table(client, parent_id, summary_csv)
         for table in (K_COMPARISON, BY_CATEGORY):
             if (Path(summary_csv).parent / table).exists():
                 client.log_artifact(parent_id, str(Path(summary_csv).parent / table))
         client.log_artifact(parent_id, env_json)
         for png in sorted(Path(plots_dir).glob("*.png")):
             client.log_artifact(parent_id, str(png), artifact_path="plots")
-        client.set_terminated(parent_id)
+        client.set_terminated(parent_id, end_time=max((t[1] for t in times.values()), default=None))
     except (MlflowException, OSError) as e:
         raise TrackingError(f"MLflow at {uri} could not be written ({type(e).__name__}: "
                             f"{str(e).splitlines()[0][:200]}): results/ is complete; start the server or fix "

@@ -49,6 +49,29 @@ def tiny_models_needed():
     return any(GRID.configs[sid]["pair"]["built_by_workflow"] for sid in GRID.servers)
 
 
+def study_labels(study):
+    """The report's labels of a study: its pairs, datasets and thinking modes."""
+    benches = [b.spec for sid in server_cells_of(study) for b in GRID.benches[sid].values()]
+    pairs = {GRID.servers[sid].pair["name"] for sid in server_cells_of(study) if not GRID.servers[sid].is_baseline}
+    return {"study": study, "pair": " ".join(sorted(pairs)) or "-",
+            "dataset": " ".join(sorted({b["dataset"]["name"] for b in benches})),
+            "thinking": " ".join(sorted({str(b["thinking"]).lower() for b in benches}))}
+
+
+def plot_labels(wildcards):
+    return {**study_labels(wildcards.study), "figure": wildcards.name}
+
+
+def launch_labels(wildcards):
+    """One server cell: its pair, method and K, and what its bench cells ran."""
+    cell = GRID.servers[wildcards.server]
+    benches = [b.spec for b in GRID.benches[wildcards.server].values()]
+    return {"study": wildcards.study, "pair": cell.pair["name"], "method": cell.spec["method"],
+            "K": "-" if cell.is_baseline else str(cell.spec["num_speculative_tokens"]),
+            "dataset": " ".join(sorted({b["dataset"]["name"] for b in benches})),
+            "thinking": " ".join(sorted({str(b["thinking"]).lower() for b in benches}))}
+
+
 wildcard_constraints:
     study=r"[A-Za-z0-9._-]+",
     server=r"[A-Za-z0-9._-]+",

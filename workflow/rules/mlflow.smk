@@ -6,7 +6,7 @@ from specsweep.tracking import marker as mlflow_marker
 rule ingest_mlflow:
     input:
         summary=f"{RESULTS}/{{study}}/summary.csv",
-        plots=f"{RESULTS}/{{study}}/plots/done",
+        plots=f"{RESULTS}/{{study}}/plots",
         env=f"{RESULTS}/{{study}}/env.json",
     output:
         f"{RESULTS}/{{study}}/mlflow-{{store}}.done",

@@ -15,12 +15,15 @@ rule summarize:
         "../scripts/summarize.py"
 
 
+# Declared as a directory with a pattern, so the report shows each plot the study has (the category heatmap
+# only for a dataset with categories), with its caption from plots.rst.
 rule plots:
     input:
         summary=f"{RESULTS}/{{study}}/summary.csv",
         by_category=f"{RESULTS}/{{study}}/summary_by_category.csv",
     output:
-        touch(f"{RESULTS}/{{study}}/plots/done"),
+        report(directory(f"{RESULTS}/{{study}}/plots"), patterns=["{name}.png"], caption="../report/plots.rst",
+               category="Plots", subcategory="{study}", labels=plot_labels),
     log:
         f"{RESULTS}/{{study}}/logs/plots.log",
     script:

@@ -1,7 +1,5 @@
-from pathlib import Path
-
 from specsweep import snakejob, tracking
 
 snakejob.run(snakemake.log[0], lambda: tracking.ingest(
     snakemake.params.grid, snakemake.wildcards.study, snakemake.input.summary,
-    str(Path(snakemake.input.plots).parent), snakemake.input.env, snakemake.output[0]))
+    snakemake.input.plots, snakemake.input.env, snakemake.output[0]))

@@ -1,0 +1,93 @@
+"""The HTML pages a study's Snakemake report shows besides its plots: the summary table, the env check, each
+server cell's launch record and the tiny pair's training figures. The report renders images, HTML and PDF
+in place and offers any other file as a download, so the CSV and JSON records are shown through these."""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from .cells import Grid
+from .results import atomic_write_text, read_json
+from .summary import K_COMPARISON
+from .tracking import flatten
+
+STYLE = """<style>
+body { font-family: sans-serif; font-size: 13px; margin: 1em; }
+table { border-collapse: collapse; margin-bottom: 1.5em; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: left; vertical-align: top; }
+th { background: #f0f0f0; position: sticky; top: 0; }
+code, pre { font-size: 12px; white-space: pre-wrap; word-break: break-all; }
+</style>"""
+
+
+KEY_COLUMNS = ["server_cell", "method", "num_speculative_tokens", "dataset", "thinking", "concurrency", "valid",
+               "output_tok_s", "mean_acceptance_length", "speedup_e2e_geomean", "speedup_e2e_ci_low",
+               "speedup_e2e_ci_high", "verdict"]
+
+
+def page(title: str, *sections: str) -> str:
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>{STYLE}"
+            f"</head><body><h2>{html.escape(title)}</h2>{''.join(sections)}</body></html>")
+
+
+def table(frame: pd.DataFrame, caption: str = "") -> str:
+    head = f"<h3>{html.escape(caption)}</h3>" if caption else ""
+    return head + frame.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}", border=0)
+
+
+def key_values(record: dict, caption: str = "") -> str:
+    """A nested record as one two-column table of its flattened keys."""
+    rows = [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in flatten(record).items()]
+    return table(pd.DataFrame(rows, columns=["key", "value"]), caption)
+
+
+def summary_page(summary_csv: str, out: str) -> None:
+    """The summary, one row per cell, and the K-against-K statements."""
+    summary = pd.read_csv(summary_csv)
+    sections = [table(summary[[c for c in KEY_COLUMNS if c in summary]], "The figures to read first"),
+                table(summary, "summary.csv: one row per cell over its repeats")]
+    ks = Path(summary_csv).with_name(K_COMPARISON)
+    if ks.exists() and not (k := pd.read_csv(ks)).empty:
+        sections.append(table(k[["statement", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high",
+                                 "paired_prompts", "server_cell_a", "server_cell_b"]], "K against K"))
+    atomic_write_text(out, page("Summary", *sections))
+
+
+def env_page(env_json: str, out: str) -> None:
+    atomic_write_text(out, page("Environment check (env.json)", key_values(read_json(env_json))))
+
+
+def launch_page(grid: Grid, sid: str, out: str) -> None:
+    """A server cell's launch record (server.json: argv, PID, process group, versions) and its bench cells. The
+    local engine backend starts no server, so its cells have none."""
+    path = grid.server_dir(sid) / "logs" / "server.json"
+    record = read_json(path) if path.exists() else {"server": "none: the local engine ran inside the job"}
+    argv = " ".join(record.get("argv") or [])
+    cells = []
+    for bid in grid.benches[sid]:
+        path = grid.metrics_path(sid, bid)
+        m = read_json(path) if path.exists() else {}
+        cells.append({"bench cell": bid, "valid": m.get("valid"), "requests": m.get("requests_completed"),
+                      "output tok/s": m.get("output_tok_s"), "server log": m.get("server_log")})
+    atomic_write_text(out, page(f"Server cell {sid}", f"<h3>argv</h3><pre>{html.escape(argv)}</pre>",
+                                key_values({k: v for k, v in record.items() if k != "argv"}, "launch record"),
+                                table(pd.DataFrame(cells), "bench cells")))
+
+
+def training_page(reports: dict[str, str], out: str) -> None:
+    """The tiny pair's train.json files (losses, held-out accuracy and acceptance, times)."""
+    atomic_write_text(out, page("Tiny pair: training", *(key_values(read_json(p), f"{name}: {p}")
+                                                          for name, p in reports.items())))
+
+
+def write_pages(grid: Grid, study: str, summary_csv: str, env_json: str, out: dict) -> None:
+    """Every page of one study: out names the summary and env pages and the launches directory."""
+    summary_page(summary_csv, out["summary"])
+    env_page(env_json, out["env"])
+    Path(out["launches"]).mkdir(parents=True, exist_ok=True)
+    for sid, cell in grid.servers.items():
+        if cell.study == study:
+            launch_page(grid, sid, f"{out['launches']}/{sid}.html")

@@ -1,0 +1,3 @@
+from specsweep import pages, snakejob
+
+snakejob.run(snakemake.log[0], lambda: pages.training_page(dict(snakemake.input.items()), snakemake.output[0]))
