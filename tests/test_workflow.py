@@ -39,7 +39,7 @@ def test_smoke_study_writes_summary_plots_and_mlflow(smoke):
     runs = client.search_runs([exp.experiment_id])
     children = [r for r in runs if r.data.tags.get("specsweep.kind") == "bench_cell"]
     parents = [r for r in runs if r.data.tags.get("specsweep.kind") == "study"]
-    assert len(parents) == 1 and len(children) == 2
+    assert len(parents) == 1 and len(children) == 4     # two repeats of two server cells
     child = next(r for r in children if r.data.tags["method"] == "dflash")
     assert child.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
     assert {"pair", "dataset", "thinking", "vllm_version", "git_commit", "specsweep.cell_id"} <= set(child.data.tags)
