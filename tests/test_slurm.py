@@ -128,7 +128,7 @@ def test_smoke_study_on_slurm_has_a_local_runs_cells_and_files(slurm_smoke):
     servers = sorted(p.parent.parent.name for p in (results / "smoke").glob("*/runs/*.done"))
     assert len(servers) == 2
     for sid in servers:      # each server cell was a SLURM job; the light rules ran here
-        assert "rule serve_and_bench:" in text and f"smoke_{sid}_" in text
+        assert f"slurm_logs/rule_serve_and_bench/smoke_{sid}_" in text
     assert text.count("has been submitted with SLURM jobid") == 2
     assert "localrule summarize:" in text and "localrule ingest_mlflow:" in text and "localrule env_check:" in text
     local = {p.name for p in (local_results / "smoke").iterdir() if p.is_dir()}
