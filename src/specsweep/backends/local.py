@@ -142,7 +142,7 @@ class LocalSession:
 
 @contextmanager
 def open_session(grid: Grid, sid: str, progress: bool = True) -> Iterator[LocalSession]:
-    """Take a GPU for a cuda cell (claimed, or SLURM's; before CUDA is initialised, so it becomes cuda:0), load the pair once."""
+    """Take a cuda cell's GPU (claimed, or SLURM's) before CUDA starts, so it becomes cuda:0; load the pair once."""
     cell = grid.servers[sid]
     gpu_ids, claims = take_gpus(cell.gpus) if cell.gpus else ([], [])
     if gpu_ids:
