@@ -145,8 +145,9 @@ def pend_speculative_cell(results: Path) -> tuple[Path, Path]:
     """Make the smoke study's DFlash cell unfinished again; return it and the baseline's metrics.json."""
     [spec] = [p for p in (results / "smoke").iterdir() if p.name.startswith("tiny-dflash")]
     [base_metrics] = (results / "smoke").glob("base-*/*/metrics.json")
-    for m in spec.glob("*/metrics.json"):
-        m.unlink()
+    # its metrics.json and the markers that say it ran: as if its job had never finished
+    for f in [*spec.glob("*/metrics.json"), *spec.glob("runs/*.done"), *spec.glob("cells-*.done")]:
+        f.unlink()
     return spec, base_metrics
 
 
