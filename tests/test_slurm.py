@@ -145,8 +145,10 @@ def pend_speculative_cell(results: Path) -> tuple[Path, Path]:
     """Make the smoke study's DFlash cell unfinished again; return it and the baseline's metrics.json."""
     [spec] = [p for p in (results / "smoke").iterdir() if p.name.startswith("tiny-dflash")]
     [base_metrics] = (results / "smoke").glob("base-*/*/metrics.json")
-    # its metrics.json and the markers that say it ran: as if its job had never finished
-    for f in [*spec.glob("*/metrics.json"), *spec.glob("runs/*.done"), *spec.glob("cells-*.done")]:
+    # its metrics.json, the markers that say it ran, and the summary made after it: as if its job had never
+    # finished (Snakemake does not look upstream of outputs that are all present)
+    for f in [*spec.glob("*/metrics.json"), *spec.glob("runs/*.done"), *spec.glob("cells-*.done"),
+              results / "smoke" / "summary.csv"]:
         f.unlink()
     return spec, base_metrics
 
