@@ -4,7 +4,7 @@ import json
 import pytest
 
 from conftest import prebuilt_pair, run, snakemake_argv
-from specsweep.claims import claim_gpus
+from specsweep.claims import claim_gpus, take_gpus
 from specsweep.errors import ServerError
 
 
@@ -22,6 +22,32 @@ def test_claims_are_disjoint_and_oversubscription_is_refused(lock_dir):
         claim_gpus(3, ["0", "1"])
     assert claim_gpus(1, []) == []       # the CPU backend holds no GPU
     assert claim_gpus(0, ["0", "1"]) == []   # nor does a CPU cell on a machine with GPUs
+
+
+def test_inside_a_slurm_job_the_step_gpus_are_used_and_the_layout_rechecked(lock_dir, monkeypatch):
+    """What Snakemake's SLURM job step sees: SLURM_JOB_GPUS unset, CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS set."""
+    monkeypatch.setenv("SPECSWEEP_GPUS", "0,1,2,3")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    ids, claims = take_gpus(2)            # outside SLURM: lock files over the inventory
+    assert ids == ["0", "1"] and [c.name for c in claims] == ["gpu-0", "gpu-1"]
+    for c in claims:
+        c.release()
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_STEP_GPUS", "2,3")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    held = claim_gpus(4, ["0", "1", "2", "3"])   # another process's locks do not matter to SLURM's GPUs
+    try:
+        assert take_gpus(2) == (["2", "3"], [])
+        with pytest.raises(ServerError, match="needs 1 GPUs .* SLURM job 42 got 2 .*--gpus=1"):
+            take_gpus(1)
+    finally:
+        for c in held:
+            c.release()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    with pytest.raises(ServerError, match="got 0"):
+        take_gpus(1)
+    assert take_gpus(0) == ([], [])        # a CPU cell in a job without GPUs
 
 
 @pytest.mark.server

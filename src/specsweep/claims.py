@@ -185,3 +185,27 @@ def claim_gpus(n: int, inventory: list[str]) -> list[Claim]:
         c.release()
     raise ServerError(f"only {len(claims)} of the {n} GPUs this cell needs are free: run with "
                       f"`--resources gpu={len(inventory)}` so Snakemake never oversubscribes them")
+
+
+def slurm_step_gpus() -> list[str] | None:
+    """Inside a SLURM job SLURM owns the GPUs: the ones it gave this step (CUDA_VISIBLE_DEVICES, which SLURM sets
+    with SLURM_STEP_GPUS or SLURM_JOB_GPUS; none when it gave none). None outside SLURM: lock files decide."""
+    if "SLURM_JOB_ID" not in os.environ:
+        return None
+    return [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+
+
+def take_gpus(n: int) -> tuple[list[str], list[Claim]]:
+    """The GPUs a server cell of n (tensor x data parallel) runs on, and the claims that hold them. In a SLURM
+    job, exactly the step's GPUs, which must be n (no lock files: another job's GPUs are not ours to skip);
+    elsewhere n GPUs claimed by lock files from the visible inventory."""
+    given = slurm_step_gpus()
+    if given is None:
+        claims = claim_gpus(n, gpu_inventory())
+        return [c.name.removeprefix("gpu-") for c in claims], claims
+    if len(given) != n:
+        raise ServerError(f"the server cell needs {n} GPUs (tensor x data parallel) but its SLURM job "
+                          f"{os.environ['SLURM_JOB_ID']} got {len(given)} (CUDA_VISIBLE_DEVICES="
+                          f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')}): submit it with --gpus={n} "
+                          f"(profiles/slurm does), or change the parallel sizes")
+    return given, []

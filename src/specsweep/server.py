@@ -19,7 +19,7 @@ from typing import Callable
 import httpx
 import psutil
 
-from .claims import Claim, claim_gpus, claim_port, gpu_inventory, listeners, lock_dir, port_is_free, port_owner
+from .claims import Claim, claim_port, listeners, lock_dir, port_is_free, port_owner, take_gpus
 from .errors import ServerError
 from .progress import progress_bar
 from .results import atomic_write_json, tail
@@ -63,8 +63,7 @@ class Server:
         note = reap_leftover(self.log_dir, self.run["stop_grace_s"], self.kind)
         if note:
             print(f"[specsweep] {note}", flush=True)
-        self._claims = claim_gpus(self.gpus_needed, gpu_inventory())
-        gpu_ids = [c.name.removeprefix("gpu-") for c in self._claims]
+        gpu_ids, self._claims = take_gpus(self.gpus_needed)
         self.port, port_claim = claim_port(self.run)
         self._claims.append(port_claim)
         self.url = f"http://{self.run['host']}:{self.port}"

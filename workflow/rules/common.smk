@@ -45,6 +45,22 @@ def dataset_cfg(wildcards):
     raise ValueError(f"no dataset in the grid writes {wildcards.name}.jsonl")
 
 
+def all_cores(sid):
+    """A CPU server cell's threads: every core. --cores when given; a cluster profile gives none, so then the
+    cell's server.job.cpus, else this host's count (set job.cpus when compute nodes differ from it)."""
+    if workflow._cores is not None:   # the property workflow.cores raises when unset
+        return workflow.cores
+    return GRID.servers[sid].run["job"]["cpus"] or os.cpu_count()
+
+
+def slurm_extra(sid):
+    """SIGTERM ahead of the time limit, so the cell stops its server and keeps its finished bench cells; a CPU
+    cell holds its node alone, as it holds every core in a local run."""
+    cell = GRID.servers[sid]
+    extra = f"--signal=TERM@{cell.run['job']['signal_before_s']}"
+    return extra if cell.gpus else extra + " --exclusive"
+
+
 def tiny_models_needed():
     return any(GRID.configs[sid]["pair"]["built_by_workflow"] for sid in GRID.servers)
 

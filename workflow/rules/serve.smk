@@ -18,9 +18,14 @@ checkpoint serve_and_bench:
         grid=lambda w: GRID.subset(w.server),
     message:
         "server cell {wildcards.server}: bench cells to run: {params.pending}"
-    threads: lambda w: 1 if GRID.servers[w.server].gpus else workflow.cores
+    threads: lambda w: 1 if GRID.servers[w.server].gpus else all_cores(w.server)
     resources:
         gpu=lambda w: GRID.servers[w.server].gpus,
+        # what a cluster executor (profiles/slurm) asks for; a local run ignores them
+        gpu_model=lambda w: GRID.servers[w.server].run["job"]["gpu_model"] or "",
+        runtime=lambda w: GRID.servers[w.server].run["job"]["runtime_min"],
+        mem_mb=lambda w: GRID.servers[w.server].run["job"]["mem_mb"],
+        slurm_extra=lambda w: slurm_extra(w.server),
     script:
         "../scripts/serve_and_bench.py"
 

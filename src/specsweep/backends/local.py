@@ -15,7 +15,7 @@ from typing import Iterator
 from .. import metrics
 from ..bench_cell import Measurement
 from ..cells import Grid
-from ..claims import claim_gpus, gpu_inventory
+from ..claims import take_gpus
 from ..errors import ServerError
 
 
@@ -142,11 +142,11 @@ class LocalSession:
 
 @contextmanager
 def open_session(grid: Grid, sid: str, progress: bool = True) -> Iterator[LocalSession]:
-    """Claim a GPU for a cuda cell (before CUDA is initialised, so it becomes cuda:0), load the pair once."""
+    """Take a cuda cell's GPU (claimed, or SLURM's) before CUDA starts, so it becomes cuda:0; load the pair once."""
     cell = grid.servers[sid]
-    claims = claim_gpus(cell.gpus, gpu_inventory()) if cell.gpus else []
-    if claims:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(c.name.removeprefix("gpu-") for c in claims)
+    gpu_ids, claims = take_gpus(cell.gpus) if cell.gpus else ([], [])
+    if gpu_ids:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
     try:
         t0 = time.monotonic()
         pair = LocalPair(cell.spec)

@@ -23,11 +23,17 @@ so any Python runs it). It copies the parts of SGLang 0.5.23 that specsweep reli
   openai/sse_utils.py build_sse_content, protocol.py ChatCompletionStreamResponse, SglExt, SpecTokensDetails);
   the per-request stats as managers/tokenizer_manager.py _calculate_spec_decoding_metrics computes them.
 
+For the SLURM tests it also records how it was started: with STANDIN_RECORD_DIR set, it writes
+<dir>/<pid>.json (its environment, pid, start time) at start-up and adds its stop time on SIGTERM;
+STANDIN_STARTUP_S sets how long /health answers 503.
+
 Decoding is scripted: the prefill gives one token, then verify step i accepts ACCEPTED[i % 4] drafts (at most
 K = num_draft_tokens - 1) and commits them plus the bonus token, until max_tokens; so tests know the sums.
 """
 import argparse
 import json
+import os
+import signal
 import sys
 import threading
 import time
@@ -36,7 +42,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 VERSION = "0.5.23"
 ACCEPTED = (3, 1, 0, 2)
-STARTUP_S = 0.5                # /health answers 503 this long, like a server still loading
+STARTUP_S = float(os.environ.get("STANDIN_STARTUP_S", 0.5))   # /health answers 503 this long, like a server loading
 STEP_S = 0.002                 # one decode step
 # srt/arg_groups/choices.py
 ATTENTION_BACKENDS = ["triton", "torch_native", "flex_attention", "dsa", "nsa", "qsa", "dsv4", "compressed", "fa3",
@@ -284,6 +290,23 @@ def main(argv) -> None:
     except ValueError as e:
         print(f"ValueError: {e}", file=sys.stderr, flush=True)
         sys.exit(1)
+    record_dir = os.environ.get("STANDIN_RECORD_DIR")
+    if record_dir:
+        record = {"pid": os.getpid(), "started_at": time.time(), "env": dict(os.environ)}
+        path = os.path.join(record_dir, f"{os.getpid()}.json")
+
+        def write() -> None:
+            with open(path + ".tmp", "w") as f:
+                json.dump(record, f)
+            os.replace(path + ".tmp", path)
+
+        def on_term(signum, frame):
+            record["stopped_at"] = time.time()
+            write()
+            sys.exit(0)
+
+        write()
+        signal.signal(signal.SIGTERM, on_term)
     Handler.state = State(resolved)
     httpd = ThreadingHTTPServer((args.host, args.port), Handler)
     httpd.daemon_threads = True
