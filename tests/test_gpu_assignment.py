@@ -25,15 +25,17 @@ def test_claims_are_disjoint_and_oversubscription_is_refused(lock_dir):
 
 
 def test_inside_a_slurm_job_the_step_gpus_are_used_and_the_layout_rechecked(lock_dir, monkeypatch):
-    """What Snakemake's SLURM job step sees: SLURM_JOB_GPUS unset, CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS set."""
+    """What Snakemake's SLURM job step sees: SLURM_STEP_ID, CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS set. An
+    `salloc` shell or a batch script has SLURM_JOB_ID but no SLURM_STEP_ID: lock files there."""
     monkeypatch.setenv("SPECSWEEP_GPUS", "0,1,2,3")
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.delenv("SLURM_STEP_ID", raising=False)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     ids, claims = take_gpus(2)            # outside SLURM: lock files over the inventory
     assert ids == ["0", "1"] and [c.name for c in claims] == ["gpu-0", "gpu-1"]
     for c in claims:
         c.release()
-    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
     monkeypatch.setenv("SLURM_STEP_GPUS", "2,3")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     held = claim_gpus(4, ["0", "1", "2", "3"])   # another process's locks do not matter to SLURM's GPUs

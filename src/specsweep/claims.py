@@ -188,9 +188,11 @@ def claim_gpus(n: int, inventory: list[str]) -> list[Claim]:
 
 
 def slurm_step_gpus() -> list[str] | None:
-    """Inside a SLURM job SLURM owns the GPUs: the ones it gave this step (CUDA_VISIBLE_DEVICES, which SLURM sets
-    with SLURM_STEP_GPUS or SLURM_JOB_GPUS; none when it gave none). None outside SLURM: lock files decide."""
-    if "SLURM_JOB_ID" not in os.environ:
+    """Inside a SLURM job step (where Snakemake's SLURM executor runs a rule) SLURM owns the GPUs: the ones it
+    gave this step (CUDA_VISIBLE_DEVICES; none when it gave none). None elsewhere, an `salloc` shell or a batch
+    script included (no SLURM_STEP_ID there, measured): a local Snakemake run there shares the allocation's GPUs
+    among its cells by lock files."""
+    if "SLURM_STEP_ID" not in os.environ:
         return None
     return [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
 
