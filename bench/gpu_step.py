@@ -158,8 +158,20 @@ GEMM_SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096),
                "lm_head": (151936, 4096), "draft_fc": (4096, 20480)}
 
 
-def gemm_rates(rows=(16, 128)) -> dict:
-    """Each Qwen3-8B projection alone at M rows: cuBLAS against the split-K kernel, in TB/s of weight read."""
+def graph_ms(fn, calls: int = 20) -> float:
+    """GPU time of one call, from a CUDA graph of `calls` calls (no host launch cost in the figure)."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    return cuda_ms(g.replay, iters=5) / calls
+
+
+def gemm_rates(rows=(16,)) -> dict:
+    """Each Qwen3-8B projection alone at M rows, replayed in a CUDA graph: cuBLAS against the split-K
+    kernel, in TB/s of weight read."""
     from specsweep.dflash import skinny
 
     out = {}
@@ -169,22 +181,30 @@ def gemm_rates(rows=(16, 128)) -> dict:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             ref = x @ w.T
             got = skinny.mm(x, w)
-            cub = cuda_ms(lambda: x @ w.T, iters=50)
-            spl = cuda_ms(lambda: skinny.mm(x, w), iters=50)
+            cub = graph_ms(lambda: x @ w.T)
+            spl = graph_ms(lambda: skinny.mm(x, w))
             out[f"{name} M={m}"] = {"cublas_ms": cub, "skinny_ms": spl, "cublas_TBps": n * k * 2 / cub / 1e9,
                                     "skinny_TBps": n * k * 2 / spl / 1e9, "tile": skinny._tiles[(n, k, w.dtype)],
                                     "max_rel_err": ((got.float() - ref.float()).abs().max() / ref.float().abs().max()).item()}
     return out
 
 
-def exact_kernels(linear: str, compile: str | None) -> dict:
+def exact_kernels(target, drafter, linear: str, compile: str | None, sdpa: str | None = None) -> dict:
     """bf16, Qwen3-8B shapes: the block-16 step decodes what the same kernels decode at block 1 (random drafts
     are refused, so each block-16 step commits the target's own token at its first position)."""
-    target, drafter, _ = build(QWEN3_8B, 5, 16, "cuda", torch.bfloat16)
     prompt = torch.randint(0, 1000, (64,), generator=torch.Generator().manual_seed(3)).tolist()
+    from contextlib import nullcontext
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
     kw = dict(cuda_graph=True, compile=compile, linear=linear)
-    one = StaticPair(target, None, 1, 256, 1, **kw).generate([prompt], 32).sequences[0]
-    sixteen = StaticPair(target, drafter, 1, 256, 16, **kw).generate([prompt], 32).sequences[0]
+    with sdpa_kernel(getattr(SDPBackend, sdpa)) if sdpa else nullcontext():    # sdpa: e.g. MATH
+        one = StaticPair(target, None, 1, 256, 1, **kw).generate([prompt], 32).sequences[0]
+        sixteen = StaticPair(target, drafter, 1, 256, 16, **kw).generate([prompt], 32).sequences[0]
+    import gc
+
+    gc.collect()
+    torch.cuda.empty_cache()
     same = next((i for i, (a, b) in enumerate(zip(one, sixteen)) if a != b), len(one))
     return {"equal": one == sixteen, "first_difference": same, "tokens": len(one)}
 
@@ -228,7 +248,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/out"))
     ap.add_argument("--small", action="store_true")
-    ap.add_argument("--profile", action="store_true", help="also split the best step's GPU time by kernel")
+    ap.add_argument("--profile", action="store_true", help="also split each variant's GPU time by kernel")
     ap.add_argument("--block", type=int, default=16)
     ap.add_argument("--prompt-len", type=int, default=256)
     ap.add_argument("--linear", nargs="*", default=["torch", "skinny"], help="matmul kernels: torch (cuBLAS), skinny")
@@ -236,6 +256,10 @@ def main() -> None:
                     help="also time the step under these torch.compile modes (default, max-autotune-no-cudagraphs)")
     ap.add_argument("--compile-scope", default="layer", choices=["layer", "step"])
     ap.add_argument("--box", type=int, default=120, help="seconds each option may take")
+    ap.add_argument("--autotune-box", type=int, default=300, help="seconds a max-autotune option may take")
+    ap.add_argument("--exact", action="store_true", help="each variant's bf16 block 16 against its block 1")
+    ap.add_argument("--diagnose", nargs="*", default=[], help="bf16 exactness of these linears, uncompiled")
+    ap.add_argument("--uncompiled", action="store_true", help="also time the graphs without torch.compile")
     ap.add_argument("--reference", action="store_true", help="also time the HF-cache engine and dflash_generate")
     args = ap.parse_args()
     import torch._dynamo
@@ -257,11 +281,18 @@ def main() -> None:
     rec["hbm_bound_ms"] = {"verify": target_bytes / HBM_BYTES_PER_S * 1e3, "draft": draft_bytes / HBM_BYTES_PER_S * 1e3}
     rec["hbm_bound_ms"]["step"] = rec["hbm_bound_ms"]["verify"] + rec["hbm_bound_ms"]["draft"]
     rec["practical_bound_ms"] = {k: v * HBM_BYTES_PER_S / PRACTICAL_BYTES_PER_S for k, v in rec["hbm_bound_ms"].items()}
-    variants = [(lin, None) for lin in args.linear] + [(lin, mode) for mode in args.compile for lin in args.linear]
+    for lin in args.diagnose:        # which kernels keep bf16 block 16 equal to block 1: uncompiled, SDPA default / math
+        for sdpa in (None, "MATH"):
+            with TimeBox(rec, f"diagnose {lin} {sdpa}", args.box):
+                rec.setdefault("exact_bf16_diagnosis", {})[f"graph[{lin}] sdpa={sdpa or 'default'}"] = \
+                    exact_kernels(target, drafter, lin, None, sdpa)
+        save(rec, args.out)
+    variants = [(lin, mode) for mode in args.compile for lin in args.linear] + \
+        [(lin, None) for lin in args.linear if args.uncompiled]
     for lin, mode in variants:
         name = f"graph[{lin}]" if mode is None else f"compiled_graph[{lin},{mode},{args.compile_scope}]"
         kw = dict(cuda_graph=True, linear=lin, compile=mode, compile_scope=args.compile_scope)
-        with TimeBox(rec, name, args.box):
+        with TimeBox(rec, name, args.autotune_box if mode and "autotune" in mode else args.box):
             r = rec[name] = {}
             r["step"] = static_step_ms(target, drafter, 1, b, max_len, plen, **kw)
             r["verify"] = static_step_ms(target, None, 1, b, max_len, plen, **kw)
@@ -271,20 +302,18 @@ def main() -> None:
             r["batch8_over_batch1_throughput"] = 8 * r["step"] / r["step_batch8"]
             print(f"[gpu_step] {name}: {json.dumps(r)}", flush=True)
         save(rec, args.out)
+        if args.exact:
+            with TimeBox(rec, f"exact_bf16_vs_own_block1 {name}", args.box):
+                rec[name]["exact_bf16_vs_own_block1"] = exact_kernels(target, drafter, lin, mode)
+        if args.profile:
+            with TimeBox(rec, f"kernel_ms_per_step {name}", args.box):
+                rec[name]["kernel_ms_per_step"] = {
+                    f"batch{n}": kernel_breakdown(target, drafter, b, max_len, plen, batch=n, linear=lin,
+                                                  compile=mode, compile_scope=args.compile_scope) for n in (1, 8)}
+        save(rec, args.out)
     timed = {k: v for k, v in rec.items() if k.startswith(("graph[", "compiled_graph[")) and "step" in v}
     best = min(timed, key=lambda k: timed[k]["step"])
     rec["best"] = best
-    lin = best.split("[")[1].split(",")[0].rstrip("]")
-    mode = best.split(",")[1] if "," in best else None
-    with TimeBox(rec, "exact_bf16_vs_own_block1", args.box):
-        rec["exact_bf16_vs_own_block1"] = exact_kernels(lin, mode)
-    save(rec, args.out)
-    if args.profile:
-        with TimeBox(rec, "kernel_ms_per_step", args.box):
-            kw = dict(linear=lin, compile=mode, compile_scope=args.compile_scope)
-            rec["kernel_ms_per_step"] = {f"batch{n}": kernel_breakdown(target, drafter, b, max_len, plen, batch=n, **kw)
-                                         for n in (1, 8)}
-        save(rec, args.out)
     if args.reference:
         prompt = torch.randint(0, 1000, (plen,), generator=torch.Generator().manual_seed(2)).tolist()
         for name, fn in (("hf_engine_ms", lambda: hf_engine_step_ms(target, drafter, b, prompt, 24)),
@@ -294,7 +323,8 @@ def main() -> None:
     step = timed[best]["step"]
     rec["ratios"] = {"best_step_over_hbm_bound": step / rec["hbm_bound_ms"]["step"],
                      "best_step_over_practical_bound": step / rec["practical_bound_ms"]["step"],
-                     "best_batch8_over_batch1_throughput": timed[best]["batch8_over_batch1_throughput"]}
+                     "best_batch8_over_batch1_throughput": timed[best]["batch8_over_batch1_throughput"],
+                     "max_batch8_over_batch1_throughput": max(v["batch8_over_batch1_throughput"] for v in timed.values())}
     for name in ("hf_engine_ms", "reference_ms"):
         if (rec.get(name) or {}).get("step"):
             rec["ratios"][f"{name.removesuffix('_ms')}_over_best_step"] = rec[name]["step"] / step

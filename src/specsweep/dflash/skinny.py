@@ -1,4 +1,4 @@
-"""x @ w.T for skinny x (M <= 128 rows: a decode step's block x batch) as a Triton split-K GEMM.
+"""x @ w.T for skinny x (a decode step's block x batch rows) as a Triton split-K GEMM.
 
 cuBLAS reads a 4096x4096 weight at about 1.2 TB/s for 16 rows (bench/h200): a few dozen tiles leave most
 of the 132 SMs idle. Here each program streams a BLOCK_N x (K / SPLIT_K) slice of the weight, so a
@@ -24,7 +24,10 @@ CANDIDATES = [  # (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages)
     (32, 128, 1, 4, 4), (32, 256, 1, 4, 4), (64, 128, 1, 4, 4), (64, 256, 1, 4, 3),
     (32, 128, 2, 4, 4), (32, 256, 2, 4, 4), (64, 128, 2, 4, 4), (64, 256, 2, 4, 3),
     (32, 128, 4, 4, 4), (64, 128, 4, 4, 4), (128, 128, 1, 4, 3), (16, 256, 1, 4, 4),
+    (32, 512, 1, 4, 3), (64, 512, 1, 8, 3), (32, 256, 1, 4, 6), (64, 256, 1, 8, 4),
+    (32, 512, 2, 4, 3), (16, 512, 1, 4, 4), (128, 256, 1, 8, 3), (64, 128, 1, 4, 6),
 ]
+MAX_ROWS = 16   # one row tile (BLOCK_M = 16); at 128 rows (batch 8 x block 16) cuBLAS was faster (docs/benchmarks.md)
 _tiles: dict[tuple, tuple] = {}
 
 if triton is not None:
@@ -62,9 +65,9 @@ def _launch(x: torch.Tensor, w: torch.Tensor, tile: tuple) -> torch.Tensor:
     block_n, block_k, split, warps, stages = tile
     m, k = x.shape
     n = w.shape[0]
-    block_m = 16 if m <= 16 else 32 if m <= 32 else 64 if m <= 64 else 128
+    block_m = 16
     partial = torch.empty((split, m, n), device=x.device, dtype=torch.float32)
-    grid = (triton.cdiv(n, block_n), split, triton.cdiv(m, block_m))
+    grid = (triton.cdiv(n, block_n), split, triton.cdiv(m, block_m))     # m <= MAX_ROWS: one row tile
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     _partial[grid](x, w, partial, m, n, k, x.stride(0), w.stride(0), k // split,
                    BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISION=precision,
@@ -82,10 +85,15 @@ def _tile(x: torch.Tensor, w: torch.Tensor) -> tuple:
 
         k = w.shape[1]
         probe = torch.randn(16, k, device=w.device, dtype=w.dtype)
-        fits = [c for c in CANDIDATES if k % (c[1] * c[2]) == 0]
-        if not fits:
-            raise ValueError(f"no split-K tile divides K={k}")
-        _tiles[key] = min(fits, key=lambda c: do_bench(lambda: _launch(probe, w, c), warmup=5, rep=20))
+        timed = {}
+        for c in (c for c in CANDIDATES if k % (c[1] * c[2]) == 0):
+            try:
+                timed[c] = do_bench(lambda: _launch(probe, w, c), warmup=5, rep=20)
+            except triton.runtime.errors.OutOfResources:     # too much shared memory for this dtype
+                pass
+        if not timed:
+            raise ValueError(f"no split-K tile fits K={k} in {w.dtype}")
+        _tiles[key] = min(timed, key=timed.get)
     return _tiles[key]
 
 
@@ -100,8 +108,8 @@ def _(x, w):
 
 
 def mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x [..., K] @ w[N, K].T, through the split-K kernel on CUDA when x has at most 128 rows."""
+    """x [..., K] @ w[N, K].T, through the split-K kernel on CUDA when x has at most MAX_ROWS rows."""
     rows = x.reshape(-1, x.shape[-1])
-    if triton is None or not x.is_cuda or rows.shape[0] > 128:
+    if triton is None or not x.is_cuda or rows.shape[0] > MAX_ROWS:
         return x @ w.T
     return _skinny_mm(rows.contiguous(), w).view(*x.shape[:-1], w.shape[0])

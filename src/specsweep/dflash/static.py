@@ -80,8 +80,9 @@ class StaticPair:
         p = next(target.parameters())
         self.device, self.dtype = p.device, p.dtype
         self.batch, self.max_len, self.block_size = batch, max_len, block_size
-        # linear: "torch" (cuBLAS on a GPU) or "skinny" (skinny.py's split-K Triton GEMM for <= 128 rows)
-        self.mm = skinny.mm if linear == "skinny" else torch_mm
+        # linear: "torch" (cuBLAS on a GPU) or "skinny" (skinny.py's split-K Triton GEMM up to
+        # skinny.MAX_ROWS rows, cuBLAS above)
+        self.mm = {"torch": torch_mm, "skinny": skinny.mm}[linear]
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.eps = cfg.rms_norm_eps
@@ -139,8 +140,10 @@ class StaticPair:
         self.ctx_v = torch.zeros(shape, device=self.device, dtype=self.dtype)
 
     # ---- the two forwards ---------------------------------------------------------------------------------
-    def target_forward(self, ids, pos):
-        """Logits [B, T, V] and HF-style hidden states (index 0 = embeddings); writes K/V at `pos`."""
+    def target_forward(self, ids, pos, layer=None):
+        """Logits [B, T, V] and HF-style hidden states (index 0 = embeddings); writes K/V at `pos`. `layer`:
+        the (compiled) step's layer by default; prefill passes the plain one (prompt widths vary)."""
+        layer = layer or self._target_layer
         b, t = ids.shape
         x = F.embedding(ids, self.embed)
         cos, sin = self.cos[pos], self.sin[pos]
@@ -149,7 +152,7 @@ class StaticPair:
         mask = self.key_index <= qpos                                          # [B, 1, rep*T, S]: causal
         hidden = [x]
         for i, w in enumerate(self.layers):
-            x = self._target_layer(x, w, self.k_cache[i], self.v_cache[i], cos, sin, rows, pos, mask)
+            x = layer(x, w, self.k_cache[i], self.v_cache[i], cos, sin, rows, pos, mask)
             hidden.append(x)
         return self.mm(rms(x, self.norm, self.eps), self.lm_head), hidden
 
@@ -258,7 +261,7 @@ class StaticPair:
         width = max(map(len, prompts))
         ids = torch.tensor([p + [0] * (width - len(p)) for p in prompts], device=self.device)
         pos = torch.arange(width, device=self.device).expand(b, width)
-        logits, hidden = self.target_forward(ids, pos)
+        logits, hidden = self.target_forward(ids, pos, self.target_layer)
         lengths = torch.tensor([len(p) for p in prompts], device=self.device)
         if self.drafter is not None:
             self.write_context(hidden, pos)
