@@ -197,7 +197,7 @@ def generate(target, drafter: DFlashDrafter | None, input_ids: list[list[int]], 
                                    accepted=accepted, committed=[a + 1 for a in accepted], live=live, t_s=now))
         # keep as many positions as the longest live row kept; the mask hides each row's refused ones
         m = 1 + max(accepted[r] for r in live)
-        keep = torch.minimum(n + 1, torch.tensor(m, device=device))
+        keep = (n + 1).clamp(max=m)
         kept = offsets[:m] < keep[:, None]                                # [B, m]
         mask[:, length:length + m] = kept
         if t > m:
