@@ -2,13 +2,17 @@
 its b16 drafter (random weights accept nothing, so steps are compared, and throughput is implied at a
 given acceptance length):
 
-- the static step (dflash/static.py) replayed as one CUDA graph, eager, and compiled + graph;
-- engine.py's HF-cache step (the eager transformers path);
-- the authors' `dflash_generate` (PyPI `dflash`, --no-deps) on the same weights and prompt;
-- the HBM bound: weight bytes a step must read / 4.8 TB/s;
-- batch 8 against batch 1.
+- the static step (dflash/static.py) replayed as one CUDA graph, per matmul kernel (`--linear`: cuBLAS,
+  the split-K Triton GEMM) and per torch.compile mode (`--compile`, per layer or whole step), at batch 1
+  and 8, each option in its own time box;
+- each projection alone in a CUDA graph, cuBLAS against the split-K GEMM;
+- exactness: against transformers' greedy decoding (small fp32 model), and in bf16 the block-16 step
+  against the same kernels' block-1 decode (`--exact`, `--diagnose`);
+- the HBM bound (weight bytes / 4.8 TB/s) and the practical one (/ 4.18 TB/s);
+- with `--reference`, engine.py's HF-cache step and the authors' `dflash_generate` on the same weights.
 
-    python3 bench/gpu_step.py [--out DIR] [--compile default max-autotune-no-cudagraphs] [--profile] [--small]
+    python3 bench/gpu_step.py [--out DIR] [--compile default max-autotune-no-cudagraphs] [--uncompiled]
+        [--linear torch skinny] [--exact] [--diagnose torch skinny] [--profile] [--reference] [--small]
 """
 from __future__ import annotations
 
