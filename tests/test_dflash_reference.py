@@ -1,6 +1,6 @@
 """The engine against the authors' reference `dflash_generate` (PyPI `dflash`, installed --no-deps), on
-the same trained tiny weights: the same tokens and the same acceptance length at every step that verifies
-the same block."""
+the same trained tiny weights: the same tokens and the same acceptance length at every step, the budget's
+last, shrunk block included."""
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -13,29 +13,30 @@ from specsweep.tiny import chat_ids
 reference = pytest.importorskip("dflash.model", reason="the reference `dflash` package is not installed")
 
 
-@pytest.mark.parametrize("block_size", [4, 8])
-@pytest.mark.parametrize("thinking", [False, True])
+@pytest.mark.parametrize("block_size,thinking", [(4, False), (4, True), (8, False), (8, True),
+                                                  (3, False), (5, False), (16, False)])
 def test_same_tokens_and_acceptance_as_dflash_generate(tiny_results, block_size, thinking):
+    """Every step, the last one too: where the budget ends mid-block, both shrink the block to it."""
     models = tiny_results / "models" / "tiny"
     tok = AutoTokenizer.from_pretrained(models / "target")
     target = AutoModelForCausalLM.from_pretrained(models / "target", dtype=torch.float32).eval()
     ours = DFlashDrafter.from_pretrained(models / "drafter")
     theirs = reference.DFlashDraftModel.from_pretrained(models / "drafter", dtype=torch.float32).eval()
     eos = tok.convert_tokens_to_ids("<|im_end|>")
-    compared = []
+    compared, shrunk = [], 0
     for row in synthetic_rows(4, seed=3):
         prompt = chat_ids(tok, row["turns"][0], thinking)
-        for max_new in (96, 11):                                   # a stop token, then a cut mid-block
+        for max_new in (96, 11, 23):                          # a stop token, then budgets that end mid-block
             ref_tokens, ref_lengths = _reference(theirs, target, prompt, max_new, eos, block_size)
             got = generate(target, ours, [prompt], block_size, max_new, stop_ids={eos})
             assert got.sequences[0] == ref_tokens
-            ours_lengths = _produced_per_step(got)
-            whole = _whole_block_steps(ref_lengths, max_new, block_size)
-            assert ours_lengths[:whole] == ref_lengths[:whole]
-            if max_new == 96:      # answers end far inside this budget: every block is whole, all compared
-                assert ref_tokens[-1] == eos and whole == len(ref_lengths) == len(ours_lengths)
-            compared += ref_lengths[:whole]
+            assert _produced_per_step(got) == ref_lengths
+            if max_new == 96:      # answers end far inside this budget
+                assert ref_tokens[-1] == eos
+            shrunk += _shrunk_steps(ref_lengths, max_new, block_size)
+            compared += ref_lengths
     assert max(compared) > 1   # a trained drafter: the comparison covers accepted drafts, not only bonus tokens
+    assert shrunk > 0          # and blocks that the budget shrank
 
 
 def _reference(model, target, prompt, max_new, eos, block_size):
@@ -51,17 +52,14 @@ def _reference(model, target, prompt, max_new, eos, block_size):
     return stats.output_ids[0, len(prompt):].tolist(), stats.acceptance_lengths
 
 
-def _whole_block_steps(ref_lengths, max_new, block_size):
-    """How many leading steps of the reference verified a whole block: those that began with at least
-    block_size - 1 tokens of budget left. dflash_generate shrinks a block that would pass the budget, where
-    our engine verifies the whole block and cuts; a shrunk block drafts differently, so its acceptance and
-    every later step's may differ. Until then both verify the same blocks on the same tokens."""
-    left = max_new - 1                                      # the prefill's token is not a step
-    for i, n in enumerate(ref_lengths):
-        if left < block_size - 1:
-            return i
+def _shrunk_steps(ref_lengths, max_new, block_size):
+    """Steps that began with fewer than block_size - 1 tokens of budget left: dflash_generate verified a
+    shorter block there (the drafter then drafts differently, so a full block would not match)."""
+    left, shrunk = max_new - 1, 0                           # the prefill's token is not a step
+    for n in ref_lengths:
+        shrunk += left < block_size - 1
         left -= n
-    return len(ref_lengths)
+    return shrunk
 
 
 def _produced_per_step(out):

@@ -25,7 +25,8 @@ OPERATIONAL_SERVER_KEYS = ("executable", "python", "host", "port", "port_range",
 # Keys added to a server or bench spec after v1, by their path in that spec, with their defaults: e.g.
 # {"server.some_key": default}. Every key added to a spec from now on goes here, so adding an option never
 # renames (and recomputes) the cells that ran before it existed.
-ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False}     # bench spec: sweep.ignore_eos
+ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False,     # bench spec: sweep.ignore_eos
+                                      "server.sampler": "vllm"}  # server spec: the local engine's verifier
 
 
 def stable_hash(obj) -> str:

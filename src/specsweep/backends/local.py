@@ -56,6 +56,7 @@ class LocalPair:
         self.stop_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         self.stop_ids.add(self.tokenizer.eos_token_id)
         self.pad_id = self.tokenizer.pad_token_id or 0
+        self.sampler = server.get("sampler", "vllm")
 
     def decode(self, prompts: list[list[int]], bench: dict, seed: int):
         from ..dflash.engine import generate
@@ -63,7 +64,7 @@ class LocalPair:
         stop_ids = set() if bench["ignore_eos"] else self.stop_ids     # ignore_eos: exactly max_tokens, as vLLM's
         if not self.static or bench["temperature"] > 0:
             return generate(self.target, self.drafter, prompts, self.block_size, bench["max_tokens"], stop_ids,
-                            bench["temperature"], self.pad_id, seed=seed)
+                            bench["temperature"], self.pad_id, seed=seed, sampler=self.sampler)
         from ..dflash.static import StaticPair
 
         batch = bench["concurrency"]

@@ -6,8 +6,13 @@ the target's own next token is committed; the target cache is cropped to the com
 drafter's context grows by the newly committed positions only. Block size 1 is plain autoregressive
 decoding through the same code.
 
-Batches commit the same number of tokens per sequence each step (the smallest over unfinished rows):
-every committed token is still the target's own choice, so the output stays exact.
+Each row of a batch commits its own accepted prefix: the cache keeps, per step, as many positions as the
+longest row kept, and the attention masks (target and drafter context) hide every row's refused ones.
+A block never verifies more drafts than the budget left (as the authors' `dflash_generate`): the last
+block shrinks to the tokens a row can still commit.
+
+At temperature > 0 the block is verified by rejection sampling (sampling.py): `sampler="vllm"` keeps the
+drafter's greedy drafts (vLLM's default), `sampler="rejection"` samples them (the authors' reference).
 """
 from __future__ import annotations
 
@@ -19,14 +24,15 @@ import torch
 from transformers import DynamicCache
 
 from .model import DFlashDrafter
+from .sampling import SAMPLERS, draw, filtered_probs, verify
 
 
 @dataclass
 class Step:
     drafted: list[list[int]]       # per row, the b-1 proposed tokens
-    target: list[list[int]]        # per row, the target's b choices at the block's positions
+    target: list[list[int]]        # per row, the target's b choices (argmax when sampling) at the block
     accepted: list[int]            # per row, how many proposals matched before the first miss
-    committed: list[int]           # per row, tokens committed this step (here the same for every row)
+    committed: list[int]           # per row, tokens committed this step (its accepted prefix + 1)
     live: list[int] = field(default_factory=list)   # rows still decoding when the step ran
     t_s: float = 0.0               # seconds since the call began, when the step's tokens were committed
 
@@ -71,74 +77,135 @@ class Rows:
         return now
 
 
-def pick(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
-    if temperature <= 0:
-        return logits.argmax(-1)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
-    flat = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator)
-    return flat.view(probs.shape[:-1])
+Proposer = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""(block ids [B, t], positions [B, t]) -> the t-1 drafts [B, t-1] (deterministic), or their logits
+[B, t-1, V] (then drafted like the drafter's: argmax, or sampled under sampler="rejection")."""
 
 
-Proposer = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]   # (block ids, positions) -> b-1 drafts
+def room(x: torch.Tensor, need: int, dim: int) -> torch.Tensor:
+    """x, or x doubled along `dim` (zeros) until it holds `need`: buffers sized once, grown rarely. A batch's
+    cache gains the longest row's kept count each step, so it can outgrow prompt + budget + one block."""
+    size = x.shape[dim]
+    if need <= size:
+        return x
+    while size < need:
+        size *= 2
+    shape = list(x.shape)
+    shape[dim] = size - x.shape[dim]
+    return torch.cat([x, x.new_zeros(shape)], dim=dim)
+
+
+class ContextCache:
+    """The drafter's per-layer context K/V in buffers sized once, with a mask of the positions rows kept."""
+
+    def __init__(self, kv: list, mask: torch.Tensor, capacity: int):
+        b = mask.shape[0]
+        self.k = [k.new_zeros(b, k.shape[1], capacity, k.shape[3]) for k, _ in kv]
+        self.v = [v.new_zeros(b, v.shape[1], capacity, v.shape[3]) for _, v in kv]
+        self.mask = torch.zeros(b, capacity, dtype=torch.bool, device=mask.device)
+        self.length = 0
+        self.append(kv, mask)
+
+    def append(self, kv: list, keep: torch.Tensor) -> None:
+        a, z = self.length, self.length + keep.shape[1]
+        self.k = [room(k, z, 2) for k in self.k]
+        self.v = [room(v, z, 2) for v in self.v]
+        self.mask = room(self.mask, z, 1)
+        for i, (k, v) in enumerate(kv):
+            self.k[i][:, :, a:z] = k
+            self.v[i][:, :, a:z] = v
+        self.mask[:, a:z] = keep
+        self.length = z
+
+    def view(self) -> tuple[list, torch.Tensor]:
+        n = self.length
+        return [(k[:, :, :n], v[:, :, :n]) for k, v in zip(self.k, self.v)], self.mask[:, :n]
 
 
 @torch.no_grad()
 def generate(target, drafter: DFlashDrafter | None, input_ids: list[list[int]], block_size: int,
              max_new_tokens: int, stop_ids: set[int] = frozenset(), temperature: float = 0.0,
-             pad_id: int = 0, seed: int = 0, propose: Proposer | None = None) -> Output:
+             pad_id: int = 0, seed: int = 0, propose: Proposer | None = None, sampler: str = "vllm",
+             top_p: float = 1.0, top_k: int = 0) -> Output:
     """Decode every prompt; `propose` replaces the drafter (tests use it to inject known drafts)."""
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
     device = next(target.parameters()).device
     t0 = time.perf_counter()
     gen = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
+
+    def choose(logits):
+        return logits.argmax(-1) if temperature <= 0 else draw(filtered_probs(logits, temperature, top_p, top_k), gen)
+
     b = len(input_ids)
     width = max(len(p) for p in input_ids)
+    capacity = width + max_new_tokens + block_size                        # a single row never needs more
     ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in input_ids], device=device)   # left-padded
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in input_ids], device=device)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    mask = torch.zeros(b, capacity, dtype=torch.long, device=device)
+    mask[:, :width] = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in input_ids], device=device)
+    pos = (mask[:, :width].cumsum(-1) - 1).clamp(min=0)
+    features = block_size > 1 and propose is None
     cache = DynamicCache()
-    out = target(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
-                 output_hidden_states=block_size > 1, use_cache=True)
-    last = pick(out.logits[:, -1], temperature, gen)                      # [B]: the first new token
+    out = target(input_ids=ids, attention_mask=mask[:, :width], position_ids=pos, past_key_values=cache,
+                 output_hidden_states=features, use_cache=True)
+    last = choose(out.logits[:, -1])                                      # [B]: the first new token
     next_pos = pos[:, -1] + 1                                             # where `last` will sit
-    ctx_kv, ctx_mask = None, mask.bool()
-    embed = target.get_input_embeddings()
-    if block_size > 1 and propose is None:
-        ctx_kv = drafter.context_kv(drafter.context_states(out.hidden_states), pos)
+    length = width                                                        # positions in the target cache
+    embed, head = target.get_input_embeddings(), target.get_output_embeddings()
+    ctx = ContextCache(drafter.context_kv(drafter.context_states(out.hidden_states), pos),
+                       mask[:, :width].bool(), capacity) if features else None
+    offsets = torch.arange(block_size, device=device)
+    every = torch.arange(b, device=device)
+    fill = drafter.mask_token_id if drafter is not None else pad_id
 
     rows = Rows(b, max_new_tokens, stop_ids, t0)
     rows.out.first_token_s = rows.commit({r: [tok] for r, tok in enumerate(last.tolist())})
-    while rows.live():
-        offsets = torch.arange(block_size, device=device)
-        block_pos = next_pos[:, None] + offsets                           # [B, b]
-        block = torch.full((b, block_size), drafter.mask_token_id if drafter else pad_id, device=device)
+    while live := rows.live():
+        # the budget edge: verify no more drafts than the live rows can still commit
+        t = min(block_size, 1 + max(max_new_tokens - len(rows.out.sequences[r]) for r in live))
+        block_pos = next_pos[:, None] + offsets[:t]                       # [B, t]
+        block = torch.full((b, t), fill, device=device)
         block[:, 0] = last
-        if block_size > 1:
-            if propose is not None:
-                drafts = propose(block, block_pos)
+        draft_probs = None
+        if t > 1:
+            logits = propose(block, block_pos) if propose is not None else \
+                head(drafter(embed(block), block_pos, *ctx.view())[:, 1:])
+            if not logits.is_floating_point():                            # an injected proposer's tokens
+                drafts = logits
+            elif temperature > 0 and sampler == "rejection":
+                draft_probs = filtered_probs(logits, temperature, top_p, top_k)
+                drafts = draw(draft_probs, gen)
             else:
-                hidden = drafter(embed(block), block_pos, ctx_kv, ctx_mask)
-                drafts = pick(target.get_output_embeddings()(hidden[:, 1:]), 0.0, None)
+                drafts = logits.argmax(-1)
             block[:, 1:] = drafts
-        full_mask = torch.cat([mask, torch.ones(b, block_size, dtype=mask.dtype, device=device)], dim=1)
-        out = target(input_ids=block, attention_mask=full_mask, position_ids=block_pos, past_key_values=cache,
-                     output_hidden_states=block_size > 1 and propose is None, use_cache=True)
-        choice = pick(out.logits, temperature, gen)                       # [B, b]: target's token after each slot
-        match = (block[:, 1:] == choice[:, :-1]).int().cumprod(dim=1).sum(dim=1) if block_size > 1 \
-            else torch.zeros(b, dtype=torch.long, device=device)
-        live = rows.live()
-        n = int(min(match[r] for r in live))                              # proposals every live row keeps
-        now = rows.commit({r: block[r, 1:n + 1].tolist() + [int(choice[r, n])] for r in live})
-        rows.out.steps.append(Step(drafted=block[:, 1:].tolist(), target=choice.tolist(), accepted=match.tolist(),
-                                 committed=[n + 1] * b, live=live, t_s=now))
-        # the target has now processed `last` and the n kept proposals: keep those, drop the rest
-        if block_size - (n + 1):
-            cache.crop(-(block_size - (n + 1)))
-        mask = torch.cat([mask, torch.ones(b, n + 1, dtype=mask.dtype, device=device)], dim=1)
-        if ctx_kv is not None:
-            new = drafter.context_kv(drafter.context_states(tuple(h[:, : n + 1] for h in out.hidden_states)),
-                                     block_pos[:, : n + 1])
-            ctx_kv = [(torch.cat([k0, k1], 2), torch.cat([v0, v1], 2)) for (k0, v0), (k1, v1) in zip(ctx_kv, new)]
-            ctx_mask = torch.cat([ctx_mask, torch.ones(b, n + 1, dtype=torch.bool, device=device)], dim=1)
-        last = choice[torch.arange(b, device=device), n]
-        next_pos = next_pos + n + 1
+        mask = room(mask, length + t, 1)
+        mask[:, length:length + t] = 1
+        out = target(input_ids=block, attention_mask=mask[:, :length + t], position_ids=block_pos,
+                     past_key_values=cache, output_hidden_states=features, use_cache=True)
+        choice = out.logits.argmax(-1)                                    # [B, t]
+        if temperature <= 0:
+            n = (block[:, 1:] == choice[:, :-1]).long().cumprod(dim=1).sum(dim=1)
+            nxt = choice[every, n]
+        elif t > 1:
+            n, nxt = verify(block[:, 1:], filtered_probs(out.logits, temperature, top_p, top_k), draft_probs, gen)
+        else:
+            n, nxt = torch.zeros_like(last), choose(out.logits[:, 0])
+        host = torch.cat([block, choice, n[:, None], nxt[:, None]], dim=1).tolist()   # the step's one transfer
+        now = rows.commit({r: host[r][1:host[r][2 * t] + 1] + [host[r][-1]] for r in live})
+        accepted = [h[2 * t] for h in host]
+        rows.out.steps.append(Step(drafted=[h[1:t] for h in host], target=[h[t:2 * t] for h in host],
+                                   accepted=accepted, committed=[a + 1 for a in accepted], live=live, t_s=now))
+        # keep as many positions as the longest live row kept; the mask hides each row's refused ones
+        m = 1 + max(accepted[r] for r in live)
+        keep = (n + 1).clamp(max=m)
+        kept = offsets[:m] < keep[:, None]                                # [B, m]
+        mask[:, length:length + m] = kept
+        if t > m:
+            cache.crop(m - t)
+        length += m
+        if ctx is not None:
+            hidden = tuple(h[:, :m] for h in out.hidden_states)
+            ctx.append(drafter.context_kv(drafter.context_states(hidden), block_pos[:, :m]), kept)
+        last = nxt
+        next_pos = next_pos + keep
     return rows.out

@@ -21,8 +21,13 @@ import time
 import torch
 import torch.nn.functional as F
 
+from . import skinny
 from .engine import Output, Rows, Step
 from .model import DFlashDrafter
+
+
+def torch_mm(x, w):
+    return x @ w.T
 
 
 def rms(x, weight, eps):
@@ -69,11 +74,15 @@ class StaticPair:
     up to `max_len` positions, stepping `block_size` tokens at a time."""
 
     def __init__(self, target, drafter: DFlashDrafter | None, batch: int, max_len: int, block_size: int,
-                 cuda_graph: bool = False, compile: str | None = None):
+                 cuda_graph: bool = False, compile: str | None = None, compile_scope: str = "layer",
+                 linear: str = "torch"):
         cfg = target.config
         p = next(target.parameters())
         self.device, self.dtype = p.device, p.dtype
         self.batch, self.max_len, self.block_size = batch, max_len, block_size
+        # linear: "torch" (cuBLAS on a GPU) or "skinny" (skinny.py's split-K Triton GEMM up to
+        # skinny.MAX_ROWS rows, cuBLAS above)
+        self.mm = {"torch": torch_mm, "skinny": skinny.mm}[linear]
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.eps = cfg.rms_norm_eps
@@ -97,8 +106,15 @@ class StaticPair:
         self.last = torch.zeros(batch, dtype=torch.long, device=self.device)
         self.start = torch.zeros(batch, dtype=torch.long, device=self.device)
         self.result = torch.zeros(batch, 2 * block_size + 1, dtype=torch.long, device=self.device)
-        # compile: a torch.compile mode ("default", "max-autotune-no-cudagraphs"), or None for eager kernels
-        self._step_fn = torch.compile(self._step, mode=compile, dynamic=False) if compile else self._step
+        # compile: a torch.compile mode ("default", "max-autotune-no-cudagraphs"), or None for eager kernels;
+        # compile_scope "layer" compiles one target and one drafter layer (every layer reuses them: seconds
+        # to compile, where "step", the whole step with every layer inlined, takes minutes)
+        self._step_fn, self._target_layer, self._draft_layer = self._step, self.target_layer, self.draft_layer
+        if compile and compile_scope == "step":
+            self._step_fn = torch.compile(self._step, mode=compile, dynamic=False)
+        elif compile:
+            self._target_layer = torch.compile(self.target_layer, mode=compile, dynamic=False)
+            self._draft_layer = torch.compile(self.draft_layer, mode=compile, dynamic=False)
         self.graph = None
         if cuda_graph:
             self._capture()
@@ -124,8 +140,10 @@ class StaticPair:
         self.ctx_v = torch.zeros(shape, device=self.device, dtype=self.dtype)
 
     # ---- the two forwards ---------------------------------------------------------------------------------
-    def target_forward(self, ids, pos):
-        """Logits [B, T, V] and HF-style hidden states (index 0 = embeddings); writes K/V at `pos`."""
+    def target_forward(self, ids, pos, layer=None):
+        """Logits [B, T, V] and HF-style hidden states (index 0 = embeddings); writes K/V at `pos`. `layer`:
+        the (compiled) step's layer by default; prefill passes the plain one (prompt widths vary)."""
+        layer = layer or self._target_layer
         b, t = ids.shape
         x = F.embedding(ids, self.embed)
         cos, sin = self.cos[pos], self.sin[pos]
@@ -133,33 +151,37 @@ class StaticPair:
         qpos = pos[:, None, :].expand(b, self.heads // self.kv_heads, t).reshape(b, 1, -1, 1)
         mask = self.key_index <= qpos                                          # [B, 1, rep*T, S]: causal
         hidden = [x]
-        nq, nkv = self.heads * self.hd, self.kv_heads * self.hd
         for i, w in enumerate(self.layers):
-            h = rms(x, w["ln1"], self.eps) @ w["qkv"].T
-            q = rms(h[..., :nq].view(b, t, self.heads, self.hd), w["q_norm"], self.eps)
-            k = rms(h[..., nq:nq + nkv].view(b, t, self.kv_heads, self.hd), w["k_norm"], self.eps)
-            v = h[..., nq + nkv:].view(b, t, self.kv_heads, self.hd)
-            q, k = rotate(torch.cat([q, k], dim=2), cos, sin).split([self.heads, self.kv_heads], dim=2)
-            self.k_cache[i][rows, :, pos] = k
-            self.v_cache[i][rows, :, pos] = v
-            o = F.scaled_dot_product_attention(grouped(q, self.kv_heads), self.k_cache[i, :b], self.v_cache[i, :b],
-                                               attn_mask=mask)
-            x = x + ungrouped(o, t) @ w["o"].T
-            g, u = (rms(x, w["ln2"], self.eps) @ w["gate_up"].T).chunk(2, dim=-1)
-            x = x + (F.silu(g) * u) @ w["down"].T
+            x = layer(x, w, self.k_cache[i], self.v_cache[i], cos, sin, rows, pos, mask)
             hidden.append(x)
-        return rms(x, self.norm, self.eps) @ self.lm_head.T, hidden
+        return self.mm(rms(x, self.norm, self.eps), self.lm_head), hidden
+
+    def target_layer(self, x, w, k_cache, v_cache, cos, sin, rows, pos, mask):
+        """One decoder layer; writes its K/V at `pos`. Every layer has the same shapes: compiled once."""
+        b, t, _ = x.shape
+        nq, nkv = self.heads * self.hd, self.kv_heads * self.hd
+        h = self.mm(rms(x, w["ln1"], self.eps), w["qkv"])
+        q = rms(h[..., :nq].view(b, t, self.heads, self.hd), w["q_norm"], self.eps)
+        k = rms(h[..., nq:nq + nkv].view(b, t, self.kv_heads, self.hd), w["k_norm"], self.eps)
+        v = h[..., nq + nkv:].view(b, t, self.kv_heads, self.hd)
+        q, k = rotate(torch.cat([q, k], dim=2), cos, sin).split([self.heads, self.kv_heads], dim=2)
+        k_cache[rows, :, pos] = k
+        v_cache[rows, :, pos] = v
+        o = F.scaled_dot_product_attention(grouped(q, self.kv_heads), k_cache[:b], v_cache[:b], attn_mask=mask)
+        x = x + self.mm(ungrouped(o, t), w["o"])
+        g, u = self.mm(rms(x, w["ln2"], self.eps), w["gate_up"]).chunk(2, dim=-1)
+        return x + self.mm(F.silu(g) * u, w["down"])
 
     def write_context(self, hidden, pos):
         """The drafter's context K/V for these positions, from the target's hidden states there."""
         b, t = pos.shape
-        ctx = rms(torch.cat([hidden[i + 1] for i in self.layer_ids], dim=-1) @ self.fc.T, self.hidden_norm,
+        ctx = rms(self.mm(torch.cat([hidden[i + 1] for i in self.layer_ids], dim=-1), self.fc), self.hidden_norm,
                   self.d_eps)
         cos, sin = self.cos[pos], self.sin[pos]
         rows = self.rows[:b, None].expand(b, t)
         kv_heads, hd = self.d_kv_heads, self.d_hd
         for i, w in enumerate(self.d_layers):
-            k, v = (ctx @ w["kv"].T).chunk(2, dim=-1)
+            k, v = self.mm(ctx, w["kv"]).chunk(2, dim=-1)
             k = rotate(rms(k.view(b, t, kv_heads, hd), w["k_norm"], self.d_eps), cos, sin)
             self.ctx_k[i][rows, :, pos] = k
             self.ctx_v[i][rows, :, pos] = v.view(b, t, kv_heads, hd)
@@ -169,22 +191,27 @@ class StaticPair:
         b, t = block.shape
         x = F.embedding(block, self.embed)
         cos, sin = self.cos[pos], self.sin[pos]
-        heads, kv_heads, hd = self.d_heads, self.d_kv_heads, self.d_hd
         sees_ctx = (self.key_index < start[:, None])[:, None, None, :]                  # [B, 1, 1, S]
         mask = torch.cat([sees_ctx, torch.ones(b, 1, 1, t, dtype=torch.bool, device=self.device)], dim=-1)
-        nq, nkv = heads * hd, kv_heads * hd
         for i, w in enumerate(self.d_layers):
-            h = rms(x, w["ln1"], self.d_eps) @ w["qkv"].T
-            q = rotate(rms(h[..., :nq].view(b, t, heads, hd), w["q_norm"], self.d_eps), cos, sin)
-            k = rotate(rms(h[..., nq:nq + nkv].view(b, t, kv_heads, hd), w["k_norm"], self.d_eps), cos, sin)
-            v = h[..., nq + nkv:].view(b, t, kv_heads, hd)
-            keys = torch.cat([self.ctx_k[i, :b], k.transpose(1, 2)], dim=2)
-            values = torch.cat([self.ctx_v[i, :b], v.transpose(1, 2)], dim=2)
-            o = F.scaled_dot_product_attention(grouped(q, kv_heads), keys, values, attn_mask=mask)
-            x = x + ungrouped(o, t) @ w["o"].T
-            g, u = (rms(x, w["ln2"], self.d_eps) @ w["gate_up"].T).chunk(2, dim=-1)
-            x = x + (F.silu(g) * u) @ w["down"].T
-        return (rms(x[:, 1:], self.d_norm, self.d_eps) @ self.lm_head.T).argmax(-1)
+            x = self._draft_layer(x, w, self.ctx_k[i, :b], self.ctx_v[i, :b], cos, sin, mask)
+        return self.mm(rms(x[:, 1:], self.d_norm, self.d_eps), self.lm_head).argmax(-1)
+
+    def draft_layer(self, x, w, ctx_k, ctx_v, cos, sin, mask):
+        """One drafter layer: queries from the block, keys and values from [context ; block], not causal."""
+        b, t, _ = x.shape
+        heads, kv_heads, hd = self.d_heads, self.d_kv_heads, self.d_hd
+        nq, nkv = heads * hd, kv_heads * hd
+        h = self.mm(rms(x, w["ln1"], self.d_eps), w["qkv"])
+        q = rotate(rms(h[..., :nq].view(b, t, heads, hd), w["q_norm"], self.d_eps), cos, sin)
+        k = rotate(rms(h[..., nq:nq + nkv].view(b, t, kv_heads, hd), w["k_norm"], self.d_eps), cos, sin)
+        v = h[..., nq + nkv:].view(b, t, kv_heads, hd)
+        keys = torch.cat([ctx_k, k.transpose(1, 2)], dim=2)
+        values = torch.cat([ctx_v, v.transpose(1, 2)], dim=2)
+        o = F.scaled_dot_product_attention(grouped(q, kv_heads), keys, values, attn_mask=mask)
+        x = x + self.mm(ungrouped(o, t), w["o"])
+        g, u = self.mm(rms(x, w["ln2"], self.d_eps), w["gate_up"]).chunk(2, dim=-1)
+        return x + self.mm(F.silu(g) * u, w["down"])
 
     # ---- one step, graph-safe -----------------------------------------------------------------------------
     def _step(self):
@@ -234,7 +261,7 @@ class StaticPair:
         width = max(map(len, prompts))
         ids = torch.tensor([p + [0] * (width - len(p)) for p in prompts], device=self.device)
         pos = torch.arange(width, device=self.device).expand(b, width)
-        logits, hidden = self.target_forward(ids, pos)
+        logits, hidden = self.target_forward(ids, pos, self.target_layer)
         lengths = torch.tensor([len(p) for p in prompts], device=self.device)
         if self.drafter is not None:
             self.write_context(hidden, pos)
