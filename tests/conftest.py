@@ -1,4 +1,5 @@
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DATA = Path(__file__).parent / "data"
+FAKE_SGLANG = Path(__file__).parent / "fake_sglang"
 
 
 def run(argv, cwd=REPO, timeout=900, env=None):
@@ -24,7 +26,6 @@ def tiny_results(tmp_path_factory) -> Path:
     results = root / "results"
     prebuilt = os.environ.get("SPECSWEEP_TEST_PAIR")   # development only: a models/tiny built earlier, copied
     if prebuilt:
-        import shutil
         import time
 
         tiny = results / "models" / "tiny"
@@ -83,6 +84,17 @@ def prebuilt_pair(tiny_results) -> list[str]:
     """Overrides that point a study at the session's tiny pair instead of building another."""
     models = tiny_results / "models" / "tiny"
     return [f"pair.target={models / 'target'}", f"pair.drafter={models / 'drafter'}", "pair.built_by_workflow=false"]
+
+
+def standin_site(tmp_path) -> Path:
+    """The SGLang stand-in as an installed SGLang looks to preflight: its package, version and DFLASH worker file."""
+    site = tmp_path / "site"
+    shutil.copytree(FAKE_SGLANG / "sglang", site / "sglang")
+    (site / "sglang" / "srt" / "speculative").mkdir(parents=True)
+    (site / "sglang" / "srt" / "speculative" / "dflash_worker_v2.py").write_text("")
+    (site / "sglang-0.5.23.dist-info").mkdir()
+    (site / "sglang-0.5.23.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.23\n")
+    return site
 
 
 def wait_for(predicate, timeout_s, what, interval_s=0.2):

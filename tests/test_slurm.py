@@ -16,13 +16,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import BIN, REPO, prebuilt_pair, wait_for
+from conftest import BIN, REPO, prebuilt_pair, standin_site, wait_for
 
 pytestmark = pytest.mark.slurm
 
 PLUGIN = Path(os.environ.get("SPECSWEEP_SLURM_PLUGIN", REPO / ".slurm-plugin"))
 PROFILE = REPO / "profiles" / "slurm"
-FAKE_SGLANG = Path(__file__).parent / "fake_sglang"
 
 
 def _unavailable() -> str | None:
@@ -212,17 +211,6 @@ def test_requeue_mid_cell_resumes_the_job_without_losing_or_duplicating_anything
         json.loads(metrics.read_text())["requests_completed"]
     runs = cell_runs(results / "mlflow.db")
     assert len(runs) == 2 and set(runs.values()) == {1}      # one MLflow run per bench cell, none twice
-
-
-def standin_site(tmp_path) -> Path:
-    """The SGLang stand-in as an installed SGLang looks to preflight: its package, version and DFLASH worker file."""
-    site = tmp_path / "site"
-    shutil.copytree(FAKE_SGLANG / "sglang", site / "sglang")
-    (site / "sglang" / "srt" / "speculative").mkdir(parents=True)
-    (site / "sglang" / "srt" / "speculative" / "dflash_worker_v2.py").write_text("")
-    (site / "sglang-0.5.23.dist-info").mkdir()
-    (site / "sglang-0.5.23.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.23\n")
-    return site
 
 
 def test_two_gpu_cells_run_side_by_side_on_their_own_gpus_while_a_third_waits(cluster, tiny_results, tmp_path):

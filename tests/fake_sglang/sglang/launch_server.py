@@ -23,9 +23,12 @@ so any Python runs it). It copies the parts of SGLang 0.5.23 that specsweep reli
   openai/sse_utils.py build_sse_content, protocol.py ChatCompletionStreamResponse, SglExt, SpecTokensDetails);
   the per-request stats as managers/tokenizer_manager.py _calculate_spec_decoding_metrics computes them.
 
-For the SLURM tests it also records how it was started: with STANDIN_RECORD_DIR set, it writes
-<dir>/<pid>.json (its environment, pid, start time) at start-up and adds its stop time on SIGTERM;
-STANDIN_STARTUP_S sets how long /health answers 503.
+For the SLURM and GPU scheduling tests it also records how it was started: with STANDIN_RECORD_DIR set, it writes
+<dir>/<pid>.json (its environment, argv, pid, start time) at start-up and adds its stop time on SIGTERM;
+STANDIN_STARTUP_S sets how long /health answers 503. STANDIN_SLOW_S_K<K>=seconds (e.g. STANDIN_SLOW_S_K3=5) makes a
+server with K drafts (--speculative-num-draft-tokens - 1; K0 without speculation) wait that long before it answers
+each chat request, so that a test can have one server cell finish while another is mid-way; only the timing
+changes, never what is sent.
 
 Decoding is scripted: the prefill gives one token, then verify step i accepts ACCEPTED[i % 4] drafts (at most
 K = num_draft_tokens - 1) and commits them plus the bonus token, until max_tokens; so tests know the sums.
@@ -233,6 +236,7 @@ class Handler(BaseHTTPRequestHandler):
                                     "type": "BadRequestError", "param": None, "code": 400})
         s = self.state
         k = s.k
+        time.sleep(float(os.environ.get(f"STANDIN_SLOW_S_K{k}", 0)))   # a test's delay, before any byte is sent
         max_tokens = req.get("max_completion_tokens") or req["max_tokens"]
         steps, verify_ct, correct, hist = decode(k, max_tokens)
         prompt_tokens = sum(len(str(m["content"]).split()) for m in req["messages"])
@@ -292,7 +296,7 @@ def main(argv) -> None:
         sys.exit(1)
     record_dir = os.environ.get("STANDIN_RECORD_DIR")
     if record_dir:
-        record = {"pid": os.getpid(), "started_at": time.time(), "env": dict(os.environ)}
+        record = {"pid": os.getpid(), "started_at": time.time(), "env": dict(os.environ), "argv": argv}
         path = os.path.join(record_dir, f"{os.getpid()}.json")
 
         def write() -> None:
