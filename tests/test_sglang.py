@@ -206,6 +206,38 @@ def test_the_server_takes_its_fresh_key_from_a_private_file_and_refuses_requests
         assert len(issued_keys) == 2 and issued_keys[0] != issued_keys[1]
 
 
+def test_a_port_taken_between_its_claim_and_the_bind_is_launched_again_on_another(fake, monkeypatch):
+    """Another user's process can bind our port in the seconds before the server does: it dies with EADDRINUSE,
+    and the cell launches it again on the next free port instead of failing."""
+    import socket
+
+    import specsweep.claims as claims
+
+    grid, _, spec = fake()
+    taken = next(p for p in range(18900, 19000) if port_is_free("127.0.0.1", p))
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)    # past an earlier test's TIME_WAIT
+    holder.bind(("127.0.0.1", taken))
+    holder.listen()
+    lied = []
+
+    def free_once(host, port):       # the claim finds `taken` free, as it was a moment before `holder` bound it
+        if port == taken and not lied:
+            lied.append(port)
+            return True
+        return port_is_free(host, port)
+
+    monkeypatch.setattr(claims, "port_is_free", free_once)
+    try:
+        with sglang.server_for(grid, spec) as srv:
+            assert srv.port != taken and httpx.get(srv.url + "/health").status_code == 200
+    finally:
+        holder.close()
+    logs = list((grid.server_dir(spec) / "logs").glob("server-*.log"))
+    assert lied == [taken] and len(logs) == 2
+    assert sum("Address already in use" in log.read_text() for log in logs) == 1
+
+
 def test_a_speculative_cell_without_spec_details_fails_rather_than_report_none(fake, tmp_path, monkeypatch):
     monkeypatch.setattr(sglang, "SPEC_REQUEST", {"return_spec_tokens_details": False})   # as an older SGLang answers
     grid, _, spec = fake()

@@ -31,6 +31,9 @@ JOB_THREAD_VARS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS"
                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
+BIND_ATTEMPTS = 3       # launches of one server when its port is taken before it binds
+
+
 def new_api_key() -> str:
     return secrets.token_urlsafe(32)
 
@@ -168,10 +171,11 @@ class Server:
         try:
             if self.proc is not None:
                 stop_group(self.info["pgid"], self.proc, self.run["stop_grace_s"])
+                ours = not self.lost_port_race()        # a server that never bound its port leaves it to its holder
                 deadline = time.monotonic() + 30
-                while not port_is_free(self.run["host"], self.port) and time.monotonic() < deadline:
+                while ours and not port_is_free(self.run["host"], self.port) and time.monotonic() < deadline:
                     time.sleep(0.5)
-                if not port_is_free(self.run["host"], self.port):
+                if ours and not port_is_free(self.run["host"], self.port):
                     raise ServerError(f"port {self.port} is still held after stopping {self.kind}: "
                                       f"see {port_owner(self.port)}")
                 self.info["stopped_at"] = time.time()
@@ -183,13 +187,25 @@ class Server:
             self._claims = []
 
     def __enter__(self) -> "Server":
-        try:
-            self.start()
-            self.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            try:
+                self.start()
+                self.wait_ready()
+                return self
+            except ServerError:
+                self.stop()
+                if attempt == BIND_ATTEMPTS or not self.lost_port_race():
+                    raise
+                print(f"[specsweep] port {self.port} was taken between its claim and the server's bind (another "
+                      f"user's process, on a shared node): launching again on another port", flush=True)
+            except BaseException:
+                self.stop()
+                raise
+
+    def lost_port_race(self) -> bool:
+        """The server died because its port was bound after we found it free: anything not under our lock files
+        can take it in the seconds before the server binds."""
+        return self.proc is not None and self.proc.poll() is not None and "Address already in use" in self.log_tail()
 
     def __exit__(self, *exc) -> None:
         self.stop()
