@@ -31,7 +31,7 @@ STUDIES = GRID.studies()
 
 # Light steps run where Snakemake runs, also under a cluster profile (profiles/slurm): env_check checks what
 # it sees there, datasets may need the hub, the rest reads files. Server cells and model training are jobs.
-localrules: all, env_check, dataset, server_cell_done, summarize, plots, ingest_mlflow
+localrules: all, env_check, dataset, server_cell_done, summarize, plots, report_pages, training_page, ingest_mlflow
 
 
 include: "workflow/rules/common.smk"

@@ -1,4 +1,5 @@
-"""The package's shape: no import circle (imports inside functions count), and backends that are peers."""
+"""The package's shape: no import circle (imports inside functions count), backends that are peers, and which
+rules a cluster runs as jobs."""
 import ast
 from pathlib import Path
 
@@ -73,3 +74,16 @@ def test_backends_import_only_neutral_modules():
             continue
         bad = {m for m in imports_of(path) if any(m == f or m.startswith(f + ".") for f in forbidden)}
         assert not bad, f"{path.name} imports {sorted(bad)}"
+
+
+def test_on_a_cluster_only_server_cells_and_training_are_jobs():
+    """profiles/slurm submits every rule that is not a localrule: a new light rule left off the list would
+    become a SLURM job of its own (the report's pages once did)."""
+    import re
+
+    REPO = PKG.parents[1]
+    rules = {m for f in (REPO / "workflow" / "rules").glob("*.smk")
+             for m in re.findall(r"^(?:rule|checkpoint) (\w+):", f.read_text(), re.M)}
+    [local] = re.findall(r"^localrules: (.+)$", (REPO / "Snakefile").read_text(), re.M)
+    assert rules - {r.strip() for r in local.split(",")} == {"serve_and_bench", "tiny_tokenizer", "tiny_target",
+                                                              "tiny_drafter"}
