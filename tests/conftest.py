@@ -114,14 +114,15 @@ def snakemake(workdir, *args, timeout=900):
                timeout=timeout)
 
 
-SMOKE = ["study=smoke", "sweep=smoke", "dataset.num_prompts=4", "sweep.repeats=2"]   # Hydra overrides
+SMOKE_OVERRIDES = ["dataset.num_prompts=4", "sweep.repeats=2"]
+SMOKE = ["study=smoke", "sweep=smoke", *SMOKE_OVERRIDES]      # Hydra overrides
 
 
 def smk_config(results, *extra):
     """The smoke study as `snakemake --config` takes it: two repeats, so that it has two speculative runs to
     compare (the MLflow UI's compare view) at the cost of two 4-prompt bench cells."""
     return ["--config", "study=smoke", "sweep=smoke", f"results_dir={results}",
-            "overrides=" + " ".join(["dataset.num_prompts=4", "sweep.repeats=2", *extra])]
+            "overrides=" + " ".join([*SMOKE_OVERRIDES, *extra])]
 
 
 @pytest.fixture(scope="session")
