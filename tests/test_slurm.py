@@ -211,8 +211,10 @@ def test_requeue_mid_cell_resumes_the_job_without_losing_or_duplicating_anything
         assert metrics["valid"]
         assert len((bench / "requests.jsonl").read_text().splitlines()) == metrics["requests_sent"]
     assert base_metrics.stat().st_mtime_ns == base_mtime
-    runs = cell_runs(results / "mlflow.db")
-    assert len(runs) == 4 and set(runs.values()) == {1}      # one MLflow run per bench cell, none twice
+    base = base_metrics.parent.parent            # one MLflow run per bench cell and one for the study, none twice
+    cells = {f"{spec.name}/{b.name}" for b in bench_dirs} | \
+        {f"{base.name}/{m.parent.name}" for m in base.glob("*/metrics.json")}
+    assert cell_runs(results / "mlflow.db") == dict.fromkeys({"study:smoke", *cells}, 1)
 
 
 def test_two_gpu_cells_run_side_by_side_on_their_own_gpus_while_a_third_waits(cluster, tiny_results, tmp_path):
