@@ -90,6 +90,11 @@ def cmd_ingest(args) -> int:
         if missing or not all(f.exists() for f in files):
             raise ConfigError(f"{study_dir} is not a finished study ({', '.join(missing) or 'no summary'}): finish it "
                               "with snakemake where it ran, then copy the whole results/<study> folder")
+        prompts = sorted({grid.dataset_file(b.spec["dataset"])
+                          for cells in grid.benches.values() for b in cells.values()})
+        absent = [p for p in prompts if not Path(p).exists()]
+        if absent:     # MLflow's dataset input is the prompts file's digest
+            raise ConfigError(f"{absent[0]} is missing: copy results/datasets/ beside results/<study> too")
         out = ingest(grid, study, str(files[0]), str(files[1].parent), str(files[2]), marker(grid, study))
         print(f"specsweep: {study}: {json.dumps(out)}")
     return 0
