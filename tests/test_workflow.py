@@ -3,6 +3,7 @@ import csv
 import json
 
 import pytest
+import yaml
 
 from conftest import BIN, REPO, SMOKE, run, smk_config, snakemake
 
@@ -53,8 +54,12 @@ def test_smoke_study_writes_summary_plots_and_mlflow(smoke):
     assert parents[0].info.end_time == max(r.info.end_time for r in children) < parents[0].info.end_time + 1
     assert "started_at" not in child.data.metrics
     [dataset] = child.inputs.dataset_inputs
-    prompts = next((work.parent / "results" / "datasets").glob("synthetic-*.jsonl"))
     import hashlib
+
+    from specsweep.cells import stable_hash
+
+    spec = yaml.safe_load((results / child.data.tags["specsweep.cell_id"] / "config.yaml").read_text())
+    prompts = work.parent / "results" / "datasets" / f"synthetic-{stable_hash(spec['bench_spec']['dataset'])[:8]}.jsonl"
     assert (dataset.dataset.name, dataset.dataset.digest) == (
         "synthetic", hashlib.sha256(prompts.read_bytes()).hexdigest()[:16])
     parent_id = parents[0].info.run_id

@@ -86,7 +86,7 @@ def cmd_ingest(args) -> int:
         grid = expand(list(jobs.values()))
         [study] = grid.studies()
         missing = [sid for sid in grid.servers if grid.pending(sid)]
-        files = [study_dir / "summary.csv", study_dir / "plots" / "done", study_dir / "env.json"]
+        files = [study_dir / "summary.csv", study_dir / "plots", study_dir / "env.json"]
         if missing or not all(f.exists() for f in files):
             raise ConfigError(f"{study_dir} is not a finished study ({', '.join(missing) or 'no summary'}): finish it "
                               "with snakemake where it ran, then copy the whole results/<study> folder")
@@ -95,7 +95,7 @@ def cmd_ingest(args) -> int:
         absent = [p for p in prompts if not Path(p).exists()]
         if absent:     # MLflow's dataset input is the prompts file's digest
             raise ConfigError(f"{absent[0]} is missing: copy results/datasets/ beside results/<study> too")
-        out = ingest(grid, study, str(files[0]), str(files[1].parent), str(files[2]), marker(grid, study))
+        out = ingest(grid, study, str(files[0]), str(files[1]), str(files[2]), marker(grid, study))
         print(f"specsweep: {study}: {json.dumps(out)}")
     return 0
 
