@@ -4,7 +4,6 @@ also to $SPECSWEEP_SCREENSHOTS (e.g. docs/img) shrunk, which is how the README's
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, snakemake, wait_for
+from specsweep.server import stop_group
 
 pytestmark = pytest.mark.browser
 
@@ -150,12 +150,7 @@ def mlflow_ui(smoke, tmp_path):
         wait_for(healthy, 120, "mlflow server /health")
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        stop_group(proc.pid, proc, 20)
         log.close()
 
 

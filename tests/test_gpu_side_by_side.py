@@ -8,7 +8,6 @@ No GPU here: the inventory is injected (SPECSWEEP_GPUS) and the servers are the 
 (tests/fake_sglang), whose STANDIN_SLOW_S_K<K> sets how long each server cell's requests take."""
 import json
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, REPO, prebuilt_pair, snakemake_argv, standin_site
+from specsweep.server import stop_group
 
 pytestmark = pytest.mark.server
 
@@ -32,12 +32,7 @@ def run_bounded(argv, log: Path, timeout_s: float, env: dict) -> int:
     try:
         return proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        stop_group(proc.pid, proc, 30)
         raise AssertionError(f"snakemake did not finish within {timeout_s} s:\n{log.read_text()[-3000:]}")
 
 

@@ -167,15 +167,23 @@ def wait_for_server(spec: Path, since: float, proc: subprocess.Popen, log: Path)
     return wait_for(launched, 900, "the DFlash cell's job to start vLLM", interval_s=1)
 
 
-def test_scancel_stops_the_server_keeps_finished_cells_and_the_rerun_redoes_only_that_cell(slurm_smoke):
+def rerun_until_its_server_is_up(slurm_smoke, name: str):
+    """The smoke study with its DFlash cell unfinished again, rerun through SLURM until that cell's job has its
+    vLLM up: the cell, the baseline's metrics.json and its mtime, the run and its log, the server, the job."""
     root, results, tiny_results = slurm_smoke
     spec, base_metrics = pend_speculative_cell(results)
     base_mtime = base_metrics.stat().st_mtime_ns
-    log = root / "scancel.log"
+    log = root / f"{name}.log"
     since = time.time()
     proc = start(slurm_argv(root / "work", results, *prebuilt_pair(tiny_results)), log)
     info = wait_for_server(spec, since, proc, log)
     jobid = wait_for(lambda: job_of(spec.name), 60, "the DFlash cell's SLURM job")
+    return spec, base_metrics, base_mtime, proc, log, info, jobid
+
+
+def test_scancel_stops_the_server_keeps_finished_cells_and_the_rerun_redoes_only_that_cell(slurm_smoke):
+    root, results, tiny_results = slurm_smoke
+    spec, base_metrics, base_mtime, proc, log, info, jobid = rerun_until_its_server_is_up(slurm_smoke, "scancel")
     subprocess.run(["scancel", jobid], check=True, timeout=30)
     assert finish(proc, log, 300) != 0          # Snakemake sees its job fail
     # SLURM's KillWait (30 s) bounds how long the job's processes may take; the server is gone well within it
@@ -191,14 +199,8 @@ def test_scancel_stops_the_server_keeps_finished_cells_and_the_rerun_redoes_only
 
 
 def test_requeue_mid_cell_resumes_the_job_without_losing_or_duplicating_anything(slurm_smoke):
-    root, results, tiny_results = slurm_smoke
-    spec, base_metrics = pend_speculative_cell(results)
-    base_mtime = base_metrics.stat().st_mtime_ns
-    log = root / "requeue.log"
-    since = time.time()
-    proc = start(slurm_argv(root / "work", results, *prebuilt_pair(tiny_results)), log)
-    first = wait_for_server(spec, since, proc, log)
-    jobid = wait_for(lambda: job_of(spec.name), 60, "the DFlash cell's SLURM job")
+    results = slurm_smoke[1]
+    spec, base_metrics, base_mtime, proc, log, first, jobid = rerun_until_its_server_is_up(slurm_smoke, "requeue")
     subprocess.run(["scontrol", "requeue", jobid], check=True, timeout=30)
     assert finish(proc, log, 1200) == 0, log.read_text()[-4000:]
     show = subprocess.run(["scontrol", "show", "job", jobid], capture_output=True, text=True, timeout=30).stdout
