@@ -6,6 +6,7 @@ input; the parent spans the study and holds the summary as a table the UI render
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -105,8 +106,10 @@ def cell_times_ms(figures: dict, cell_dir: Path) -> tuple[int, int]:
     return int(start * 1000), int(end * 1000)
 
 
+@functools.lru_cache(maxsize=None)
 def dataset_input(name: str, prompts_file: str):
-    """The prompts file as an MLflow dataset input: its name and the digest of the file's bytes."""
+    """The prompts file as an MLflow dataset input: its name and the digest of the file's bytes. Made once per
+    file per process (an ingest is one process): every bench cell of a dataset logs the same one."""
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
     digest = hashlib.sha256(Path(prompts_file).read_bytes()).hexdigest()[:16]
