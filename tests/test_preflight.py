@@ -247,6 +247,17 @@ def test_attention_backend_must_be_non_causal_capable():
     assert preflight.check_attention_backend(job(), {}).status == "pass"
 
 
+def test_float32_needs_an_attention_backend_with_a_float32_kernel():
+    """FlashAttention has fp16/bf16 kernels only: the tiny pair in float32 on a GPU takes Triton attention."""
+    c = preflight.check_attention_backend(job("server=vllm_gpu", "kernel=flash_attn_graphs", "server.dtype=float32"), {})
+    assert c.status == "fail" and "no float32 kernel: use kernel=triton_attn_graphs" in c.message
+    for kernel in ("triton_attn_graphs", "flash_attn_graphs"):
+        c = preflight.check_attention_backend(job("server=vllm_gpu", f"kernel={kernel}"), {})
+        assert c.status == "pass", c.message
+    c = preflight.check_attention_backend(job("server=vllm_gpu", "kernel=triton_attn_graphs", "server.dtype=float32"), {})
+    assert c.status == "pass" and "float32" in c.message
+
+
 # 10 ------------------------------------------------------------------------------------------------
 def test_weights_against_free_gpu_memory(tiny_results, monkeypatch):
     cfg = job("server=vllm_gpu", results=str(tiny_results))

@@ -23,7 +23,10 @@ from .results import atomic_write_json
 from .claims import gpu_records, port_is_free, port_owner
 from .vllm_cmd import interpreter_of, probe_python, server_command
 
-DFLASH_ATTENTION = {"FLASH_ATTN", "FLEX_ATTENTION"}   # GPU backends with the non-causal attention DFlash needs
+# GPU backends with the non-causal attention DFlash needs (supports_non_causal in vLLM 0.26 and 0.32), and the
+# dtypes each takes (supported_dtypes there): FlashAttention has no float32 kernel.
+DFLASH_ATTENTION = {"FLASH_ATTN": ("float16", "bfloat16"), "FLEX_ATTENTION": ("float16", "bfloat16", "float32"),
+                    "TRITON_ATTN": ("float16", "bfloat16", "float32")}
 THINKING_MIN_TOKENS, THINKING_WARN_TOKENS = 512, 2048
 
 
@@ -333,7 +336,12 @@ def check_attention_backend(cfg, env):
     if backend not in DFLASH_ATTENTION:
         return fail(name, f"kernel.attention_backend={backend} cannot do the non-causal attention DFlash drafts need: "
                           f"use one of {sorted(DFLASH_ATTENTION)}")
-    return ok(name, f"{backend} supports non-causal attention")
+    dtype = cfg["server"]["dtype"]
+    if dtype not in DFLASH_ATTENTION[backend]:
+        takes = [b for b, dtypes in DFLASH_ATTENTION.items() if dtype in dtypes]
+        return fail(name, f"kernel.attention_backend={backend} has no {dtype} kernel: use kernel=triton_attn_graphs "
+                          f"(one of {takes}), or server.dtype=bfloat16")
+    return ok(name, f"{backend} supports non-causal attention in {dtype}")
 
 
 def weights_bytes(path: str | None) -> int | None:
