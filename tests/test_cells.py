@@ -30,6 +30,23 @@ def test_ids_are_the_same_through_snakemake_config_and_hydra_multirun():
     assert len(via_snakemake.servers) == 3   # one baseline shared by K=3 and K=7
 
 
+def test_also_groups_join_one_grid_with_one_baseline():
+    """`specsweep sweep ... --also "..."`: cells that are no product of axes (K=3,7 at c=4, plus K=2 at c=1) share
+    the study's one baseline, which runs every concurrency its cells run, and keep the ids they have alone."""
+    from specsweep.cli import build_parser, override_runs
+
+    args = build_parser().parse_args(["cells", "-m", "sweep.num_speculative_tokens=3,7", "sweep.repeats=1",
+                                      "--also", "sweep.num_speculative_tokens=2 sweep.concurrency=[1]"])
+    runs = override_runs(args)
+    assert len(runs) == 3
+    grid = expand([j for ov in runs for j in compose_jobs(ov)])
+    [base] = [s for s, c in grid.servers.items() if c.is_baseline]
+    assert len(grid.servers) == 4 and {grid.baseline_of[s] for s in grid.servers if s != base} == {base}
+    assert sorted(b.spec["concurrency"] for b in grid.benches[base].values()) == [1, 4]
+    alone = expand(compose_jobs(["sweep.num_speculative_tokens=[2]", "sweep.concurrency=[1]", "sweep.repeats=1"]))
+    assert ids(alone) - {(base, b) for b in grid.benches[base]} <= ids(grid)
+
+
 def test_ids_are_stable_and_ignore_operational_settings():
     a = expand(compose_jobs([]))
     b = expand(compose_jobs(["server.port_range=[20000,20010]", "server.ready_timeout_s=9"]))

@@ -5,6 +5,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -27,8 +28,15 @@ def expand_multirun(overrides: list[str]) -> list[list[str]]:
     return [list(job) for batch in batches for job in batch]
 
 
+def override_runs(args) -> list[list[str]]:
+    """The override lists of `sweep` and `cells`: the main ones, and each --also group on top of them (a grid
+    that is no product of axes, e.g. K=3,7,15 plus K=15 with set acceptance), each expanded by -m."""
+    groups = [args.overrides] + [args.overrides + shlex.split(more) for more in args.also]
+    return [run for ov in groups for run in (expand_multirun(ov) if args.multirun else [ov])]
+
+
 def cmd_sweep(args) -> int:
-    runs = expand_multirun(args.overrides) if args.multirun else [args.overrides]
+    runs = override_runs(args)
     jobs = [job for ov in runs for job in compose_jobs(ov)]
 
     return run_jobs(jobs, args.cores, (["-n"] if args.dry_run else []) + args.snakemake_args,
@@ -54,8 +62,7 @@ def run_jobs(jobs: list[dict], cores: int, snakemake_args: list[str], what: str)
 def cmd_cells(args) -> int:
     from .cells import expand
 
-    runs = expand_multirun(args.overrides) if args.multirun else [args.overrides]
-    grid = expand([job for ov in runs for job in compose_jobs(ov)])
+    grid = expand([job for ov in override_runs(args) for job in compose_jobs(ov)])
     for sid, cell in grid.servers.items():
         base = grid.baseline_of.get(sid)
         print(f"{cell.study}/{sid}  gpus={cell.gpus}" + (f"  baseline={base}" if base else ""))
@@ -311,12 +318,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     s.add_argument("-n", "--dry-run", action="store_true", help="list the cells still to run")
     s.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. sweep.num_speculative_tokens=3,7")
+    s.add_argument("--also", action="append", default=[], metavar="OVERRIDES",
+                   help="more cells: overrides on top of the main ones, whose jobs join the same grid")
     s.add_argument("--snakemake-args", nargs=argparse.REMAINDER, default=[], help="passed on to snakemake")
     s.set_defaults(fn=cmd_sweep)
 
     c = sub.add_parser("cells", help="list the grid's server and bench cells, and which are done")
     c.add_argument("-m", "--multirun", action="store_true")
     c.add_argument("overrides", nargs="*")
+    c.add_argument("--also", action="append", default=[], metavar="OVERRIDES")
     c.set_defaults(fn=cmd_cells)
 
     b = sub.add_parser("bench", help="benchmark a running OpenAI-compatible server")
