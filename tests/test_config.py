@@ -77,6 +77,32 @@ def test_each_backend_refuses_the_other_backends_kernel_key(overrides, message):
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_malformed_defaults_list_is_one_line(tmp_path, monkeypatch):
+    """YAML reads `override /tracking: off` as a boolean, which Hydra refuses with a ValueError of its own."""
+    import shutil
+
+    import specsweep.config as config
+
+    conf = tmp_path / "conf"
+    shutil.copytree(config.CONF_DIR, conf)
+    (conf / "experiment" / "broken.yaml").write_text("# @package _global_\ndefaults:\n  - override /tracking: off\n")
+    monkeypatch.setattr(config, "CONF_DIR", conf)
+    with pytest.raises(ConfigError) as e:
+        compose_jobs(["experiment=broken"])
+    assert "defaults list is malformed" in str(e.value) and "quote YAML's off" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_the_gpu_presets_compose_on_every_gpu_server():
+    for preset in ("gpu_tiny", "gpu_8b_shaped"):
+        for server in ("vllm_gpu", "vllm_gpu_bundle"):
+            [job] = compose_jobs([f"experiment={preset}", f"server={server}"])
+            assert job["tracking"]["enabled"] is False and job["server"]["device"] == "cuda"
+    [job] = compose_jobs(["experiment=gpu_tiny", "server=vllm_gpu_bundle"])
+    assert job["server"]["python"] == "python3" and job["server"]["env"]["PYTHONPATH"] == "/tmp/site"
+    assert job["server"]["dtype"] == "float32" and job["kernel"]["attention_backend"] == "TRITON_ATTN"
+
+
 def test_kernels_that_match_their_backend_pass():
     for overrides in (["server=local", "kernel=local_sdpa"], ["server=local_cuda", "kernel=local_compiled"],
                       ["server=vllm_gpu", "kernel=flash_attn_graphs"], ["server.backend=sglang"],

@@ -81,6 +81,9 @@ def _compose_one(overrides: list[str]) -> dict:
         resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(_hydra_message(e, overrides)) from None
+    except ValueError as e:       # Hydra's word for a malformed defaults list in a config file
+        hint = ": quote YAML's off/on/yes/no, which it reads as booleans" if "bool" in str(e) else ""
+        raise ConfigError(f"config: a config file's defaults list is malformed ({e}){hint}") from None
     finally:
         GlobalHydra.instance().clear()
     return resolved
