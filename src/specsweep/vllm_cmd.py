@@ -93,6 +93,10 @@ def speculative_config(spec: dict) -> dict | None:
     if spec.get("drafter"):
         cfg["model"] = spec["drafter"]
     cfg.update(spec.get("speculative_extra") or {})
+    acceptance = spec.get("set_acceptance")
+    if acceptance is not None:      # drafts accepted at a set rate; drafting and verifying still run
+        key = "synthetic_acceptance_rates" if isinstance(acceptance, list) else "synthetic_acceptance_length"
+        cfg.update({"rejection_sample_method": "synthetic", key: acceptance})
     return cfg
 
 
