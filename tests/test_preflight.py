@@ -324,9 +324,10 @@ def test_set_acceptance_needs_vllm_with_synthetic_acceptance_on_a_gpu(tmp_path, 
     assert "set_acceptance" in [c.name for c in preflight.run_checks([cfg], env)]
 
 
-@pytest.mark.parametrize("overrides, backend", [(["server=local", "kernel=local_sdpa"], "local"),
-                                                (["server=sglang", "kernel=sglang_fa3", f"server.python={sys.executable}"],
-                                                 "sglang")])
+@pytest.mark.parametrize("overrides, backend", [
+    (["server=local", "kernel=local_sdpa"], "local"),
+    (["server=sglang", "kernel=sglang_fa3", f"server.python={sys.executable}"], "sglang"),
+])
 def test_set_acceptance_is_refused_on_the_other_backends_for_now(overrides, backend):
     cfg = job(*overrides, "sweep.set_acceptance=[[0.9,0.5,0.1]]")
     assert preflight.check_set_acceptance in preflight.CHECKS[backend]
