@@ -101,3 +101,23 @@ def test_a_key_added_to_a_spec_enters_the_id_only_away_from_its_default(monkeypa
     assert server_id(8) != sid and bench_id("x") != bid           # set away from it: new cells
     spec = {**cell.spec, "server": {**cell.spec["server"], "new_key": 4}}
     assert replace(cell, spec=spec).id == sid and spec["server"]["new_key"] == 4   # the recorded spec keeps it
+
+
+def test_sweep_runs_its_own_pythons_snakemake_where_no_script_was_installed(tmp_path, monkeypatch):
+    """An offline host installs Snakemake with `pip --target`, which writes no `snakemake` script: the sweep
+    then runs `python -m snakemake` under the same Python instead of whatever `snakemake` PATH holds."""
+    import subprocess
+    import sys
+
+    from specsweep import cli
+
+    calls = []
+    monkeypatch.setattr(subprocess, "call", lambda argv, cwd=None: calls.append(argv) or 0)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python3"))
+    jobs = compose_jobs([f"results_dir={tmp_path / 'results'}"])
+    assert cli.run_jobs(jobs, 2, ["-n"], "test") == 0
+    assert calls[0][:3] == [str(tmp_path / "bin" / "python3"), "-m", "snakemake"] and calls[0][-1] == "-n"
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "snakemake").write_text("")
+    cli.run_jobs(jobs, 2, [], "test")
+    assert calls[1][0] == str(tmp_path / "bin" / "snakemake")

@@ -52,8 +52,10 @@ def run_jobs(jobs: list[dict], cores: int, snakemake_args: list[str], what: str)
     jobs_file = grid.results_dir / "sweeps" / f"{stable_hash(jobs)[:12]}.yaml"
     atomic_write_yaml(jobs_file, jobs)
     snakemake = Path(sys.executable).parent / "snakemake"
-    argv = [str(snakemake) if snakemake.exists() else "snakemake", "--cores", str(cores),
-            "--config", f"jobs_file={jobs_file.resolve()}"] + snakemake_args
+    # this Python's own Snakemake: its script, or the module where it was installed without one (--target)
+    argv = [str(snakemake)] if snakemake.exists() else [sys.executable, "-m", "snakemake"]
+    argv += ["--cores", str(cores),
+             "--config", f"jobs_file={jobs_file.resolve()}"] + snakemake_args
     print(f"specsweep: {what}, {len(grid.servers)} server cells, "
           f"{sum(len(b) for b in grid.benches.values())} bench cells -> {' '.join(argv)}", flush=True)
     return subprocess.call(argv, cwd=REPO)

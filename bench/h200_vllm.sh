@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The GPU studies of bench/h200/vllm/, run through the DAG on an offline one-GPU host, one step per call of a
+# lease (each under 10 minutes; the host keeps /root and /tmp only while calls follow each other):
+#   recv DIR     copy one carried folder of bundle parts (.whl/c1, ...) to /root/whl
+#   install      scripts/offline_install.sh: vLLM into /tmp/site, the DAG's wheels (.dag/wheels) into /tmp/dag;
+#                the tiny pair (carried results/models/tiny) and the config-only 8B-shaped pair into /root/res
+#   tiny         experiment=gpu_tiny: the tiny pair in float32, baseline and DFlash K=3, 7
+#   8b-set       experiment=gpu_8b_shaped: the baseline and K=15 at the published acceptance length (6.54)
+#   8b-cost      the same study's real-acceptance cells (K=7, 15), beside the set-acceptance one
+# Each run step packs the study as $OUT/<study>.tar.gz (the compile cache left out) and its Snakemake log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+RES=/root/res
+export PYTHONPATH=/tmp/dag:$PWD/src HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+SET_AL=6.54           # z-lab/Qwen3-8B-DFlash-b16 on gsm8k at K=15 (shared notes: dflash.md)
+
+study() {   # study NAME OVERRIDES [--also ...]: the DAG as a user runs it, then its files packed for the trip back
+  local name=$1 t0=$SECONDS; shift
+  python3 -m specsweep.cli sweep --cores 16 "$@" --snakemake-args --resources gpu=1 2>&1 | tee "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
+  tar czf "$OUT/$name.tar.gz" -C $RES --exclude=.vllm-cache "$name" datasets
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader | sed 's/^/gpu memory used after: /'
+  echo "study $name: rc=$rc in $((SECONDS - t0)) s"
+  return "$rc"
+}
+
+case ${1:?step} in
+  recv) mkdir -p /root/whl && cp "${2:?folder}"/* /root/whl/ && ls /root/whl ;;
+  install)
+    bash scripts/offline_install.sh /root/whl /tmp/site .dag/wheels /tmp/dag || exit
+    mkdir -p $RES/models && cp -r results/models/tiny $RES/models/
+    python3 bench/shaped_pair.py $RES/models/qwen3-8b-shaped
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv ;;
+  tiny) study tiny-gpu experiment=gpu_tiny server=vllm_gpu_bundle results_dir=$RES ;;
+  8b-set) study qwen3-8b-shaped experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES \
+            "sweep.num_speculative_tokens=[15]" "sweep.set_acceptance=[$SET_AL]" ;;
+  8b-cost) study qwen3-8b-shaped experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES \
+             --also "sweep.num_speculative_tokens=[15] sweep.set_acceptance=[$SET_AL]" ;;
+  *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost" >&2; exit 2 ;;
+esac
