@@ -61,7 +61,8 @@ def compare_with_baseline(grid: Grid, sid: str, bid: str, figures: dict, rows: l
     out = metrics.speedup(figures, base_fig)
     greedy = grid.benches[sid][bid].spec["temperature"] == 0
     out["greedy_agreement"] = metrics.greedy_agreement(rows, base_rows) if greedy else None
-    out.update(stats.paired_speedup([rows], [base_rows]))
+    streamed = not (figures.get("streamed_figures_invalid") or base_fig.get("streamed_figures_invalid"))
+    out.update(stats.paired_speedup([rows], [base_rows], streamed=streamed))
     out["baseline_cell"] = base
     return out
 
