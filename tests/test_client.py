@@ -18,6 +18,13 @@ GOOD = [{"choices": [{"delta": {"content": "Hel"}}]}, {"choices": [{"delta": {"c
         {"choices": [{"delta": {}, "finish_reason": "stop"}]},
         {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2}}]
 
+# continuous_usage_stats: a cumulative count on every chunk; the finish chunk brings a token without text (EOS)
+COUNTED = [{"choices": [{"delta": {"role": "assistant", "content": ""}}], "usage": {"completion_tokens": 0}},
+           {"choices": [{"delta": {"content": "Hel"}}], "usage": {"prompt_tokens": 7, "completion_tokens": 1}},
+           {"choices": [{"delta": {"content": "lo"}}], "usage": {"prompt_tokens": 7, "completion_tokens": 4}},
+           {"choices": [{"delta": {}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 7, "completion_tokens": 5}},
+           {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 5}}]
+
 # vLLM 0.32's final usage chunk with --per-request-spec-decode-metrics=summary (chat_completion/serving.py)
 SPEC = {"mean_acceptance_length": 2.5, "draft_acceptance_rate": 0.5, "acceptance_histogram": [0, 1, 1, 0],
         "num_spec_steps": 2, "num_accepted_draft_tokens": 3, "num_draft_tokens": 6, "num_spec_tokens": 3}
@@ -47,6 +54,8 @@ class Handler(BaseHTTPRequestHandler):
         elif mode == "vllmspec":        # vLLM: on the final usage chunk
             last = {**GOOD[-1], "metrics": {"speculative_decoding": SPEC}}
             self._reply(200, "text/event-stream", sse(GOOD[:-1] + [last]))
+        elif mode == "counted":
+            self._reply(200, "text/event-stream", sse(COUNTED))
         elif mode == "slow":
             import time
             time.sleep(3)
@@ -83,6 +92,7 @@ def test_bad_answers_become_errors_with_reasons(server):
     assert len(records) == 7 and wall > 0
     assert by[0].ok and by[0].text == "Hello" and by[0].completion_tokens == 2 and by[0].finish_reason == "stop"
     assert by[0].ttft_s is not None and len(by[0].itl_s) == 1
+    assert len(by[0].chunk_t_s) == 2 and by[0].chunk_tokens is None     # no per-chunk usage: no counts
     assert "HTML body" in by[1].error and by[1].status == 502
     assert by[2].error == "HTTP 500: engine dead"
     assert "non-JSON stream chunk" in by[3].error
@@ -98,7 +108,7 @@ def test_thinking_and_sampling_settings_reach_the_server(server):
     asyncio.run(run_requests(url, [["ok"]], s, concurrency=1, progress=False))
     body = server.seen[-1]
     assert body["chat_template_kwargs"] == {"enable_thinking": True}
-    assert body["stream"] and body["stream_options"] == {"include_usage": True}
+    assert body["stream"] and body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert (body["max_tokens"], body["temperature"], body["seed"]) == (5, 0.5, 3)
 
 
@@ -140,3 +150,12 @@ def test_per_request_spec_figures_ride_on_the_usage_chunk_and_ignore_eos_is_sent
     s.ignore_eos = True
     asyncio.run(run_requests(url, [["ok"]], s, concurrency=1, progress=False))
     assert server.seen[-1]["ignore_eos"] is True
+
+
+def test_per_chunk_counts_come_from_the_cumulative_usage_and_a_token_without_text_is_a_chunk(server):
+    url = f"http://127.0.0.1:{server.server_port}"
+    s = ChatSettings(model="m", max_tokens=5, temperature=0.0, seed=0, thinking=False, timeout_s=5.0)
+    [r], _ = asyncio.run(run_requests(url, [["counted"]], s, concurrency=1, progress=False))
+    assert r.ok and r.text == "Hello" and r.completion_tokens == 5
+    assert r.chunk_tokens == [1, 3, 1] and len(r.chunk_t_s) == 3 and len(r.itl_s) == 1
+    assert r.chunk_t_s == sorted(r.chunk_t_s) and r.chunk_t_s[0] == pytest.approx(r.ttft_s, abs=1e-3)

@@ -6,7 +6,9 @@ from specsweep.metrics import dist, greedy_agreement, median_mad, request_figure
 def rec(index, ok=True, tokens=10, ttft=0.1, e2e=1.0, text="x", turn=0):
     return {"index": index, "turn": turn, "ok": ok, "completion_tokens": tokens if ok else None,
             "prompt_tokens": 5 if ok else None, "ttft_s": ttft if ok else None, "e2e_s": e2e,
-            "itl_s": [0.1] * (tokens - 1) if ok else [], "text": text}
+            "itl_s": [0.1] * (tokens - 1) if ok else [], "text": text,
+            "chunk_t_s": [ttft + i * (e2e - ttft) / (tokens - 1) for i in range(tokens)] if ok else [],
+            "chunk_tokens": [1] * tokens if ok else []}
 
 
 def test_request_figures_count_every_request_and_derive_rates():
@@ -16,7 +18,7 @@ def test_request_figures_count_every_request_and_derive_rates():
     assert f["error_rate"] == pytest.approx(1 / 3)
     assert f["output_tok_s"] == pytest.approx(30 / 2.0)
     assert f["request_throughput"] == pytest.approx(1.0)
-    # TPOT excludes the first token: (e2e - ttft) / (tokens - 1)
+    # streamed TPOT excludes the first chunk: (last chunk - first chunk) / tokens after the first chunk
     assert f["tpot_ms"]["mean"] == pytest.approx(((0.9 / 9) + (1.9 / 19)) / 2 * 1e3)
     assert f["ttft_ms"]["median"] == pytest.approx(100.0)
 

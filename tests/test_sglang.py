@@ -156,6 +156,7 @@ def test_a_server_cell_runs_end_to_end_against_the_stand_in(fake, tmp_path, issu
                              "spec_block_accept_length": 0.0, "spec_num_correct_drafts": 4,
                              "spec_num_proposed_drafts": 9, "spec_verify_ct": 3,
                              "spec_correct_drafts_histogram": [1, 1, 0, 1], "spec_cap_lens_histogram": []}
+        assert r["chunk_tokens"] == [1, 4, 2, 1] and len(r["chunk_t_s"]) == 4   # continuous usage: one step a chunk
     m = json.loads((out / "metrics.json").read_text())
     assert {k: m["spec_decode"][k] for k in ("mean_acceptance_length_per_prompt", "requests_without_drafts")} == \
         {"mean_acceptance_length_per_prompt": 1 + 4 / 3, "requests_without_drafts": 0}

@@ -24,8 +24,9 @@ class FakeSession:
     step from the category (math drafts well, writing poorly) and K."""
     log_path = None
 
-    def __init__(self, k: int, speedup: dict, noise: float, seed: int):
+    def __init__(self, k: int, speedup: dict, noise: float, seed: int, bursty: tuple = ()):
         self.k, self.speedup, self.noise, self.rng = k, speedup, noise, random.Random(seed)
+        self.bursty = k in bursty          # every answer held back and sent at once, at the end
 
     def alive(self):
         return True
@@ -39,7 +40,9 @@ class FakeSession:
             for t, _ in enumerate(turns):
                 e2e = (0.5 + 0.1 * i + 0.2 * t) / self.speedup[self.k] * math.exp(self.rng.gauss(0, self.noise))
                 row = {"index": i, "turn": t, "ok": True, "e2e_s": e2e, "ttft_s": 0.02, "completion_tokens": 40,
-                       "prompt_tokens": 10, "itl_s": [], "text": f"answer {i}.{t}"}
+                       "prompt_tokens": 10, "itl_s": [], "text": f"answer {i}.{t}",
+                       "chunk_t_s": [e2e - 0.01 if self.bursty else 0.02 + j * (e2e - 0.03) / 39 for j in range(40)],
+                       "chunk_tokens": [1] * 40}
                 if self.k:
                     row["acceptance_lengths"] = [min(self.k + 1, 4 if i % 2 == 0 else 2)] * 10
                 rows.append(row)
@@ -49,7 +52,7 @@ class FakeSession:
         return Measurement(rows, figures)
 
 
-def study(results, speedup, noise=0.03, seed=0, extra=()):
+def study(results, speedup, noise=0.03, seed=0, extra=(), bursty=()):
     """A study on the two-category file, K in the speedup dict, every cell measured by FakeSession."""
     ks = sorted(k for k in speedup if k)
     grid = expand(compose_jobs([f"results_dir={results}", "study=v", "dataset=jsonl", f"dataset.path={TWO_CATEGORIES}",
@@ -60,7 +63,7 @@ def study(results, speedup, noise=0.03, seed=0, extra=()):
     for n, sid in enumerate(order):
         k = grid.servers[sid].spec["num_speculative_tokens"]
         for m, bid in enumerate(sorted(grid.benches[sid])):
-            run_bench_cell(grid, sid, bid, FakeSession(k, speedup, noise, seed + 10 * n + m), progress=False)
+            run_bench_cell(grid, sid, bid, FakeSession(k, speedup, noise, seed + 10 * n + m, bursty), progress=False)
     return grid
 
 
@@ -90,6 +93,21 @@ def test_summary_pools_repeats_into_one_verdict_per_cell(verdict_study):
     assert spec.speedup_output_tok_s_ci_low.isna().all()          # 2 repeats: a tok/s ratio, but no CI
     base = table[table.method == "none"].iloc[0]
     assert base.speedup_output_tok_s == 1.0 and pd.isna(base.verdict)
+
+
+def test_a_cell_of_bursty_streams_has_no_streamed_figures_in_its_metrics_or_the_summary(tmp_path):
+    grid = study(tmp_path / "results", {0: 1.0, 3: 1.5, 7: 1.5}, bursty=(3,))
+    table = summary.write_summary(grid, "v", str(tmp_path / "results" / "v" / "summary.csv")).set_index(
+        "num_speculative_tokens")
+    for sid, bid in grid.cells_of_study("v"):
+        m = json.loads(grid.metrics_path(sid, bid).read_text())
+        k = grid.servers[sid].spec["num_speculative_tokens"]
+        assert (m["bursty_streams"] == 18, m["streamed_figures_invalid"] is not None) == (k == 3, k == 3)
+        assert (m["tpot_ms"]["mean"] is None, m["speedup_tpot"] is None) == (k == 3, k == 3)
+        assert m["valid"] and m.get("verdict") == (None if k == 0 else "faster")     # e2e and its verdict stay
+    streamed = ["tpot_ms", "itl_ms_median", "speedup_tpot", "speedup_tpot_geomean", "speedup_tpot_ci_low"]
+    assert table.loc[3, streamed].isna().all() and table.loc[3, "verdict"] == "faster"
+    assert table.loc[7, streamed].notna().all() and table.loc[0, "tpot_ms"] > table.loc[7, "tpot_ms"]
 
 
 def test_k_comparison_says_equal_ks_are_within_noise(verdict_study, capsys):

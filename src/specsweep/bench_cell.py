@@ -72,7 +72,8 @@ def compare_with_baseline(grid: Grid, sid: str, bid: str, figures: dict, rows: l
     out = metrics.speedup(figures, base_fig)
     out["greedy_agreement_na"] = greedy_agreement_na(grid, sid, bid)
     out["greedy_agreement"] = None if out["greedy_agreement_na"] else metrics.greedy_agreement(rows, base_rows)
-    out.update(stats.paired_speedup([rows], [base_rows]))
+    streamed = not (figures.get("streamed_figures_invalid") or base_fig.get("streamed_figures_invalid"))
+    out.update(stats.paired_speedup([rows], [base_rows], streamed=streamed))
     out["baseline_cell"] = base
     return out
 

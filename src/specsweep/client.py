@@ -26,7 +26,9 @@ class RequestRecord:
     completion_tokens: int | None = None
     ttft_s: float | None = None
     e2e_s: float | None = None
-    itl_s: list[float] = field(default_factory=list)
+    itl_s: list[float] = field(default_factory=list)      # gaps between content chunks: one per chunk, not per token
+    chunk_t_s: list[float] = field(default_factory=list)  # each chunk with content or new tokens: since the start
+    chunk_tokens: list[int] | None = field(default_factory=list)  # the tokens each brought; None: no per-chunk usage
     finish_reason: str | None = None
     text: str = ""
     start_s: float = 0.0        # seconds since the cell's start
@@ -59,7 +61,8 @@ def settings_for(bench: dict, model: str, timeout_s: float, **server_fields) -> 
 
 def _payload(messages: list[dict], s: ChatSettings) -> dict:
     return {"model": s.model, "messages": messages, "max_tokens": s.max_tokens, "temperature": s.temperature,
-            "seed": s.seed, "stream": True, "stream_options": {"include_usage": True},
+            "seed": s.seed, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},   # usage on every chunk
             "chat_template_kwargs": {"enable_thinking": s.thinking},
             **({"ignore_eos": True} if s.ignore_eos else {}), **(s.extra_body or {})}
 
@@ -85,11 +88,30 @@ def _reason_for_body(status: int, body: bytes, content_type: str) -> str:
     return f"HTTP {status}: {str(msg)[:200]}"
 
 
+def count_chunk(rec: RequestRecord, t_s: float, content: bool, usage: dict | None, counted: int) -> int:
+    """Record a chunk that carried content or raised the cumulative `completion_tokens` (the server's
+    continuous usage stats): its time and the tokens it brought; returns the tokens counted so far. A content
+    chunk without a cumulative count means the server gives no per-chunk counts: chunk_tokens becomes None
+    for the request (and only content chunks are timed), never a guess."""
+    total = (usage or {}).get("completion_tokens") if rec.chunk_tokens is not None else None
+    if not (content or (total is not None and total > counted)):
+        return counted
+    rec.chunk_t_s.append(round(t_s, 6))
+    if rec.chunk_tokens is None:
+        return counted
+    if total is None or total < counted:
+        rec.chunk_tokens = None
+        return counted
+    rec.chunk_tokens.append(total - counted)
+    return total
+
+
 async def chat_once(http: httpx.AsyncClient, url: str, messages: list[dict], s: ChatSettings,
                     rec: RequestRecord, t0: float) -> RequestRecord:
     start = time.perf_counter()
     rec.start_s = start - t0
     last = None
+    counted = 0          # completion tokens of the chunks recorded so far
     parts: list[str] = []
     try:
         async with asyncio.timeout(s.timeout_s):
@@ -119,17 +141,18 @@ async def chat_once(http: httpx.AsyncClient, url: str, messages: list[dict], s: 
                     if "error" in chunk:
                         rec.error = f"server error in stream: {str(chunk['error'])[:200]}"
                         return rec
+                    now = time.perf_counter()
+                    content = False
                     for choice in chunk.get("choices") or []:
                         delta = (choice.get("delta") or {})
                         piece = (delta.get("content") or "") + (delta.get("reasoning_content") or "") \
                             + (delta.get("reasoning") or "")
                         if piece:
-                            now = time.perf_counter()
                             if last is None:
                                 rec.ttft_s = now - start
                             else:
                                 rec.itl_s.append(now - last)
-                            last = now
+                            last, content = now, True
                             parts.append(piece)
                         if choice.get("finish_reason"):
                             rec.finish_reason = choice["finish_reason"]
@@ -137,6 +160,7 @@ async def chat_once(http: httpx.AsyncClient, url: str, messages: list[dict], s: 
                     if usage:
                         rec.prompt_tokens = usage.get("prompt_tokens")
                         rec.completion_tokens = usage.get("completion_tokens")
+                    counted = count_chunk(rec, now - start, content, usage, counted)
                     spec = _at(chunk, s.spec_field) if s.spec_field else None
                     if spec is not None:
                         rec.spec = spec

@@ -34,12 +34,16 @@ FASTER, SLOWER, NOISE = "faster", "slower", "within noise"
 
 
 def request_latency(row: dict, figure: str) -> float | None:
-    """A finished request's latency in seconds: `e2e` (whole request) or `tpot` (per output token after
-    the first); None when the request failed or the figure is undefined for it."""
+    """A finished request's latency in seconds: `e2e` (whole request) or `tpot` (the streamed TPOT per token,
+    metrics.request_tpot: None for a bursty stream or one without per-chunk token counts); None when the
+    request failed or the figure is undefined for it. A row recorded before chunk timings (no `chunk_t_s`)
+    keeps the TPOT it was measured with: (e2e - TTFT) / (completion tokens - 1)."""
     if not row.get("ok") or not row.get("e2e_s"):
         return None
     if figure == "e2e":
         return row["e2e_s"]
+    if "chunk_t_s" in row:
+        return metrics.request_tpot(row)
     ttft, tokens = row.get("ttft_s"), row.get("completion_tokens") or 0
     if ttft is None or tokens < 2 or row["e2e_s"] <= ttft:
         return None
@@ -145,12 +149,15 @@ def verdict(ci_low: float | None, ci_high: float | None) -> str | None:
     return FASTER if ci_low > 1 else SLOWER if ci_high < 1 else NOISE
 
 
-def paired_speedup(cell_runs: list[list[dict]], ref_runs: list[list[dict]], seed: int = SEED) -> dict:
+def paired_speedup(cell_runs: list[list[dict]], ref_runs: list[list[dict]], seed: int = SEED,
+                   streamed: bool = True) -> dict:
     """Speedup of a cell over a reference from each side's repeats (request rows): e2e and TPOT latency
-    ratios with CIs, what entered, and the verdict on e2e."""
+    ratios with CIs, what entered, and the verdict on e2e. streamed=False (a side whose streamed figures
+    are not measurable, metrics.streamed_figures) leaves the TPOT ratio and its CI None."""
     out: dict = {}
     for figure in ("e2e", "tpot"):
-        g = speedup_ci(cell_runs, ref_runs, figure, seed)
+        g = speedup_ci(cell_runs, ref_runs, figure, seed) if figure == "e2e" or streamed else \
+            dict.fromkeys(("ratio", "ci_low", "ci_high"))
         out.update({f"speedup_{figure}_geomean": g["ratio"], f"speedup_{figure}_ci_low": g["ci_low"],
                     f"speedup_{figure}_ci_high": g["ci_high"]})
         if figure == "e2e":

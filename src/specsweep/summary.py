@@ -24,6 +24,7 @@ FIGURES = {
     "acceptance_rate": ("spec_decode", "acceptance_rate"), "speedup_tpot": ("speedup_tpot",),
     "greedy_agreement": ("greedy_agreement",), "error_rate": ("error_rate",),
 }
+STREAMED = ("tpot_ms", "itl_ms_median", "speedup_tpot")     # blank when a repeat's streamed figures are not measurable
 PAIRED = ["speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "speedup_tpot_geomean",
           "speedup_tpot_ci_low", "speedup_tpot_ci_high", "paired_prompts", "paired_requests", "verdict"]
 K_COMPARISON = "k_comparison.csv"
@@ -82,8 +83,10 @@ def rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
                "dataset": dataset, "thinking": thinking, "concurrency": conc, "repeats": len(bids),
                "valid_repeats": len(valid),
                "valid": bool(valid), "bench_cells": " ".join(sorted(bids))}
+        streamed = not any(m.get("streamed_figures_invalid") for m in valid)
         for name, path in FIGURES.items():
-            row[name], row[f"{name}_mad"] = median_mad([_get(m, path) for m in valid])
+            row[name], row[f"{name}_mad"] = median_mad([_get(m, path) for m in valid]) \
+                if streamed or name not in STREAMED else (None, None)
         row.update(_against_baseline(cells, sid, bids, valid))
         per_pos = [m["spec_decode"]["per_position_acceptance"] for m in valid if m.get("spec_decode")]
         width = max((len(p) for p in per_pos), default=0)
@@ -101,11 +104,13 @@ def _against_baseline(cells: _Cells, sid: str, bids: list[str], valid: list[dict
            "speedup_output_tok_s_ci_low": None, "speedup_output_tok_s_ci_high": None, **dict.fromkeys(PAIRED)}
     if base is None:
         return out
-    ref = [cells.metrics[base, b]["output_tok_s"] for b in bids if cells.valid(base, b)]
+    ref_metrics = [cells.metrics[base, b] for b in bids if cells.valid(base, b)]
+    ref = [m["output_tok_s"] for m in ref_metrics]
     tok = stats.ratio_of_medians([m["output_tok_s"] for m in valid], ref)
     out.update(speedup_output_tok_s=tok["ratio"], speedup_output_tok_s_ci_low=tok["ci_low"],
                speedup_output_tok_s_ci_high=tok["ci_high"])
-    out.update(stats.paired_speedup(cells.runs(sid, bids), cells.runs(base, bids)))
+    streamed = not any(m.get("streamed_figures_invalid") for m in [*valid, *ref_metrics])
+    out.update(stats.paired_speedup(cells.runs(sid, bids), cells.runs(base, bids), streamed=streamed))
     return out
 
 

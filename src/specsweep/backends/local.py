@@ -84,6 +84,18 @@ class LocalPair:
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
 
+def step_chunks(out, row: int) -> dict:
+    """A row's tokens as the engine committed them, in the shape of a stream's chunks: the first token at
+    first_token_s, then each step's committed tokens at the step's time (cut where the row stopped)."""
+    times, tokens, left = [round(out.first_token_s, 6)], [1], len(out.sequences[row]) - 1
+    for step in out.steps:
+        if row in step.live and left > 0:
+            times.append(round(step.t_s, 6))
+            tokens.append(min(step.committed[row], left))
+            left -= tokens[-1]
+    return {"chunk_t_s": times, "chunk_tokens": tokens}
+
+
 def decode_rows(pair: LocalPair, prompts: list[list[str]], bench: dict, progress: bool = True) -> list[dict]:
     """Every turn of every prompt, `concurrency` conversations per batch; one record per (prompt, turn)."""
     from ..progress import progress_bar
@@ -108,7 +120,8 @@ def decode_rows(pair: LocalPair, prompts: list[list[str]], bench: dict, progress
                 records.append({
                     "index": i, "turn": turn, "ok": True, "error": None, "text": text, "prompt_tokens": len(ids[j]),
                     "completion_tokens": len(tokens), "ttft_s": out.first_token_s, "e2e_s": out.finish_s[j],
-                    "itl_s": [], "acceptance_lengths": [s.accepted[j] + 1 for s in out.steps if j in s.live],
+                    "itl_s": [], **step_chunks(out, j),
+                    "acceptance_lengths": [s.accepted[j] + 1 for s in out.steps if j in s.live],
                 })
             bar.update(len(batch))
     bar.close()

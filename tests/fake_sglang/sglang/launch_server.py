@@ -21,7 +21,10 @@ so any Python runs it). It copies the parts of SGLang 0.5.23 that specsweep reli
   chunk, then, when the request sets return_spec_tokens_details, a chunk with `choices: []` and
   `sglext.spec_tokens_details`, then the usage chunk and [DONE] (openai/serving_chat.py _generate_chat_stream,
   openai/sse_utils.py build_sse_content, protocol.py ChatCompletionStreamResponse, SglExt, SpecTokensDetails);
-  the per-request stats as managers/tokenizer_manager.py _calculate_spec_decoding_metrics computes them.
+  the per-request stats as managers/tokenizer_manager.py _calculate_spec_decoding_metrics computes them. With
+  stream_options {include_usage, continuous_usage_stats} every content chunk also carries `usage` with the
+  cumulative completion_tokens (serving_chat.py _generate_stream_content; read in SGLang's main branch at
+  commit 002897c, not checked against 0.5.23 itself).
 
 For the SLURM and GPU scheduling tests it also records how it was started: with STANDIN_RECORD_DIR set, it writes
 <dir>/<pid>.json (its environment, argv, pid, start time) at start-up and adds its stop time on SIGTERM;
@@ -257,12 +260,21 @@ class Handler(BaseHTTPRequestHandler):
                     "choices": [{"index": 0, "delta": {"reasoning_content": None, **delta}, "logprobs": None,
                                  "finish_reason": finish_reason, "matched_stop": None}]}
 
+        options = req.get("stream_options") or {}
+        continuous = options.get("include_usage") and options.get("continuous_usage_stats")
+
+        def usage(completion_tokens: int) -> dict:     # UsageProcessor.calculate_token_usage
+            return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+                    "completion_tokens": completion_tokens, "prompt_tokens_details": None, "reasoning_tokens": 0,
+                    "completion_tokens_details": None}
+
         send(chunk({"role": "assistant", "content": ""}))
         done = 0
         for n in steps:
             time.sleep(STEP_S)
-            send(chunk({"content": "".join(f" tok{done + i}" for i in range(n))}))
             done += n
+            piece = chunk({"content": "".join(f" tok{done - n + i}" for i in range(n))})
+            send({**piece, "usage": usage(done)} if continuous else piece)   # serving_chat: usage on content chunks
         if k and verify_ct:                     # observe_one_finished_request, then the scheduler's gauges
             with s.lock:
                 s.verify_calls += verify_ct
@@ -278,11 +290,9 @@ class Handler(BaseHTTPRequestHandler):
                        "spec_correct_drafts_histogram": hist, "spec_cap_lens_histogram": []}
             send({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [],
                   "usage": None, "sglext": {"spec_tokens_details": details}})
-        if (req.get("stream_options") or {}).get("include_usage"):
+        if options.get("include_usage"):
             send({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [],
-                  "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + done,
-                            "completion_tokens": done, "prompt_tokens_details": None, "reasoning_tokens": 0,
-                            "completion_tokens_details": None}})
+                  "usage": usage(done)})
         send("[DONE]")
         self.wfile.write(b"0\r\n\r\n")
 
