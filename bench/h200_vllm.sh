@@ -4,7 +4,8 @@
 #   recv DIR     copy one carried folder of bundle parts (.whl/c1, ...) to /root/whl
 #   install      scripts/offline_install.sh: vLLM into /tmp/site, the DAG's wheels (.dag/wheels) into /tmp/dag;
 #                the tiny pair (carried results/models/tiny) and the config-only 8B-shaped pair into /root/res
-#   tiny         experiment=gpu_tiny: the tiny pair in float32, baseline and DFlash K=3, 7
+#   tiny         experiment=gpu_tiny: the tiny pair in float32, baseline and DFlash K=3, 7, on vLLM and then on
+#                the in-process engine (server=local_cuda), the two GPU sides of the cross-hardware check
 #   8b-set       experiment=gpu_8b_shaped: the baseline and K=15 at the published acceptance length (6.54)
 #   8b-cost      the same study's real-acceptance cells (K=7, 15), beside the set-acceptance one
 # Each run step packs the study as $OUT/<study>.tar.gz (the compile cache left out) and its Snakemake log.
@@ -31,7 +32,9 @@ case ${1:?step} in
     mkdir -p $RES/models && cp -r results/models/tiny $RES/models/
     python3 bench/shaped_pair.py $RES/models/qwen3-8b-shaped
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv ;;
-  tiny) study tiny-gpu experiment=gpu_tiny server=vllm_gpu_bundle results_dir=$RES ;;
+  tiny) study tiny-gpu experiment=gpu_tiny server=vllm_gpu_bundle results_dir=$RES
+        study tiny-gpu-local experiment=gpu_tiny server=local_cuda kernel=local_sdpa study=tiny-gpu-local \
+          results_dir=$RES ;;
   8b-set) study qwen3-8b-shaped experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES \
             "sweep.num_speculative_tokens=[15]" "sweep.set_acceptance=[$SET_AL]" ;;
   8b-cost) study qwen3-8b-shaped experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES \
