@@ -24,7 +24,7 @@ def clear_answers_agree(results_dir, study) -> bool:
     models = results_dir / "models" / "tiny"
     tok = AutoTokenizer.from_pretrained(models / "target")
     target = AutoModelForCausalLM.from_pretrained(models / "target", dtype=torch.float32).eval()
-    all_clear = True
+    all_clear, compared = True, 0
     for path in study.glob("*/*/metrics.json"):
         base = json.loads(path.read_text())["baseline_cell"]
         if base in (None, path.parent.parent.name):
@@ -39,6 +39,8 @@ def clear_answers_agree(results_dir, study) -> bool:
             clear = clear_steps(target, ids, answer) == len(answer)
             assert not clear or r["text"] == texts[r["index"], r["turn"]], r["index"]
             all_clear &= clear
+            compared += 1
+    assert compared == 8                                       # two repeats of the DFlash cell, 4 prompts each
     return all_clear
 
 
