@@ -1,10 +1,12 @@
-"""The DFlash engine is lossless: greedy output equals transformers' generate, token for token."""
+"""The DFlash engine is lossless: greedy output equals transformers' generate, token for token up to the
+target's first near-tie (near_ties.py); a proposer that knows the answer makes acceptance exact."""
 import re
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from near_ties import assert_oracle_acceptance, assert_same_greedy, oracle, reference
 from specsweep.dflash.engine import generate
 from specsweep.dflash.model import DFlashDrafter
 
@@ -21,25 +23,13 @@ def pair(tiny_results):
     return target, drafter
 
 
-def reference(target, prompts, max_new, stop=None):
-    """transformers' own greedy decoding, one prompt at a time (no padding effects)."""
-    out = []
-    for p in prompts:
-        ids = target.generate(torch.tensor([p]), max_new_tokens=max_new, do_sample=False,
-                              eos_token_id=stop, pad_token_id=0, min_new_tokens=0)[0, len(p):].tolist()
-        if stop is not None and stop in ids:
-            ids = ids[: ids.index(stop) + 1]
-        out.append(ids)
-    return out
-
-
 @pytest.mark.parametrize("block_size", [1, 2, 4, 8])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_greedy_equals_transformers_generate(pair, block_size, batch):
     target, drafter = pair
     prompts = PROMPTS[:batch]
     out = generate(target, drafter, prompts, block_size, N)
-    assert out.sequences == reference(target, prompts, N)
+    assert_same_greedy(target, prompts, out.sequences, reference(target, prompts, N))
     assert all(1 <= a <= block_size for a in out.acceptance_lengths())
 
 
@@ -48,48 +38,33 @@ def test_stop_tokens_and_max_new_tokens_are_exact(pair):
     ref = reference(target, PROMPTS, N)
     stop = ref[0][5]                                  # a token the first prompt really emits
     out = generate(target, drafter, PROMPTS, 4, N, stop_ids={stop})
-    assert out.sequences == reference(target, PROMPTS, N, stop=stop)
-    assert out.sequences[0][-1] == stop and len(out.sequences[0]) == ref[0].index(stop) + 1
+    clear = assert_same_greedy(target, PROMPTS, out.sequences, reference(target, PROMPTS, N, stop=stop))
+    if clear[0] > ref[0].index(stop):                 # the stop token came before any near-tie
+        assert out.sequences[0][-1] == stop and len(out.sequences[0]) == ref[0].index(stop) + 1
     assert [len(s) for s in generate(target, drafter, PROMPTS, 8, 7).sequences] == [7, 7, 7]
 
 
-def oracle(target, prompts, right: int | None = None):
-    """A proposer that knows the greedy continuation; with `right`, only its first `right` drafts are true."""
-    ref = reference(target, prompts, N + 16)
-
-    def propose(block, positions):
-        drafts = []
-        for row, p in enumerate(prompts):
-            start = int(positions[row, 0]) - len(p)           # index in the continuation of block slot 0
-            true = ref[row][start + 1: start + block.shape[1]]
-            if right is not None:
-                true = true[:right] + [(t + 1) % 300 for t in true[right:]]
-            drafts.append(true)
-        return torch.tensor(drafts)
-    return propose
-
-
-def test_accepted_drafts_are_committed_and_the_cache_cropped(pair):
+@pytest.mark.parametrize("right", [None, 2])
+def test_accepted_drafts_are_committed_and_the_cache_cropped(pair, right):
+    """Every draft right (7 accepted + the bonus per step), or only the first 2 (3 per step)."""
     target, _ = pair
     prompts = [PROMPTS[0]]
-    full = generate(target, None, prompts, 8, N, propose=oracle(target, prompts))
-    assert full.sequences == reference(target, prompts, N)
-    assert full.acceptance_lengths()[:2] == [8, 8]           # every draft right: 7 accepted + the bonus
-    assert len(full.steps) == -(-(N - 1) // 8)
-    part = generate(target, None, prompts, 8, N, propose=oracle(target, prompts, right=2))
-    assert part.sequences == reference(target, prompts, N)
-    assert set(part.acceptance_lengths()[:-1]) == {3}        # 2 right drafts + the bonus, every step
+    ref = reference(target, prompts, N + 16)
+    out = generate(target, None, prompts, 8, N, propose=oracle(ref, prompts, None if right is None else [right]))
+    [clear] = assert_same_greedy(target, prompts, out.sequences, reference(target, prompts, N))
+    assert_oracle_acceptance(out, 0, right, clear)
 
 
 def test_every_row_commits_its_own_accepted_prefix(pair):
-    """A batch row keeps the drafts it accepted, not the batch's shortest prefix: the same tokens, the same
-    drafts and the same acceptance at every step as the row decoded alone."""
-    target, drafter = pair
-    out = generate(target, drafter, PROMPTS, 8, N)
-    for row, prompt in enumerate(PROMPTS):
-        alone = generate(target, drafter, [prompt], 8, N)
-        assert out.sequences[row] == alone.sequences[0]
-        assert [s.accepted[row] + 1 for s in out.steps if row in s.live] == alone.acceptance_lengths()
+    """A batch row keeps the drafts it accepted, not the batch's shortest prefix: with a proposer whose first
+    7, 2 and 0 drafts are right, the rows accept 7, 2 and 0 drafts a step, and end the step their budget fills."""
+    target, _ = pair
+    right = [7, 2, 0]
+    ref = reference(target, PROMPTS, N + 16)
+    out = generate(target, None, PROMPTS, 8, N, propose=oracle(ref, PROMPTS, right))
+    clear = assert_same_greedy(target, PROMPTS, out.sequences, reference(target, PROMPTS, N))
+    for row in range(len(PROMPTS)):
+        assert_oracle_acceptance(out, row, right[row], clear[row])
     assert any(len({s.committed[r] for r in s.live}) > 1 for s in out.steps)   # rows really differ
 
 

@@ -1,10 +1,11 @@
-"""The static-cache step (the one a CUDA graph replays) decodes exactly as the target would, on CPU here."""
+"""The static-cache step (the one a CUDA graph replays) decodes exactly as the target would, on CPU here: up to
+the target's first near-tie (near_ties.py)."""
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from near_ties import assert_oracle_acceptance, assert_same_greedy, oracle, reference
 from specsweep.datasets import synthetic_rows
-from specsweep.dflash.engine import generate
 from specsweep.dflash.model import DFlashDrafter
 from specsweep.dflash.static import StaticPair
 from specsweep.tiny import chat_ids
@@ -20,12 +21,6 @@ def pair(tiny_results):
     return target, drafter, prompts, tok.convert_tokens_to_ids("<|im_end|>")
 
 
-def transformers_greedy(target, prompt, max_new, stop):
-    ids = target.generate(torch.tensor([prompt]), max_new_tokens=max_new, do_sample=False, eos_token_id=stop,
-                          pad_token_id=0)[0, len(prompt):].tolist()
-    return ids[: ids.index(stop) + 1] if stop in ids else ids
-
-
 @pytest.mark.parametrize("block_size", [1, 4, 8])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_static_step_equals_transformers_greedy(pair, block_size, batch):
@@ -34,16 +29,19 @@ def test_static_step_equals_transformers_greedy(pair, block_size, batch):
     static = StaticPair(target, drafter if block_size > 1 else None, batch, max_len=256, block_size=block_size)
     for max_new in (96, 13):                                  # to the stop token; cut mid-block
         out = static.generate(prompts, max_new, stop_ids={eos})
-        assert out.sequences == [transformers_greedy(target, p, max_new, eos) for p in prompts]
+        assert_same_greedy(target, prompts, out.sequences, reference(target, prompts, max_new, eos))
 
 
 def test_rows_commit_their_own_accepted_prefix(pair):
-    """Unlike the HF-cache engine, a batch row is not held back to the batch's shortest acceptance."""
+    """Unlike the HF-cache engine, a batch row is not held back to the batch's shortest acceptance: with
+    drafts whose first 7, 2 and 0 are right, the rows accept 7, 2 and 0 a step, to their stop token."""
     target, drafter, prompts, eos = pair
+    right = [7, 2, 0]
+    ref = reference(target, prompts, 96, eos)
     static = StaticPair(target, drafter, 3, max_len=256, block_size=8)
+    propose = oracle(ref, prompts, right)
+    static.draft = lambda block, pos, start: propose(block, pos)     # instead of the drafter's greedy drafts
     out = static.generate(prompts, 96, stop_ids={eos})
-    alone = [generate(target, drafter, [p], 8, 96, stop_ids={eos}) for p in prompts]
+    clear = assert_same_greedy(target, prompts, out.sequences, ref)
     for row in range(3):
-        steps = [s.accepted[row] + 1 for s in out.steps if row in s.live]
-        assert steps == alone[row].acceptance_lengths()        # the same drafts and acceptance as decoding alone
-    assert len(out.steps) < sum(len(a.steps) for a in alone)
+        assert_oracle_acceptance(out, row, right[row], clear[row])

@@ -3,6 +3,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from near_ties import assert_same_greedy
 from specsweep.dflash.engine import generate
 from specsweep.dflash.model import DFlashDrafter
 from specsweep.dflash.train import block_hidden, drafter_loss, slot_weights, target_pass, train_drafter
@@ -75,4 +76,4 @@ def test_training_on_the_targets_own_outputs_raises_acceptance(pair, tmp_path):
     assert sum(losses[-10:]) < sum(losses[:10])
     assert sum(after.acceptance_lengths()) / len(after.acceptance_lengths()) > \
         sum(before) / len(before) + 0.5
-    assert after.sequences == generate(target, None, prompts[:8], 1, 32).sequences     # still lossless
+    assert_same_greedy(target, prompts[:8], after.sequences, generate(target, None, prompts[:8], 1, 32).sequences)

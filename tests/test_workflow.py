@@ -10,6 +10,40 @@ from conftest import BIN, REPO, SMOKE, run, smk_config, snakemake
 pytestmark = pytest.mark.server
 
 
+def clear_answers_agree(results_dir, study) -> bool:
+    """Each DFlash answer equals its baseline's wherever the target's greedy answer to the prompt has no
+    near-tie (transformers' here): the two vLLM cells sum in different orders (near_ties.py). True when no
+    answer had one, so that every answer must agree."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from near_ties import clear_steps, reference
+    from specsweep.datasets import synthetic_rows
+    from specsweep.tiny import chat_ids
+
+    models = results_dir / "models" / "tiny"
+    tok = AutoTokenizer.from_pretrained(models / "target")
+    target = AutoModelForCausalLM.from_pretrained(models / "target", dtype=torch.float32).eval()
+    all_clear, compared = True, 0
+    for path in study.glob("*/*/metrics.json"):
+        base = json.loads(path.read_text())["baseline_cell"]
+        if base in (None, path.parent.parent.name):
+            continue
+        bench = yaml.safe_load((path.parent / "config.yaml").read_text())["bench_spec"]
+        questions = [r["turns"][0] for r in synthetic_rows(bench["dataset"]["num_prompts"], bench["dataset"]["seed"])]
+        texts = {(r["index"], r["turn"]): r["text"] for r in map(json.loads, open(study / base / path.parent.name
+                                                                                 / "requests.jsonl"))}
+        for r in map(json.loads, open(path.parent / "requests.jsonl")):
+            ids = chat_ids(tok, questions[r["index"]], bench["thinking"])
+            [answer] = reference(target, [ids], bench["max_tokens"], stop=tok.eos_token_id)
+            clear = clear_steps(target, ids, answer) == len(answer)
+            assert not clear or r["text"] == texts[r["index"], r["turn"]], r["index"]
+            all_clear &= clear
+            compared += 1
+    assert compared == 8                                       # two repeats of the DFlash cell, 4 prompts each
+    return all_clear
+
+
 def test_smoke_study_writes_summary_plots_and_mlflow(smoke):
     work, _ = smoke
     results = work.parent / "results" / "smoke"
@@ -18,8 +52,9 @@ def test_smoke_study_writes_summary_plots_and_mlflow(smoke):
     spec = next(r for r in rows if r["method"] == "dflash")
     assert spec["valid"] == "True" and float(spec["error_rate"]) == 0.0
     assert float(spec["mean_acceptance_length"]) >= 1.0 and len(json.loads(spec["per_position_acceptance"])) == 3
-    # lossless at temperature 0: every DFlash answer equals the matched baseline's
-    assert float(spec["greedy_agreement"]) == 1.0
+    # lossless at temperature 0: every DFlash answer equals the matched baseline's, where clear
+    if clear_answers_agree(work.parent / "results", results):
+        assert float(spec["greedy_agreement"]) == 1.0
     assert float(spec["speedup_output_tok_s"]) > 0 and float(spec["speedup_e2e_geomean"]) > 0
     assert float(spec["paired_prompts"]) == 4 and spec["verdict"] == ""   # 4 prompts: below stats.MIN_PROMPTS, no CI
     assert (results / "k_comparison.csv").exists() and (results / "summary_by_category.csv").exists()
