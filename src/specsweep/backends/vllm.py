@@ -21,7 +21,7 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> Server:
     cell = grid.servers[sid]
     command = vllm_cmd.server_command(cell.run)
     python = vllm_cmd.interpreter_of(command)
-    probe = vllm_cmd.probe_python(python) if python else {}
+    probe = vllm_cmd.probe_python(python, cell.spec["server"]["env"]) if python else {}
     version = probe.get("vllm") or "unknown"
     wanted = "none" if cell.is_baseline else cell.run.get("per_request_spec_metrics", "none")
     level = wanted if probe.get("per_request_spec_metrics") else "none"
@@ -83,6 +83,6 @@ def open_session(grid: Grid, sid: str, progress: bool = True) -> Iterator[VllmSe
               f"(vLLM {srv.info['vllm_version']}, {srv.info['python']})", flush=True)
         if srv.info["per_request_spec_metrics"] != srv.info["per_request_spec_metrics_wanted"]:
             print(f"[specsweep] {sid}: vLLM {srv.info['vllm_version']} has no --per-request-spec-decode-metrics: "
-                  "acceptance from the counters alone (spec_decode_source=counters); upgrade vLLM for per-prompt "
-                  "figures", flush=True)
+                  "acceptance from the counters alone (spec_decode_source=counters); per-prompt figures need "
+                  "vLLM 0.29 or newer", flush=True)
         yield VllmSession(srv, grid.servers[sid].run)
