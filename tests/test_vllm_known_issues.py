@@ -19,7 +19,8 @@ def pair(tmp_path, target=None, drafter=None):
     for name, cfg in (("target", {**TARGET, **(target or {})}), ("drafter", {**DRAFTER, **(drafter or {})})):
         (tmp_path / name).mkdir(exist_ok=True)
         (tmp_path / name / "config.json").write_text(json.dumps(cfg))
-    return [f"pair.target={tmp_path / 'target'}", f"pair.drafter={tmp_path / 'drafter'}", "pair.built_by_workflow=false"]
+    return [f"pair.target={tmp_path / 'target'}", f"pair.drafter={tmp_path / 'drafter'}",
+            "pair.built_by_workflow=false"]
 
 
 def probed(version, gpus=(), **probe):
@@ -64,7 +65,8 @@ RUNNER = "v1/worker/gpu_model_runner.py"
 
 def test_layer_offset_read_from_the_servers_own_vllm(tmp_path, monkeypatch):
     """A vLLM that taps layer i (before PR 40727) is refused; 0.26's runner adds 1 (its line read as is)."""
-    plus_one = '                layer_ids = [\n                    i + 1 for i in (dflash_config.get("target_layer_ids") or [])\n'
+    plus_one = ('                layer_ids = [\n'
+                '                    i + 1 for i in (dflash_config.get("target_layer_ids") or [])\n')
     old = '            layer_ids = dflash_config.get("target_layer_ids")\n'
     monkeypatch.delenv("PYTHONPATH", raising=False)
     for version, text, expected in (("0.26.0", plus_one, 1), ("0.20.0", old, 0)):
