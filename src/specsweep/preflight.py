@@ -16,7 +16,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import drafter_config
+from . import drafter_config, vllm_known_issues
 from .config import aslist
 from .errors import PreflightError, ServerError
 from .results import atomic_write_json
@@ -269,10 +269,12 @@ def check_drafter(cfg, env):
         return warn(name, f"target {pair['target']} is not on this machine: drafter/target agreement not checked")
     n = target["num_hidden_layers"]
     ids = drafter_config.target_layer_ids(cfg_d) or []
-    bad = [i for i in ids if not 0 <= i <= n - 2]
+    offset = env.get("server_env", {}).get("dflash_layer_offset")    # what this vLLM adds to each (its probe)
+    offset = 1 if offset is None else offset
+    bad = [i for i in ids if not 0 <= i <= n - 1 - offset]
     if bad:
-        return fail(name, f"target_layer_ids {bad} out of range for a {n}-layer target: vLLM adds 1 to each, so each "
-                          f"must be 0..{n - 2}; fix dflash_config.target_layer_ids")
+        return fail(name, f"target_layer_ids {bad} out of range for a {n}-layer target: vLLM adds {offset} to each, "
+                          f"so each must be 0..{n - 1 - offset}; fix dflash_config.target_layer_ids")
     if cfg_d.get("hidden_size") != target.get("hidden_size"):
         return fail(name, f"drafter hidden_size {cfg_d.get('hidden_size')} != target's {target.get('hidden_size')}: "
                           "this drafter was trained for another target; pick the matching pair")
@@ -289,6 +291,25 @@ def check_drafter(cfg, env):
             return fail(name, f"pair.tokenizer {tok} has {tcfg} tokens but the target's vocab is "
                               f"{target['vocab_size']}: use the target's own tokenizer (pair.tokenizer=null)")
     return ok(name, f"{ddir.name}: {cfg_d.get('num_hidden_layers')} layers, ids {ids}, mask {mask}")
+
+
+def known_issue_check(row: vllm_known_issues.KnownIssue):
+    """A preflight check of one row of vllm_known_issues.ROWS, against the server's own vLLM."""
+    def check(cfg, env):
+        name, version = f"vllm_{row.name}", env.get("server_env", {}).get("vllm")
+        if version is None:
+            return ok(name, "no vLLM in the server environment (see vllm_dflash)")
+        if not row.applies_to(version):
+            return ok(name, f"vLLM {version} is outside {row.versions}")
+        pair = cfg["pair"]
+        tdir, ddir = local_dir(pair["target"]), local_dir(pair["drafter"])
+        facts = vllm_known_issues.Facts(cfg, env["server_env"], env.get("gpus") or [],
+                                        drafter_config.read_config(tdir) if tdir else None,
+                                        drafter_config.read_config(ddir) if ddir else None)
+        problem = row.check(facts)
+        return ok(name, f"vLLM {version}: not hit") if problem is None else Check(name, row.status, problem)
+    check.__name__ = f"check_vllm_{row.name}"
+    return check
 
 
 def _tokenizer_vocab(path: Path) -> int | None:
@@ -563,7 +584,8 @@ def check_sglang_kernel(cfg, env):
 CHECKS = {
     "vllm": [check_dataset, check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support,
              check_per_request_metrics, check_drafter, check_num_speculative_tokens, check_thinking, check_port,
-             check_attention_backend, check_memory, check_max_tokens, check_set_acceptance],
+             check_attention_backend, check_memory, check_max_tokens, check_set_acceptance,
+             *map(known_issue_check, vllm_known_issues.ROWS)],
     "local": [check_dataset, check_drafter, check_num_speculative_tokens, check_thinking, check_memory,
               check_max_tokens, check_local_engine, check_set_acceptance],
     "sglang": [check_dataset, check_sglang_device, check_parallel, check_sglang_server, check_sglang_dflash,

@@ -54,6 +54,8 @@ class Server:
     key_env: str | None = None
     key_config_flag: str | None = None
     api_key: str | None = field(default=None, repr=False)   # never printed
+    # What the server's own log says about its start-up (read once it is ready, kept in server.json), or None
+    log_facts: Callable[[str], dict] | None = None
     port: int = 0
     url: str = ""
     proc: subprocess.Popen | None = None
@@ -135,6 +137,7 @@ class Server:
                     if self._answers(http):
                         self._check_listener_is_ours()
                         self._drop_key_file()      # read at start-up; the key now lives only in memory
+                        self._record_ready()
                         return
                     time.sleep(0.25)
                     now = time.monotonic()
@@ -144,6 +147,13 @@ class Server:
             bar.close()
         raise ServerError(f"{self.kind} was not ready within {timeout_s:.0f} s (server.ready_timeout_s); "
                           f"log {self.log_path}, last lines:\n{self.log_tail()}")
+
+    def _record_ready(self) -> None:
+        """server.json gains the start-up time (launch to ready) and what the log says about the start-up."""
+        self.info["ready_s"] = round(time.time() - self.info["started_at"], 1)
+        if self.log_facts:
+            self.info.update(self.log_facts(self.log_path.read_text(encoding="utf-8", errors="replace")))
+        atomic_write_json(self.log_dir / "server.json", self.info)
 
     def _answers(self, http: httpx.Client) -> bool:
         try:

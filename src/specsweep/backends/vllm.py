@@ -3,6 +3,7 @@ its vLLM has them, from each response's own per-request figures (bench_cell chec
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,11 +27,51 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> Server:
     wanted = "none" if cell.is_baseline else cell.run.get("per_request_spec_metrics", "none")
     level = wanted if probe.get("per_request_spec_metrics") else "none"
     name = cell.served_name
+    env = vllm_cmd.guarded_env(cell.spec["server"]["env"])
+    # one compile cache for every cell of the results_dir, set here and not in server.env, which the cell id hashes
+    env.setdefault("VLLM_CACHE_ROOT", str(cache_root(grid)))
     return Server(lambda port: vllm_cmd.build_argv(command, cell.spec, cell.run["host"], port, name, level), cell.run,
-                  log_dir or grid.server_dir(sid) / "logs", env=vllm_cmd.guarded_env(cell.spec["server"]["env"]),
-                  gpus_needed=cell.gpus, served_name=name, kind="vLLM", key_env="VLLM_API_KEY",
+                  log_dir or grid.server_dir(sid) / "logs", env=env, gpus_needed=cell.gpus, served_name=name,
+                  kind="vLLM", key_env="VLLM_API_KEY", log_facts=startup_facts,
                   record={"python": python, "vllm_version": version, "per_request_spec_metrics": level,
-                          "per_request_spec_metrics_wanted": wanted})
+                          "per_request_spec_metrics_wanted": wanted, "vllm_cache_root": env["VLLM_CACHE_ROOT"],
+                          "vllm_cache_warm": cache_warm(Path(env["VLLM_CACHE_ROOT"]))})
+
+
+# vLLM's cache root (VLLM_CACHE_ROOT, envs.py: compiled graphs under torch_compile_cache/, model-architecture
+# inspections under modelinfos/), kept under results/ and never packed with the results (bench/two_gpu.py)
+CACHE_DIR = ".vllm-cache"
+
+
+def cache_root(grid: Grid) -> Path:
+    return (grid.results_dir / CACHE_DIR).resolve()
+
+
+def cache_warm(root: Path) -> bool:
+    """Whether an earlier server left compiled graphs there (not that they fit this server's config)."""
+    compiled = root / "torch_compile_cache"
+    return compiled.is_dir() and any(compiled.iterdir())
+
+
+# vLLM's start-up lines: 0.26 logs "GPU KV cache size: N tokens" and "Maximum concurrency for M tokens per request:
+# Cx" apart (v1/core/kv_cache_utils.py:2177-2182), 0.32 in one line that names the device (kv_cache_utils.py:2327);
+# the GPU and CPU workers log "Using V2 Model Runner" (0.26 gpu_worker.py:378, 0.32 cpu_worker.py:162), and
+# config/vllm.py "...; using the V1 model runner instead." when V2 is off for want of Triton or a feature.
+KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
+CONCURRENCY = re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x")
+
+
+def startup_facts(log: str) -> dict:
+    """The model runner and the KV-cache capacity, from a vLLM server's log (None where it says nothing)."""
+    tokens, concurrency = KV_TOKENS.search(log), CONCURRENCY.search(log)
+    if "Using V2 Model Runner" in log:
+        runner = "V2"
+    elif "using the V1 model runner instead" in log or tokens:     # V2 says so at start-up; no line is V1
+        runner = "V1"
+    else:
+        runner = None
+    return {"model_runner": runner, "kv_cache_tokens": int(tokens.group(1).replace(",", "")) if tokens else None,
+            "kv_cache_max_concurrency": float(concurrency.group(1)) if concurrency else None}
 
 
 # --per-request-spec-decode-metrics: each request's figures ride on its final (usage) chunk
