@@ -42,7 +42,7 @@ def by_k(study: Path) -> dict:
     out: dict = {}
     for cell in cells:
         s, b = cell.config["server_spec"], cell.bench
-        if s["method"] == "none" or b["concurrency"] != 1:
+        if s["method"] == "none" or b["concurrency"] != 1 or s.get("set_acceptance") is not None:
             continue
         k = out.setdefault(s["num_speculative_tokens"], {"cells": [], "rows": {}})
         k["cells"].append(cell.metrics)
@@ -52,13 +52,16 @@ def by_k(study: Path) -> dict:
 
 
 def figures(metrics: list[dict]) -> dict:
-    """Acceptance pooled over a K's repeats from its counter deltas, and its greedy agreement (mean over repeats)."""
-    drafts = sum(m["spec_counters_delta"]["drafts"] for m in metrics)
-    accepted = sum(m["spec_counters_delta"]["accepted"] for m in metrics)
-    per_pos = {}
+    """Acceptance pooled over a K's repeats (each repeat's figures weighted by its drafts: the server's counter
+    deltas, or the in-process engine's own count), and its greedy agreement (mean over repeats)."""
+    drafts = accepted = 0
+    per_pos: dict[int, float] = {}
     for m in metrics:
-        for pos, n in m["spec_counters_delta"].get("per_pos", {}).items():
-            per_pos[int(pos)] = per_pos.get(int(pos), 0) + n
+        sd = m["spec_decode"]
+        drafts += sd["num_drafts"]
+        accepted += (sd["mean_acceptance_length"] - 1) * sd["num_drafts"]
+        for pos, rate in enumerate(sd["per_position_acceptance"]):
+            per_pos[pos] = per_pos.get(pos, 0) + rate * sd["num_drafts"]
     greedy = [m["greedy_agreement"] for m in metrics if m.get("greedy_agreement") is not None]
     return {"drafts": drafts, "mean_acceptance_length": round(1 + accepted / drafts, 4) if drafts else None,
             "per_position_acceptance": [round(per_pos[p] / drafts, 4) for p in sorted(per_pos)] if drafts else [],

