@@ -206,7 +206,10 @@ def test_dflash_chunks_carry_several_tokens_and_their_counts_sum_to_the_completi
         # a verify step's tokens come in one chunk (a slow reader may get several steps in one): never more
         # chunks than the prefill's token plus one per step
         assert len(chunks) <= 1 + r["spec"]["num_spec_steps"]
-    assert max(n for r in rows for n in r["chunk_tokens"]) > 1        # a verify step streams its accepted drafts
+    # a verify step streams its accepted drafts: wherever the server says it accepted any (any trained pair does,
+    # but how many is a training outcome), some chunk carries several tokens
+    if any(sum(r["spec"]["per_step_accepted"]) for r in rows):
+        assert max(n for r in rows for n in r["chunk_tokens"]) > 1
     print(f"\nDFlash K=3 chunk tokens {[r['chunk_tokens'] for r in rows]}, per-step accepted "
           f"{[r['spec']['per_step_accepted'] for r in rows]}; bursty {fig['bursty_streams']} of 4, "
           f"TPOT {fig['tpot_ms']['mean']} ms, invalid: {fig['streamed_figures_invalid']}")
@@ -231,4 +234,6 @@ def test_the_local_engine_records_its_steps_as_chunks(tiny_results):
         assert r["chunk_t_s"] == sorted(r["chunk_t_s"]) and r["chunk_t_s"][0] == pytest.approx(r["ttft_s"], abs=1e-5)
         assert r["chunk_t_s"][-1] == pytest.approx(r["e2e_s"], abs=1e-5)      # its last step finished it
         assert len(r["chunk_tokens"]) == len(r["acceptance_lengths"]) + 1
-    assert max(n for r in rows for n in r["chunk_tokens"]) > 1          # a step commits its accepted drafts too
+        # each step's chunk is what it accepted + 1, for any pair; the last is cut where the row stopped
+        assert r["chunk_tokens"][1:-1] == r["acceptance_lengths"][:-1]
+        assert 1 <= r["chunk_tokens"][-1] <= r["acceptance_lengths"][-1]
