@@ -44,10 +44,15 @@ class KnownIssue:
     status: str = "fail"                           # what a hit is: fail | warn
 
     def applies_to(self, version: str) -> bool:
-        try:
-            return Version(version) in SpecifierSet(self.versions)
-        except InvalidVersion:
-            return True
+        return version_in(version, self.versions)
+
+
+def version_in(version: str, versions: str) -> bool:
+    """Whether a vLLM version is in a PEP 440 specifier ("" = every version); an unreadable one is in all."""
+    try:
+        return Version(version) in SpecifierSet(versions)
+    except InvalidVersion:
+        return True
 
 
 # ---- max_num_batched_tokens against a DFlash step --------------------------------------------------------
@@ -65,7 +70,7 @@ def batch_defaults(version: str, device: str, gpus: list, world_size: int) -> tu
     gib = min((g.get("memory_total_mib", 0) for g in gpus), default=0) / 1024
     a100 = any("a100" in g.get("name", "").lower() for g in gpus)
     for versions, least, tokens, seqs in GPU_BATCH_DEFAULTS:
-        if KnownIssue("", versions, "", None).applies_to(version) and gib >= least and not (least == 70 and a100):
+        if version_in(version, versions) and gib >= least and not (least == 70 and a100):
             return tokens, seqs
     raise AssertionError("the last tier takes any GPU")
 
