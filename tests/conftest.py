@@ -86,14 +86,16 @@ def prebuilt_pair(tiny_results) -> list[str]:
     return [f"pair.target={models / 'target'}", f"pair.drafter={models / 'drafter'}", "pair.built_by_workflow=false"]
 
 
-def standin_site(tmp_path) -> Path:
-    """The SGLang stand-in as an installed SGLang looks to preflight: its package, version and DFLASH worker file."""
+def standin_site(tmp_path, version: str = "0.5.17") -> Path:
+    """The SGLang stand-in as an installed SGLang looks to preflight and the launch's probe: its package, version
+    and DFLASH worker file. The stand-in answers as 0.5.17 unless STANDIN_SGLANG_VERSION says 0.5.23."""
     site = tmp_path / "site"
     shutil.copytree(FAKE_SGLANG / "sglang", site / "sglang")
     (site / "sglang" / "srt" / "speculative").mkdir(parents=True)
     (site / "sglang" / "srt" / "speculative" / "dflash_worker_v2.py").write_text("")
-    (site / "sglang-0.5.23.dist-info").mkdir()
-    (site / "sglang-0.5.23.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.23\n")
+    (site / f"sglang-{version}.dist-info").mkdir()
+    (site / f"sglang-{version}.dist-info" / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
     return site
 
 

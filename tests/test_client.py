@@ -4,9 +4,14 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from pathlib import Path
+
 import pytest
 
 from specsweep.client import ChatSettings, run_requests
+
+
+DATA = Path(__file__).parent / "data"
 
 
 def sse(chunks, done=True):
@@ -54,6 +59,8 @@ class Handler(BaseHTTPRequestHandler):
         elif mode == "vllmspec":        # vLLM: on the final usage chunk
             last = {**GOOD[-1], "metrics": {"speculative_decoding": SPEC}}
             self._reply(200, "text/event-stream", sse(GOOD[:-1] + [last]))
+        elif mode == "sglang0517":     # a real SGLang 0.5.17 DFLASH stream, captured on an H200
+            self._reply(200, "text/event-stream; charset=utf-8", (DATA / "sglang0517" / "dflash_chat_stream.txt").read_text())
         elif mode == "counted":
             self._reply(200, "text/event-stream", sse(COUNTED))
         elif mode == "slow":
@@ -159,3 +166,15 @@ def test_per_chunk_counts_come_from_the_cumulative_usage_and_a_token_without_tex
     assert r.ok and r.text == "Hello" and r.completion_tokens == 5
     assert r.chunk_tokens == [1, 3, 1] and len(r.chunk_t_s) == 3 and len(r.itl_s) == 1
     assert r.chunk_t_s == sorted(r.chunk_t_s) and r.chunk_t_s[0] == pytest.approx(r.ttft_s, abs=1e-3)
+
+
+def test_a_real_sglang_0517_dflash_stream_counts_its_chunks_and_carries_no_spec_stats(server):
+    """0.5.17 was asked for return_spec_tokens_details and sent none: the stats are not in its chat stream."""
+    url = f"http://127.0.0.1:{server.server_port}"
+    s = ChatSettings(model="tiny", max_tokens=24, temperature=0.0, seed=0, thinking=False, timeout_s=5.0,
+                     spec_field=("sglext", "spec_tokens_details"))
+    [r], _ = asyncio.run(run_requests(url, [["sglang0517"]], s, concurrency=1, progress=False))
+    assert r.ok and r.finish_reason == "length" and r.completion_tokens == 24 and r.spec is None
+    assert r.text.startswith("\n1 + 1 = 2.")
+    # per-chunk usage on every content chunk; the first chunk holds the prefill's token and the first verify step's
+    assert sum(r.chunk_tokens) == 24 and r.chunk_tokens[0] == 6 and all(n >= 1 for n in r.chunk_tokens)

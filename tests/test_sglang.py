@@ -21,9 +21,10 @@ from specsweep.config import ConfigError, _spec_flag_fix, compose_jobs
 from specsweep.datasets import materialise
 from specsweep.errors import CellError
 
-from conftest import files_holding
+from conftest import files_holding, standin_site
 
 FAKE = Path(__file__).parent / "fake_sglang"
+DATA = Path(__file__).parent / "data" / "sglang0517"
 PY = sys.executable
 SGLANG = ["server=sglang", f"server.python={PY}", "kernel=sglang_fa3"]
 
@@ -122,6 +123,56 @@ def test_verify_calls_are_read_for_the_served_model_only():
     assert sglang.verify_calls(text, "target") == 12.0
 
 
+def test_captured_0517_metrics_tell_a_baseline_by_its_missing_counter_not_by_its_gauges():
+    """A real 0.5.17's /metrics (tests/data/sglang0517, captured on an H200): the baseline carries the six
+    sglang:spec_* gauges at 0.0 and no verify counter; the DFLASH server's counter is 1 after its start-up."""
+    base = (DATA / "base_metrics.txt").read_text()
+    gauges = [line for line in base.splitlines() if line.startswith("sglang:spec_")]
+    assert len(gauges) == 6 and all(line.endswith(" 0.0") for line in gauges)
+    assert sglang.VERIFY_CALLS not in base and sglang.verify_calls(base, "tiny") == 0.0
+    assert sglang.verify_calls((DATA / "dflash_metrics_before.txt").read_text(), "tiny") == 1.0
+    assert sglang.verify_calls((DATA / "dflash_metrics.txt").read_text(), "tiny") == 37.0
+    # the session keys on the method: a baseline's figures never read the gauges as acceptance
+    rows = [row(tokens=24)]
+    assert sglang.acceptance_from_counters(rows, 0.0, 7)["spec_decode"] is None
+
+
+def test_captured_0517_request_stats_read_under_either_name():
+    """0.5.17's meta_info (/generate, and a non-streamed chat with return_meta_info) sends each figure under
+    0.5.23's name and an alias; one shape comes out, and it agrees with SGLang's own per-request figures."""
+    for name in ("dflash_generate.json", "dflash_chat_meta_info.json"):
+        d = json.loads((DATA / name).read_text())
+        meta = d["meta_info"] if "meta_info" in d else d["choices"][0]["meta_info"]
+        stats = sglang.request_stats(meta)
+        assert stats["verify_steps"] == meta["spec_verify_ct"] and stats["histogram"] == meta["spec_accept_histogram"]
+        assert stats["accepted"] == meta["spec_accepted_drafts"] == meta["spec_num_correct_drafts"]
+        assert sum(stats["histogram"]) == stats["verify_steps"]
+        assert stats["proposed"] == stats["verify_steps"] * 7      # block 8: K = 7
+        assert meta["spec_accept_length"] == pytest.approx(meta["completion_tokens"] / stats["verify_steps"])
+        only_aliases = {k: v for k, v in meta.items() if k not in ("spec_num_correct_drafts",
+                                                                  "spec_correct_drafts_histogram")}
+        assert sglang.request_stats(only_aliases) == stats
+
+
+def test_captured_0517_server_info_resolves_the_block_and_names_its_release():
+    info = json.loads((DATA / "dflash_server_info.json").read_text())
+    assert info["version"] == "0.5.17" and info["speculative_num_draft_tokens"] == 8
+    assert sglang.release_of(info["version"]).details is None          # its chat stream carries no stats
+    assert sglang.release_of("0.5.23").details == ("sglext", "spec_tokens_details")
+    assert sglang.release_of("0.5.20") is None and sglang.release_of("0.5.17rc1") is sglang.RELEASES[(0, 5, 17)]
+
+
+def test_acceptance_from_the_counter_and_the_tokens():
+    """0.5.17: steps from the counter's delta, accepted = the tokens past each request's first, less a bonus per step."""
+    rows = [row(tokens=8), row(tokens=8), row(ok=False, tokens=5), row(tokens=0)]
+    fig = sglang.acceptance_from_counters(rows, 6.0, 3)
+    assert fig["spec_decode"] == {"num_drafts": 6.0, "num_draft_tokens": 18.0, "num_accepted_tokens": 8.0,
+                                  "mean_acceptance_length": 1 + 8 / 6, "acceptance_rate": 8 / 18,
+                                  "per_position_acceptance": None}
+    assert fig["spec_decode_source"].startswith("sglang:spec_verify_calls_total")
+    assert sglang.acceptance_from_counters(rows, None, 3)["spec_decode"] is None     # no scrape, no figure
+
+
 # a server cell end to end, against the stand-in ------------------------------------------------------
 @pytest.fixture
 def fake(tmp_path, lock_dir, monkeypatch):
@@ -129,8 +180,9 @@ def fake(tmp_path, lock_dir, monkeypatch):
     monkeypatch.setenv("SPECSWEEP_GPUS", "0")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
-    def make(*overrides):
-        grid, base, spec = cells(f"+server.env.PYTHONPATH={FAKE}",
+    def make(*overrides, version="0.5.17"):
+        site = standin_site(tmp_path / version, version)
+        grid, base, spec = cells(f"+server.env.PYTHONPATH={site}", f"+server.env.STANDIN_SGLANG_VERSION={version}",
                                  "server.port_range=[18900,18999]", "server.ready_timeout_s=60",
                                  "server.stop_grace_s=5", "server.request_timeout_s=30", "dataset.num_prompts=5",
                                  "sweep.max_tokens=8", "sweep.concurrency=[2]", "sweep.warmup=1", "sweep.repeats=1", *overrides,
@@ -141,8 +193,9 @@ def fake(tmp_path, lock_dir, monkeypatch):
     return make
 
 
-def test_a_server_cell_runs_end_to_end_against_the_stand_in(fake, tmp_path, issued_keys):
-    grid, base, spec = fake()
+@pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
+def test_a_server_cell_runs_end_to_end_against_the_stand_in(fake, tmp_path, issued_keys, version):
+    grid, base, spec = fake(version=version)
     for sid in (base, spec):
         runner.run_server_cell(grid, sid, tmp_path / f"{sid}.done", progress=False)
     [bid] = grid.benches[spec]
@@ -152,21 +205,32 @@ def test_a_server_cell_runs_end_to_end_against_the_stand_in(fake, tmp_path, issu
     assert len(rows) == 5 and all(r["ok"] and r["completion_tokens"] == 8 for r in rows)
     # the stand-in's script for 8 tokens at K = 3: prefill 1, then steps accepting 3, 1, 0 drafts (+ bonus each)
     for r in rows:
-        assert r["spec"] == {"spec_accept_rate": 4 / 9, "spec_accept_length": 8 / 3, "spec_cap_length": 0.0,
-                             "spec_block_accept_length": 0.0, "spec_num_correct_drafts": 4,
-                             "spec_num_proposed_drafts": 9, "spec_verify_ct": 3,
-                             "spec_correct_drafts_histogram": [1, 1, 0, 1], "spec_cap_lens_histogram": []}
+        if version == "0.5.23":
+            assert r["spec"] == {"spec_accept_rate": 4 / 9, "spec_accept_length": 8 / 3, "spec_cap_length": 0.0,
+                                 "spec_block_accept_length": 0.0, "spec_num_correct_drafts": 4,
+                                 "spec_num_proposed_drafts": 9, "spec_verify_ct": 3,
+                                 "spec_correct_drafts_histogram": [1, 1, 0, 1], "spec_cap_lens_histogram": []}
+        else:                                    # 0.5.17's chat stream carries no per-request stats
+            assert r["spec"] is None
         assert r["chunk_tokens"] == [1, 4, 2, 1] and len(r["chunk_t_s"]) == 4   # continuous usage: one step a chunk
     m = json.loads((out / "metrics.json").read_text())
-    assert {k: m["spec_decode"][k] for k in ("mean_acceptance_length_per_prompt", "requests_without_drafts")} == \
-        {"mean_acceptance_length_per_prompt": 1 + 4 / 3, "requests_without_drafts": 0}
-    assert {k: v for k, v in m["spec_decode"].items() if k not in PER_PROMPT_KEYS} == {"num_drafts": 15, "num_draft_tokens": 45, "num_accepted_tokens": 20,
-                                "mean_acceptance_length": 1 + 20 / 15, "acceptance_rate": 20 / 45,
-                                "per_position_acceptance": [2 / 3, 1 / 3, 1 / 3]}
-    assert m["spec_decode"]["acceptance_length_histogram"] == [5, 5, 0, 5]
-    assert m["spec_decode_source"] == "per-request sums (SGLang has no counters)" and m["spec_decode_exact"] is None
-    assert m["spec_verify_calls_delta"] == 15          # /metrics agrees; the warm-up request is not in it
-    assert (m["backend"], m["sglang_version"], m["server_python"]) == ("sglang", "0.5.23", PY)
+    # the same sums either way: per request (0.5.23), or the verify-call counter and the tokens (0.5.17)
+    assert {k: m["spec_decode"][k] for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens",
+                                             "mean_acceptance_length", "acceptance_rate")} == \
+        {"num_drafts": 15, "num_draft_tokens": 45, "num_accepted_tokens": 20, "mean_acceptance_length": 1 + 20 / 15,
+         "acceptance_rate": 20 / 45}
+    assert m["spec_verify_calls_delta"] == 15          # the warm-up request is not in it
+    if version == "0.5.23":
+        assert {k: m["spec_decode"][k] for k in ("mean_acceptance_length_per_prompt", "requests_without_drafts")} == \
+            {"mean_acceptance_length_per_prompt": 1 + 4 / 3, "requests_without_drafts": 0}
+        assert m["spec_decode"]["per_position_acceptance"] == [2 / 3, 1 / 3, 1 / 3]
+        assert m["spec_decode"]["acceptance_length_histogram"] == [5, 5, 0, 5]
+        assert m["spec_decode_source"] == "per-request sums (SGLang has no counters)"
+    else:
+        assert m["spec_decode"]["per_position_acceptance"] is None
+        assert m["spec_decode_source"].startswith("sglang:spec_verify_calls_total and the requests' tokens")
+    assert m["spec_decode_exact"] is None
+    assert (m["backend"], m["sglang_version"], m["server_python"]) == ("sglang", version, PY)
     assert m["sglang_resolved"]["speculative_num_draft_tokens"] == 4
     assert m["sglang_resolved"]["speculative_draft_attention_backend"] == "fa3"
     assert m["valid"] and m["requests_completed"] == 5 and m["baseline_cell"] == base
@@ -177,7 +241,7 @@ def test_a_server_cell_runs_end_to_end_against_the_stand_in(fake, tmp_path, issu
     server = json.loads((grid.server_dir(spec) / "logs" / "server.json").read_text())
     assert server["argv"][:3] == [PY, "-m", "sglang.launch_server"] and server["cuda_visible_devices"] == "0"
     assert "stopped_at" in server and port_is_free("127.0.0.1", server["port"])
-    assert "[stand-in sglang 0.5.23] serving target" in Path(server["log"]).read_text()
+    assert f"[stand-in sglang {version}] serving target" in Path(server["log"]).read_text()
     assert (tmp_path / f"{spec}.done").exists()
     # each launch had its own key, sent with every request, and written nowhere: not in the launch record, the
     # logs, config.yaml or metrics.json (the stand-in's /server_info reports it; only RESOLVED keys are kept)
@@ -188,7 +252,8 @@ def test_a_server_cell_runs_end_to_end_against_the_stand_in(fake, tmp_path, issu
 def test_the_server_takes_its_fresh_key_from_a_private_file_and_refuses_requests_without_it(fake, tmp_path,
                                                                                           issued_keys):
     grid, _, spec = fake()
-    with sglang.server_for(grid, spec) as srv:
+    srv, _, _ = sglang.server_for(grid, spec)
+    with srv:
         [key] = issued_keys
         assert srv.api_key == key and key not in " ".join(srv.info["argv"])        # not in `ps`
         key_file = Path(srv.info["argv"][srv.info["argv"].index("--config") + 1])
@@ -203,7 +268,7 @@ def test_the_server_takes_its_fresh_key_from_a_private_file_and_refuses_requests
         # readiness and scraping need no key, as in SGLang
         assert httpx.get(srv.url + "/health").status_code == 200 and httpx.get(srv.url + "/metrics").status_code == 200
     # a second launch gets another key
-    with sglang.server_for(grid, spec):
+    with sglang.server_for(grid, spec)[0]:
         assert len(issued_keys) == 2 and issued_keys[0] != issued_keys[1]
 
 
@@ -230,7 +295,7 @@ def test_a_port_taken_between_its_claim_and_the_bind_is_launched_again_on_anothe
 
     monkeypatch.setattr(claims, "port_is_free", free_once)
     try:
-        with sglang.server_for(grid, spec) as srv:
+        with sglang.server_for(grid, spec)[0] as srv:
             assert srv.port != taken and httpx.get(srv.url + "/health").status_code == 200
     finally:
         holder.close()
@@ -240,8 +305,8 @@ def test_a_port_taken_between_its_claim_and_the_bind_is_launched_again_on_anothe
 
 
 def test_a_speculative_cell_without_spec_details_fails_rather_than_report_none(fake, tmp_path, monkeypatch):
-    monkeypatch.setattr(sglang, "SPEC_REQUEST", {"return_spec_tokens_details": False})   # as an older SGLang answers
-    grid, _, spec = fake()
+    monkeypatch.setattr(sglang, "SPEC_REQUEST", {"return_spec_tokens_details": False})   # a 0.5.23 that sends none
+    grid, _, spec = fake(version="0.5.23")
     with pytest.raises(CellError, match="no finished request carried sglext.spec_tokens_details"):
         runner.run_server_cell(grid, spec, tmp_path / "x.done", progress=False)
     [bid] = grid.benches[spec]
@@ -297,7 +362,7 @@ def test_a_python_without_sglang(monkeypatch):
     env = env_for(cfg, monkeypatch)
     c = preflight.check_sglang_server(cfg, env)
     assert (c.status, c.message) == ("fail", f"no SGLang under {env['server_env']['executable']}: pip install "
-                                             "sglang==0.5.23 in that environment, or point server.python at the "
+                                             "sglang==0.5.17 in that environment, or point server.python at the "
                                              "Python that has it")
     assert preflight.check_sglang_dflash(cfg, env).status == "fail"
 
@@ -308,26 +373,31 @@ def test_an_sglang_without_dflash(tmp_path, monkeypatch):
     assert env["server_env"]["sglang"] == "0.4.6" and env["sglang_python"] == PY
     c = preflight.check_sglang_dflash(cfg, env)
     assert (c.status, c.message) == ("fail", "SGLang 0.4.6 has no DFLASH (sglang/srt/speculative/dflash_worker_v2.py "
-                                             "is missing): upgrade SGLang to 0.5.23 in the server environment, or "
+                                             "is missing): upgrade SGLang to 0.5.17 in the server environment, or "
                                              "choose pair.method=none")
     c = preflight.check_sglang_server(cfg, env)
-    assert c.status == "warn" and "older than 0.5.23" in c.message
+    assert (c.status, c.message) == ("fail", "SGLang 0.4.6 is not a release whose flags and response fields specsweep "
+                                             "knows (0.5.17, 0.5.23): install sglang==0.5.17 in server.python's "
+                                             "environment")
     assert preflight.check_sglang_dflash(job("sweep.baseline=true", "pair.method=none"), env).status == "pass"
 
 
-def test_sglang_with_dflash_passes_every_sglang_check(tmp_path, monkeypatch):
+@pytest.mark.parametrize("version, stats", [("0.5.17", "acceptance from its verify-step counter"),
+                                            ("0.5.23", "per-request stats in its stream")])
+def test_sglang_with_dflash_passes_every_sglang_check(tmp_path, monkeypatch, version, stats):
     cfg = job()
     hopper = {"index": "0", "compute_capability": "9.0"}
-    env = env_for(cfg, monkeypatch, fake_install(tmp_path, "0.5.23"), gpus=[hopper])
+    env = env_for(cfg, monkeypatch, fake_install(tmp_path, version), gpus=[hopper])
     results = {c.name: c for c in preflight.run_checks([cfg], env)}
     for name in ("sglang_server", "sglang_dflash", "sglang_device", "sglang_kernel", "parallel_layout"):
         assert results[name].status == "pass", results[name]
+    assert results["sglang_server"].message.endswith(f"({stats})")
     assert "vllm_executable" not in results and "attention_backend" not in results
 
 
 def test_cpu_device_is_refused():
     c = preflight.check_sglang_device(job("server.device=cpu"), {})
-    assert (c.status, c.message) == ("fail", "server.device=cpu: SGLang 0.5.23 refuses DFLASH on CPU "
+    assert (c.status, c.message) == ("fail", "server.device=cpu: SGLang refuses DFLASH on CPU "
                                              "(speculative_hook.py takes cuda, npu or xpu) and has no supported CPU "
                                              "server: set server.device=cuda and run on a GPU host")
 
@@ -342,6 +412,59 @@ def test_cpu_device_is_refused():
 ])
 def test_sglang_kernel_names(overrides, gpus, status, message):
     c = preflight.check_sglang_kernel(job(*overrides), {"gpus": gpus})
+    assert c.status == status and message in c.message, c
+
+
+def test_float32_is_refused_as_sglangs_kernels_refused_it():
+    c = preflight.check_sglang_device(job("server.dtype=float32"), {})
+    assert c.status == "fail" and "failed to dispatch data type Float" in c.message
+    assert c.message.endswith("use server.dtype=bfloat16")
+    assert preflight.check_sglang_device(job(), {}).status == "pass"
+
+
+def test_fa3_on_a_kernel_without_its_library_names_the_triton_kernel(tmp_path, monkeypatch):
+    site = fake_install(tmp_path, "0.5.17")
+    (site / "sgl_kernel").mkdir()
+    (site / "sgl_kernel" / "__init__.py").write_text("raise ImportError('the probe must not import sgl_kernel')\n")
+    env = env_for(job(), monkeypatch, site)
+    assert env["server_env"]["sgl_kernel"] and not env["server_env"]["fa3"]
+    c = preflight.check_sglang_kernel(job(), env)
+    assert (c.status, c.message) == ("fail", "kernel.attention_backend=fa3 but this sgl_kernel has no FA3 library "
+                                             "(flash_ops, which a trimmed bundle leaves out): use kernel=sglang_triton")
+    assert preflight.check_sglang_kernel(job("kernel=sglang_triton"), env).status == "pass"
+    (site / "sgl_kernel" / "flash_ops.abi3.so").write_text("")
+    assert preflight.check_sglang_kernel(job(), env_for(job(), monkeypatch, site)).status == "pass"
+
+
+def mask_pair(tmp_path, dflash_config, mask_in_tokenizer="<|mask|>"):
+    """A target with a tokenizer.json and a drafter config, as SGLang reads the mask token from them."""
+    target, drafter = tmp_path / "target", tmp_path / "drafter"
+    target.mkdir()
+    drafter.mkdir()
+    (target / "config.json").write_text(json.dumps({"num_hidden_layers": 4, "hidden_size": 8, "vocab_size": 16}))
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", mask_in_tokenizer]
+    (target / "tokenizer.json").write_text(json.dumps({
+        "model": {"vocab": {f"w{i}": i for i in range(len(specials), 16)}},
+        "added_tokens": [{"id": i, "content": t} for i, t in enumerate(specials)]}))
+    (drafter / "config.json").write_text(json.dumps({"dflash_config": dflash_config}))
+    return [f"pair.target={target}", f"pair.drafter={drafter}", "pair.built_by_workflow=false"]
+
+
+@pytest.mark.parametrize("dflash_config, mask_in_tokenizer, overrides, status, message", [
+    ({"mask_token_id": 3, "mask_token": "<|mask|>"}, "<|mask|>", [], "pass", "<|mask|> -> 3"),
+    ({"mask_token_id": 3}, "<|mask|>", [], "pass", "<|MASK|> -> 3"),            # SGLang's default is not in it
+    ({"mask_token_id": 3}, "<|MASK|>", [], "pass", "<|MASK|> -> 3"),
+    ({"mask_token_id": 3, "mask_token": "<|im_end|>"}, "<|mask|>", [], "fail",
+     "dflash_config.mask_token <|im_end|> is id 2 in the tokenizer, not mask_token_id 3"),
+    ({"mask_token_id": 2}, "<|MASK|>", [], "fail", "dflash_config.mask_token <|MASK|> is id 3 in the tokenizer"),
+    ({"mask_token_id": 3}, "<|mask|>", ["pair.mask_token_id=7"], "fail",
+     "pair.mask_token_id=7 but SGLang reads only the drafter's config.json (mask_token_id 3)"),
+    ({}, "<|mask|>", [], "fail", "the drafter has no mask_token_id and the tokenizer has no <|MASK|>"),
+])
+def test_the_mask_token_as_sglang_resolves_it(tmp_path, dflash_config, mask_in_tokenizer, overrides, status,
+                                              message):
+    cfg = job(*mask_pair(tmp_path, dflash_config, mask_in_tokenizer), *overrides)
+    c = preflight.check_sglang_mask_token(cfg, {})
     assert c.status == status and message in c.message, c
 
 

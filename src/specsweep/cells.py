@@ -27,7 +27,11 @@ OPERATIONAL_SERVER_KEYS = ("executable", "python", "host", "port", "port_range",
 # renames (and recomputes) the cells that ran before it existed.
 ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False,     # bench spec: sweep.ignore_eos
                                       "server.sampler": "vllm",  # server spec: the local engine's verifier
-                                      "set_acceptance": None}    # server spec: one sweep.set_acceptance entry
+                                      "set_acceptance": None,    # server spec: one sweep.set_acceptance entry
+                                      # server spec: SGLang's sampling backend, CUDA-graph batch limit, and
+                                      # multimodal feature transport (null: SGLang's own choice)
+                                      "server.sampling_backend": None, "server.cuda_graph_max_bs": None,
+                                      "server.mm_feature_transport": None}
 
 
 def stable_hash(obj) -> str:

@@ -165,7 +165,7 @@ def _k_by_concurrency(linked: dict) -> dict[int, list[int]]:
 _SPECULATIVE = "use pair.method, sweep.num_speculative_tokens and pair.speculative_extra"
 _TP, _DP = "use server.tensor_parallel_size", "use server.data_parallel_size"
 _NAME = "drop it: specsweep names the served model itself (after the target)"
-_SGLANG_ATTENTION = "use kernel.attention_backend (e.g. kernel=sglang_fa3)"
+_SGLANG_ATTENTION = "use kernel.attention_backend (e.g. kernel=sglang_fa3, or kernel=sglang_triton without FA3)"
 _GRAPHS = "use kernel.cuda_graphs"
 _KEY = "drop it: each launch gets a fresh random API key of its own (docs/backends.md#api-keys)"
 _CONFIG = "pass each option in server.extra_args instead: a config file could set what the cell sets, unchecked"
@@ -198,6 +198,10 @@ SPEC_FLAGS = {
                "--cuda-graph-config": _GRAPHS, "--disable-cuda-graph": _GRAPHS,
                "--disable-decode-cuda-graph": _GRAPHS, "--disable-prefill-cuda-graph": _GRAPHS,
                "--enable-metrics": "drop it: specsweep turns SGLang's metrics on itself",
+               "--sampling-backend": "use server.sampling_backend",
+               "--cuda-graph-max-bs": "use server.cuda_graph_max_bs",
+               "--cuda-graph-max-bs-decode": "use server.cuda_graph_max_bs",
+               "--mm-feature-transport": "use server.mm_feature_transport",
                "--api-key": _KEY, "--config": _CONFIG},
 }
 

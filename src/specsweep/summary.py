@@ -88,7 +88,8 @@ def rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
             row[name], row[f"{name}_mad"] = median_mad([_get(m, path) for m in valid]) \
                 if streamed or name not in STREAMED else (None, None)
         row.update(_against_baseline(cells, sid, bids, valid))
-        per_pos = [m["spec_decode"]["per_position_acceptance"] for m in valid if m.get("spec_decode")]
+        # None where the server does not say which drafts it accepted (SGLang 0.5.17: a counter alone)
+        per_pos = [m["spec_decode"]["per_position_acceptance"] or [] for m in valid if m.get("spec_decode")]
         width = max((len(p) for p in per_pos), default=0)
         medians = [median_mad([p[i] for p in per_pos if i < len(p)])[0] for i in range(width)]
         row["per_position_acceptance"] = json.dumps(medians)

@@ -1,9 +1,12 @@
 """SGLang: one `python -m sglang.launch_server` per server cell, run by the Python of SGLang's own environment
 (`server.python`: `pip install sglang` pins its own CUDA torch, so it never shares the orchestrator's venv).
 
-SGLang has no accepted/drafted counters to take deltas of, so a cell's acceptance is summed over its own
-requests: each asks for `return_spec_tokens_details` and SGLang answers with `sglext.spec_tokens_details`.
-Every flag, path and response shape here was checked against SGLang 0.5.23's source (docs/backends.md#sglang).
+SGLang has no accepted/drafted counters to take deltas of. Where a release streams each request's own stats
+(0.5.23: `return_spec_tokens_details` asked, `sglext.spec_tokens_details` answered), a cell's acceptance is
+summed over its requests. 0.5.17 streams none in chat completions (only `/generate`'s `meta_info` and a
+non-streamed `return_meta_info` carry them): there the acceptance length comes from the verify-step counter
+and the requests' tokens, and per-position figures are not measurable. RELEASES says which release does what;
+0.5.17 was run on an H200, 0.5.23 read in its source (docs/backends.md#sglang).
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import shutil
 import subprocess
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -25,16 +29,57 @@ from ..cells import Grid
 from ..errors import ServerError
 from ..server import Server, ServerSession
 
-TESTED_VERSION = "0.5.23"
+
+
+@dataclass(frozen=True)
+class Release:
+    """What one SGLang release says about a request's speculation, and how it spells what specsweep sets."""
+    details: tuple[str, ...] | None   # where a chat stream chunk carries the request's stats; None: nowhere
+    graph_max_bs: str                 # the flag of the decode CUDA-graph batch limit (server.cuda_graph_max_bs)
+    checked: str                      # how its shapes were learnt
+
+
+# Releases whose flags and response fields specsweep knows. A stream's details (0.5.23): its own chunk with
+# `choices: []` after the finish_reason chunk and before the usage chunk (serving_chat.py,
+# _generate_chat_stream; protocol.py SglExt, SpecTokensDetails). 0.5.17's SglExt has no spec_tokens_details,
+# and return_meta_info is refused with stream=true (serving_chat.py), so its chat stream carries no stats.
+RELEASES = {
+    (0, 5, 17): Release(details=None, graph_max_bs="--cuda-graph-max-bs-decode",
+                        checked="run on an H200 (bench/h200/sglang/) and read in its source"),
+    (0, 5, 23): Release(details=("sglext", "spec_tokens_details"), graph_max_bs="--cuda-graph-max-bs-decode",
+                        checked="read in its source"),
+}
+TESTED_VERSION = "0.5.17"        # the release that ran for real
+KNOWN = ", ".join(".".join(map(str, r)) for r in RELEASES)
 SPEC_SOURCE = "per-request sums (SGLang has no counters)"
-# The request field and where the answer sits: srt/entrypoints/openai/protocol.py (ChatCompletionRequest,
-# SglExt, SpecTokensDetails); in a stream, its own chunk with `choices: []` after the finish_reason chunk and
-# before the usage chunk (serving_chat.py, _generate_chat_stream).
+COUNTER_SOURCE = ("sglang:spec_verify_calls_total and the requests' tokens (this SGLang streams no per-request "
+                  "stats: no per-position figures)")
 SPEC_REQUEST = {"return_spec_tokens_details": True}
-SPEC_FIELD = ("sglext", "spec_tokens_details")
-# Incremented by each finished request's verify steps (srt/observability/metrics_collector.py): a cross-check
-# of the per-request sums, not their source.
+# A request's stats, by the names each release uses (tokenizer_manager.py, _calculate_spec_decoding_metrics):
+# 0.5.17 also sends spec_accepted_drafts and spec_accept_histogram, as aliases it says it will remove.
+REQUEST_FIELDS = {"verify_steps": ("spec_verify_ct",), "proposed": ("spec_num_proposed_drafts",),
+                  "accepted": ("spec_num_correct_drafts", "spec_accepted_drafts"),
+                  "histogram": ("spec_correct_drafts_histogram", "spec_accept_histogram")}
+# Incremented by each finished request's verify steps (srt/observability/metrics_collector.py). A baseline's
+# /metrics has no such line, though it does carry the sglang:spec_* gauges, at 0.0 (seen on 0.5.17): a server
+# is told speculative by its method, never by the gauges.
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
+
+
+def release_of(version: str | None) -> Release | None:
+    """The release's known shapes (0.5.17rc1 counts as 0.5.17), or None where specsweep does not know them."""
+    import re
+
+    if not version:
+        return None
+    return RELEASES.get(tuple(int(re.match(r"\d*", p).group() or 0) for p in version.split(".")[:3]))
+
+
+def unknown_release(version: str | None) -> str:
+    return (f"SGLang {version} is not a release whose flags and response fields specsweep knows ({KNOWN}): install "
+            f"sglang=={TESTED_VERSION} in server.python's environment")
+
+
 # pair.speculative_extra keys this backend passes as `--speculative-<key>` (srt/arg_groups/fields/spec.py);
 # the draft's attention backends SGLang takes for DFLASH (srt/arg_groups/choices.py).
 SPECULATIVE_EXTRA = ("draft_attention_backend", "draft_window_size")
@@ -57,30 +102,47 @@ def server_python(run: dict) -> str:
     return found
 
 
-# Finds the package without importing it: sglang/__init__.py loads transformers and more. srt/ and
-# srt/speculative/ are namespace packages, so the worker module is looked for as a file.
+# Finds the packages without importing them: sglang/__init__.py loads transformers and more. srt/ and
+# srt/speculative/ are namespace packages, so the worker module is looked for as a file. FA3 is sgl_kernel's
+# flash_ops library, which a trimmed bundle leaves out (shared/gpu-sglang: 342 MB compressed).
 PROBE = r"""
-import importlib.metadata as m, importlib.util as u, json, os, sys
+import glob, importlib.metadata as m, importlib.util as u, json, os, sys
 try: version = m.version("sglang")
 except m.PackageNotFoundError: version = None
-spec = u.find_spec("sglang")
-roots = list(spec.submodule_search_locations or []) if spec else []
-has = lambda *rel: any(os.path.isfile(os.path.join(r, *rel)) for r in roots)
+roots = lambda name: list(getattr(u.find_spec(name), "submodule_search_locations", None) or []) if u.find_spec(name) else []
+has = lambda *rel: any(os.path.isfile(os.path.join(r, *rel)) for r in roots("sglang"))
+kernel = roots("sgl_kernel")
 print(json.dumps({"executable": sys.executable, "sglang": version, "launch_server": has("launch_server.py"),
-                  "dflash_module": has("srt", "speculative", "dflash_worker_v2.py")}))
+                  "dflash_module": has("srt", "speculative", "dflash_worker_v2.py"),
+                  "sgl_kernel": bool(kernel), "fa3": any(glob.glob(os.path.join(r, "flash_ops*.so")) for r in kernel)}))
 """
 
 
-def probe(python: str) -> dict:
-    """What SGLang's Python holds: its real executable, SGLang's version, its launcher and DFLASH worker."""
+def probe(python: str, env: dict | None = None) -> dict:
+    """What SGLang's Python holds (in the server's environment): its real executable, SGLang's version, its
+    launcher and DFLASH worker, and whether sgl_kernel has FA3."""
+    import os
+
     try:
-        out = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120)
+        out = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, **{k: str(v) for k, v in (env or {}).items()}})
         return json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         return {"executable": None, "error": f"could not run {python}"}
 
 
-def build_argv(python: str, spec: dict, host: str, port: int, name: str) -> list[str]:
+def launch_release(python: str, env: dict) -> tuple[str, Release]:
+    """The version of the SGLang a server cell would launch, and its release's shapes; refused where unknown."""
+    version = probe(python, env).get("sglang")
+    rel = release_of(version)
+    if rel is None:
+        raise ServerError(unknown_release(version) if version else
+                          f"no SGLang under server.python {python}: install sglang=={TESTED_VERSION} there")
+    return version, rel
+
+
+def build_argv(python: str, spec: dict, host: str, port: int, name: str, rel: Release = RELEASES[(0, 5, 17)]
+               ) -> list[str]:
     """The launch argv; config.SPEC_FLAGS["sglang"] refuses each of these flags in server.extra_args.
 
     DFLASH's `--speculative-num-draft-tokens` is its block size, the verify window: the anchor token plus
@@ -91,7 +153,7 @@ def build_argv(python: str, spec: dict, host: str, port: int, name: str) -> list
     s, k = spec["server"], spec["kernel"]
     if k["compilation_level"] is not None:
         raise ServerError(f"kernel.compilation_level={k['compilation_level']} is vLLM's compilation mode, which "
-                          "SGLang does not take: use kernel=sglang_fa3")
+                          "SGLang does not take: use kernel=sglang_fa3 (or kernel=sglang_triton without FA3)")
     argv = [python, "-m", "sglang.launch_server", "--model-path", spec["target"], "--served-model-name", name,
             "--host", host, "--port", str(port), "--device", s["device"], "--dtype", s["dtype"],
             "--context-length", str(s["max_model_len"]), "--enable-metrics"]
@@ -105,8 +167,14 @@ def build_argv(python: str, spec: dict, host: str, port: int, name: str) -> list
         argv += ["--mem-fraction-static", str(s["gpu_memory_utilization"])]
     if k["attention_backend"]:
         argv += ["--attention-backend", k["attention_backend"]]
-    if not k["cuda_graphs"]:      # 0.5.23 spells it so; `--disable-cuda-graph` is deprecated (server_args.py)
+    if s.get("sampling_backend"):
+        argv += ["--sampling-backend", s["sampling_backend"]]
+    if s.get("mm_feature_transport"):
+        argv += ["--mm-feature-transport", s["mm_feature_transport"]]
+    if not k["cuda_graphs"]:      # 0.5.17 and 0.5.23 spell it so; `--disable-cuda-graph` is deprecated (server_args.py)
         argv += ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]
+    elif s.get("cuda_graph_max_bs"):
+        argv += [rel.graph_max_bs, str(s["cuda_graph_max_bs"])]
     if spec["method"] == "dflash":
         argv += ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", spec["drafter"],
                  "--speculative-num-draft-tokens", str(spec["num_speculative_tokens"] + 1)]
@@ -123,14 +191,23 @@ def build_argv(python: str, spec: dict, host: str, port: int, name: str) -> list
     return argv + [str(a) for a in s["extra_args"]]
 
 
-def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> Server:
-    """The SGLang server of a server cell, not started yet."""
+def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> tuple[Server, str, Release]:
+    """The SGLang server of a server cell, not started yet, with the version and release it will run."""
     cell = grid.servers[sid]
     python = server_python(cell.run)
+    version, rel = launch_release(python, cell.spec["server"]["env"])
     name = cell.served_name
-    return Server(lambda port: build_argv(python, cell.spec, cell.run["host"], port, name), cell.run,
-                  log_dir or grid.server_dir(sid) / "logs", env=cell.spec["server"]["env"], gpus_needed=cell.gpus,
-                  served_name=name, kind="SGLang", key_config_flag="--config", record={"python": python})
+    srv = Server(lambda port: build_argv(python, cell.spec, cell.run["host"], port, name, rel), cell.run,
+                 log_dir or grid.server_dir(sid) / "logs", env=cell.spec["server"]["env"], gpus_needed=cell.gpus,
+                 served_name=name, kind="SGLang", key_config_flag="--config", record={"python": python})
+    return srv, version, rel
+
+
+def request_stats(raw: dict) -> dict:
+    """One request's stats in one shape, from whichever names its release used (REQUEST_FIELDS)."""
+    def get(names):
+        return next((raw[n] for n in names if n in raw), None)
+    return {key: get(names) for key, names in REQUEST_FIELDS.items()}
 
 
 def acceptance(rows: list[dict], k: int) -> dict:
@@ -138,20 +215,20 @@ def acceptance(rows: list[dict], k: int) -> dict:
 
     Drafts are verify steps, draft tokens the drafts proposed (steps x K), accepted the correct drafts;
     per-position acceptance and the acceptance-length histogram (index i: steps that accepted i drafts, so
-    length i + 1, as the local engine's) come from `spec_correct_drafts_histogram`.
+    length i + 1, as the local engine's) come from the correct-drafts histogram.
     """
     sums, hist, without = promstats.SpecCounters(), [0] * (k + 1), 0
     for r in rows:
         if not r["ok"]:
             continue
-        s = r.get("spec")
-        if not s:
+        if not r.get("spec"):
             without += r["completion_tokens"] > 1        # a second token comes from a verify step
             continue
-        sums.drafts += s["spec_verify_ct"]
-        sums.draft_tokens += s["spec_num_proposed_drafts"]
-        sums.accepted += s["spec_num_correct_drafts"]
-        for i, steps in enumerate(s["spec_correct_drafts_histogram"]):
+        s = request_stats(r["spec"])
+        sums.drafts += s["verify_steps"]
+        sums.draft_tokens += s["proposed"]
+        sums.accepted += s["accepted"]
+        for i, steps in enumerate(s["histogram"] or []):
             hist += [0] * (i + 1 - len(hist))
             hist[i] += steps
     sums.per_pos = {p: float(sum(hist[p + 1:])) for p in range(k)}
@@ -160,6 +237,25 @@ def acceptance(rows: list[dict], k: int) -> dict:
         spec["acceptance_length_histogram"] = hist
     return {"spec_decode": spec, "spec_decode_source": SPEC_SOURCE,
             "spec_request_sums": promstats.counters_dict(sums), "spec_requests_without_details": without}
+
+
+def acceptance_from_counters(rows: list[dict], verify_calls: float | None, k: int) -> dict:
+    """The cell's acceptance where the stream carries no stats: each verify step commits its accepted drafts
+    plus one token, and the prefill gives each request its first, so accepted = sum(tokens - 1) - steps.
+
+    Steps are the verify-call counter's delta over the measured requests. A request cut at max_tokens loses
+    the drafts past it, as it does in SGLang's own per-request figures. No per-position figures: the counter
+    does not say which drafts were accepted.
+    """
+    done = [r for r in rows if r["ok"] and r["completion_tokens"] > 0]
+    steps = verify_calls or 0.0
+    sums = promstats.SpecCounters(drafts=steps, draft_tokens=steps * k,
+                                  accepted=sum(r["completion_tokens"] - 1 for r in done) - steps)
+    spec = promstats.acceptance(sums) if steps else None
+    if spec:
+        spec["per_position_acceptance"] = None
+    return {"spec_decode": spec, "spec_decode_source": COUNTER_SOURCE,
+            "spec_request_sums": None, "spec_requests_without_details": len(done)}
 
 
 def verify_calls(text: str, model: str) -> float:
@@ -177,8 +273,10 @@ async def scrape_verify_calls(url: str, model: str) -> tuple[float | None, str |
 
 
 async def measure(url: str, prompts: list[list[str]], settings: client.ChatSettings, concurrency: int,
-                  warmup: int, k: int, progress: bool = True, desc: str = "requests") -> tuple[list[dict], dict]:
-    """Warm up, send every prompt, sum the requests' acceptance; the verify-call counter's delta cross-checks it."""
+                  warmup: int, k: int, progress: bool = True, desc: str = "requests",
+                  per_request: bool = True) -> tuple[list[dict], dict]:
+    """Warm up, send every prompt, and take the cell's acceptance: summed over the requests' own stats
+    (per_request), the verify-call counter's delta cross-checking it, or from that delta and the tokens."""
     if warmup:
         await client.run_requests(url, prompts[:warmup], settings, concurrency, progress=False)
     before, error = await scrape_verify_calls(url, settings.model) if k else (None, None)
@@ -188,10 +286,11 @@ async def measure(url: str, prompts: list[list[str]], settings: client.ChatSetti
     if not k:
         figures["spec_decode"] = None
         return rows, figures
-    figures.update(acceptance(rows, k))
     after, error_after = await scrape_verify_calls(url, settings.model)
-    figures["spec_verify_calls_delta"] = after - before if before is not None and after is not None else None
-    if error or error_after:                 # only the cross-check is lost, not the figures
+    delta = after - before if before is not None and after is not None else None
+    figures.update(acceptance(rows, k) if per_request else acceptance_from_counters(rows, delta, k))
+    figures["spec_verify_calls_delta"] = delta
+    if error or error_after:                 # per request: only the cross-check is lost; else the figures
         figures["scrape_error"] = error or error_after
     return rows, figures
 
@@ -201,33 +300,42 @@ def resolved_settings(url: str, headers: dict) -> dict:
     try:
         info = httpx.get(f"{url}/server_info", headers=headers, timeout=30).raise_for_status().json()
     except (httpx.HTTPError, ValueError) as e:
-        raise ServerError(f"{url}/server_info did not answer ({type(e).__name__}): is server.python's SGLang "
-                          f"{TESTED_VERSION} or later?") from None
+        raise ServerError(f"{url}/server_info did not answer ({type(e).__name__}): is server.python's SGLang one "
+                          f"of {KNOWN}?") from None
     return {"version": info.get("version"), **{key: info.get(key) for key in RESOLVED}}
 
 
 class SglangSession(ServerSession):
-    def __init__(self, srv: Server, spec: dict, run: dict):
+    def __init__(self, srv: Server, spec: dict, run: dict, rel: Release):
         super().__init__(srv, run)
         self.k = spec["num_speculative_tokens"] if spec["method"] == "dflash" else 0
         self.resolved = resolved_settings(srv.url, srv.auth)
+        self.rel = release_of(self.resolved["version"])
+        if self.rel is None or self.rel != rel:
+            raise ServerError(f"{unknown_release(self.resolved['version'])} (the server said so at /server_info, "
+                              f"the probe of server.python found a different one); see {self.log_path}")
         block = self.resolved["speculative_num_draft_tokens"]
         if self.k and block != self.k + 1:
             raise ServerError(f"SGLang resolved speculative_num_draft_tokens={block}, not K + 1 = {self.k + 1}: "
                               f"the cell would record one block and run another; see {self.log_path}")
 
     def measure(self, prompts: list[list[str]], bench: dict, progress: bool, desc: str) -> Measurement:
+        per_request = self.rel.details is not None
         settings = client.settings_for(bench, self.srv.served_name, self.run["request_timeout_s"],
-                                       extra_body=SPEC_REQUEST if self.k else None, spec_field=SPEC_FIELD,
-                                       api_key=self.srv.api_key)
+                                       extra_body=SPEC_REQUEST if self.k and per_request else None,
+                                       spec_field=self.rel.details or (), api_key=self.srv.api_key)
         rows, figures = asyncio.run(measure(self.srv.url, prompts, settings, bench["concurrency"], bench["warmup"],
-                                            self.k, progress, desc))
+                                            self.k, progress, desc, per_request))
         failure = None
         if not self.srv.alive():
             failure = "server died during the cell"
-        elif self.k and figures["spec_requests_without_details"] and not figures["spec_decode"]:
-            failure = ("no finished request carried sglext.spec_tokens_details, so the cell has no acceptance: "
-                       f"is server.python's SGLang {TESTED_VERSION} or later?")
+        elif self.k and per_request and figures["spec_requests_without_details"] and not figures["spec_decode"]:
+            failure = (f"no finished request carried {'.'.join(self.rel.details)}, so the cell has no acceptance "
+                       f"(SGLang {self.resolved['version']})")
+        elif self.k and not per_request and not figures["spec_decode"]:
+            failure = (f"SGLang {self.resolved['version']} streams no per-request stats and its "
+                       f"{VERIFY_CALLS} did not count (scrape: {figures.get('scrape_error') or 'no verify steps'}), "
+                       "so the cell has no acceptance")
         figures.update(backend="sglang", sglang_version=self.resolved["version"], server_python=self.srv.info["python"],
                        sglang_resolved=self.resolved)
         return Measurement(rows, figures, failure)
@@ -237,8 +345,9 @@ class SglangSession(ServerSession):
 def open_session(grid: Grid, sid: str, progress: bool = True) -> Iterator[SglangSession]:
     cell = grid.servers[sid]
     t0 = time.monotonic()
-    with server_for(grid, sid) as srv:
-        session = SglangSession(srv, cell.spec, cell.run)
+    srv, version, rel = server_for(grid, sid)
+    with srv:
+        session = SglangSession(srv, cell.spec, cell.run, rel)
         print(f"[specsweep] {sid}: SGLang ready on {srv.url} in {time.monotonic() - t0:.0f} s "
               f"(SGLang {session.resolved['version']}, {srv.info['python']})", flush=True)
         yield session

@@ -1,7 +1,12 @@
-"""A stand-in for SGLang 0.5.23's server, for tests only: no model runs and this is NOT SGLang.
+"""A stand-in for SGLang 0.5.17's server (0.5.23's under a switch), for tests only: no model runs and this is NOT
+SGLang.
 
 `python -m sglang.launch_server ...` with tests/fake_sglang on PYTHONPATH starts it (standard library only,
-so any Python runs it). It copies the parts of SGLang 0.5.23 that specsweep relies on, from its source:
+so any Python runs it). STANDIN_SGLANG_VERSION picks the release it answers as: 0.5.17 (the default), as a
+real 0.5.17 answered on an H200 (tests/data/sglang0517/, captured there by bench/sglang_capture.py) and as its
+source reads, or 0.5.23, as its source reads. They differ in one place: 0.5.17's chat stream carries no
+per-request speculative stats (return_spec_tokens_details is ignored, as pydantic drops unknown fields, and its
+SglExt has no spec_tokens_details); 0.5.23 sends them (below). It copies the parts of SGLang that specsweep relies on:
 - the flags specsweep passes, under SGLang's names (srt/arg_groups/fields/*.py, server_args.py); an unknown
   flag is an argparse error, as in SGLang;
 - DFLASH's argument handling (srt/arg_groups/speculative_hook.py, _handle_dflash): refused on a CPU device,
@@ -14,9 +19,10 @@ so any Python runs it). It copies the parts of SGLang 0.5.23 that specsweep reli
 - GET /v1/models: a ModelList of ModelCards (srt/entrypoints/openai/protocol.py);
 - GET /server_info: the resolved server args, flat, with `version` and `internal_states[i].avg_spec_accept_length`
   (http_server.py server_info, utils/common.py build_server_info, scheduler_components/internal_state.py);
-- GET /metrics (with --enable-metrics): the counter sglang:spec_verify_calls_total and the gauges
-  sglang:spec_accept_length and sglang:spec_accept_rate (srt/observability/metrics_collector.py), in
-  prometheus_client's text format;
+- GET /metrics (with --enable-metrics), as 0.5.17 printed it (srt/observability/metrics_collector.py): on a
+  speculative server the counter sglang:spec_verify_calls_total, at 1 after start-up (SGLang's own warm-up
+  request verifies once); on a baseline no counter at all; on both the six sglang:spec_* gauges, 0.0 until
+  a speculative batch is logged, so their presence never says a server speculates;
 - POST /v1/chat/completions, streamed: a role chunk, one content chunk per decode step, the finish_reason
   chunk, then, when the request sets return_spec_tokens_details, a chunk with `choices: []` and
   `sglext.spec_tokens_details`, then the usage chunk and [DONE] (openai/serving_chat.py _generate_chat_stream,
@@ -46,7 +52,10 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-VERSION = "0.5.23"
+VERSION = os.environ.get("STANDIN_SGLANG_VERSION", "0.5.17")
+if VERSION not in ("0.5.17", "0.5.23"):
+    raise SystemExit(f"stand-in sglang: STANDIN_SGLANG_VERSION={VERSION} is neither 0.5.17 nor 0.5.23")
+SENDS_DETAILS = VERSION == "0.5.23"
 ACCEPTED = (3, 1, 0, 2)
 STARTUP_S = float(os.environ.get("STANDIN_STARTUP_S", 0.5))   # /health answers 503 this long, like a server loading
 STEP_S = 0.002                 # one decode step
@@ -84,7 +93,17 @@ def parse(argv):
     p.add_argument("--speculative-draft-attention-backend")
     p.add_argument("--speculative-draft-window-size", type=int)
     p.add_argument("--api-key")
-    return p.parse_args(merge_config(argv))
+    p.add_argument("--sampling-backend", choices=["flashinfer", "pytorch", "ascend"])
+    p.add_argument("--mm-feature-transport", choices=["cpu", "cuda_ipc", "auto"])
+    p.add_argument("--cuda-graph-max-bs-decode", type=int)
+    p.add_argument("--cuda-graph-max-bs", type=int, dest="cuda_graph_max_bs_deprecated")  # deprecated in 0.5.17
+    p.add_argument("--load-format")
+    p.add_argument("--log-level")
+    a = p.parse_args(merge_config(argv))
+    if a.cuda_graph_max_bs_deprecated is not None:
+        print("WARNING: '--cuda-graph-max-bs' is deprecated; use '--cuda-graph-max-bs-decode' instead.", flush=True)
+        a.cuda_graph_max_bs_decode = a.cuda_graph_max_bs_decode or a.cuda_graph_max_bs_deprecated
+    return a
 
 
 def merge_config(argv):
@@ -135,7 +154,8 @@ def resolve(a) -> dict:
 class State:
     def __init__(self, args: dict):
         self.args, self.lock, self.started = args, threading.Lock(), time.monotonic()
-        self.verify_calls = 0             # sglang:spec_verify_calls_total
+        # sglang:spec_verify_calls_total: a speculative server's start-up warm-up request verified once (0.5.17)
+        self.verify_calls = 1 if args["speculative_algorithm"] else 0
         self.accept_tokens = self.forward_ct = 0    # the lifetime average's parts (internal_state.py)
         self.last_accept_length = self.last_accept_rate = 0.0
 
@@ -211,22 +231,26 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"detail": "Not Found"})
 
     def _metrics(self) -> str:
+        """metrics_collector.py's lines as 0.5.17 printed them (tests/data/sglang0517/*metrics*.txt): a speculative
+        server's counter, which its start-up warm-up request has already moved; no counter at all on a baseline;
+        the six gauges on both, at 0.0 until a speculative batch is logged."""
         s, name = self.state, self.state.args["served_model_name"]
         tok = f'engine_type="unified",model_name="{name}"'
         sched = f'{tok},moe_ep_rank="0",pp_rank="0",tp_rank="0"'
         with s.lock:
-            return (
-                "# HELP sglang:spec_verify_calls_total Number of speculative decoding verification calls.\n"
-                "# TYPE sglang:spec_verify_calls_total counter\n"
-                f"sglang:spec_verify_calls_total{{{tok}}} {float(s.verify_calls)}\n"
-                "# HELP sglang:spec_accept_length Mean acceptance length of speculative decoding (accepted drafts + "
-                "bonus token per forward).\n"
-                "# TYPE sglang:spec_accept_length gauge\n"
-                f"sglang:spec_accept_length{{{sched}}} {s.last_accept_length}\n"
-                "# HELP sglang:spec_accept_rate Speculative acceptance rate (`accepted drafts / proposed drafts` in "
-                "batch).\n"
-                "# TYPE sglang:spec_accept_rate gauge\n"
-                f"sglang:spec_accept_rate{{{sched}}} {s.last_accept_rate}\n")
+            logged = bool(s.forward_ct)
+            gauges = {"spec_accept_length": s.last_accept_length, "spec_accept_rate": s.last_accept_rate,
+                      "spec_cap_length": 0.0, "spec_block_accept_length": 0.0,
+                      "spec_num_steps": float(logged), "spec_num_draft_tokens": float(s.k + 1 if logged else 0)}
+            lines = []
+            for g, value in gauges.items():
+                lines += [f"# HELP sglang:{g} {g.replace('_', ' ')}.", f"# TYPE sglang:{g} gauge",
+                          f"sglang:{g}{{{sched}}} {value}"]
+            if s.k:
+                lines += ["# HELP sglang:spec_verify_calls_total Number of speculative decoding verification calls.",
+                          "# TYPE sglang:spec_verify_calls_total counter",
+                          f"sglang:spec_verify_calls_total{{{tok}}} {float(s.verify_calls)}"]
+            return "\n".join(lines) + "\n"
 
     def do_POST(self):
         if self._refused("POST"):
@@ -265,8 +289,7 @@ class Handler(BaseHTTPRequestHandler):
 
         def usage(completion_tokens: int) -> dict:     # UsageProcessor.calculate_token_usage
             return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-                    "completion_tokens": completion_tokens, "prompt_tokens_details": None, "reasoning_tokens": 0,
-                    "completion_tokens_details": None}
+                    "completion_tokens": completion_tokens, "prompt_tokens_details": None, "reasoning_tokens": 0}
 
         send(chunk({"role": "assistant", "content": ""}))
         done = 0
@@ -283,7 +306,7 @@ class Handler(BaseHTTPRequestHandler):
                 s.last_accept_length = (correct + verify_ct) / verify_ct
                 s.last_accept_rate = correct / (verify_ct * k)
         send(chunk({}, finish_reason="length"))
-        if req.get("return_spec_tokens_details") and k and verify_ct:
+        if SENDS_DETAILS and req.get("return_spec_tokens_details") and k and verify_ct:
             details = {"spec_accept_rate": correct / (verify_ct * k), "spec_accept_length": done / verify_ct,
                        "spec_cap_length": 0.0, "spec_block_accept_length": 0.0, "spec_num_correct_drafts": correct,
                        "spec_num_proposed_drafts": verify_ct * k, "spec_verify_ct": verify_ct,
@@ -321,6 +344,8 @@ def main(argv) -> None:
 
         write()
         signal.signal(signal.SIGTERM, on_term)
+    # 0.5.17 logs its resolved arguments at start-up, the API key among them (seen on an H200)
+    print("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in sorted(vars(args).items())) + ")", flush=True)
     Handler.state = State(resolved)
     httpd = ThreadingHTTPServer((args.host, args.port), Handler)
     httpd.daemon_threads = True
