@@ -29,11 +29,16 @@ def first_difference(a: str, b: str) -> int | None:
 
 
 def steps(row: dict) -> list[int] | None:
-    """Tokens per verify step after the first token (accepted + 1), from the chunks; None for a bursty stream."""
+    """Tokens per verify step after the first token (accepted + 1), from the chunks; None for a bursty stream.
+
+    SGLang 0.5.17 sends the prefill's token and the first verify step's tokens in one chunk (its captured
+    stream: tests/data/sglang0517/dflash_chat_stream.txt), vLLM the prefill's alone: a first chunk of n > 1
+    tokens is read as 1 + (n - 1)."""
     chunks = token_chunks(row) if row.get("ok") else None
     if not chunks or is_bursty(chunks, row["e2e_s"]):
         return None
-    return [n for _, n in chunks[1:]]
+    first = [chunks[0][1] - 1] if chunks[0][1] > 1 else []
+    return first + [n for _, n in chunks[1:]]
 
 
 def by_k(study: Path) -> dict:
@@ -60,13 +65,14 @@ def figures(metrics: list[dict]) -> dict:
         sd = m["spec_decode"]
         drafts += sd["num_drafts"]
         accepted += (sd["mean_acceptance_length"] - 1) * sd["num_drafts"]
-        for pos, rate in enumerate(sd["per_position_acceptance"]):
+        for pos, rate in enumerate(sd["per_position_acceptance"] or []):     # None: SGLang 0.5.17's counter
             per_pos[pos] = per_pos.get(pos, 0) + rate * sd["num_drafts"]
     greedy = [m["greedy_agreement"] for m in metrics if m.get("greedy_agreement") is not None]
     return {"drafts": drafts, "mean_acceptance_length": round(1 + accepted / drafts, 4) if drafts else None,
-            "per_position_acceptance": [round(per_pos[p] / drafts, 4) for p in sorted(per_pos)] if drafts else [],
+            "per_position_acceptance": [round(per_pos[p] / drafts, 4) for p in sorted(per_pos)] if per_pos else None,
             "greedy_agreement": round(sum(greedy) / len(greedy), 4) if greedy else None,
-            "vllm_version": metrics[0].get("vllm_version"), "spec_decode_source": metrics[0].get("spec_decode_source")}
+            "version": metrics[0].get("vllm_version") or metrics[0].get("sglang_version"),
+            "spec_decode_source": metrics[0].get("spec_decode_source")}
 
 
 def prompt_differences(ref: dict, other: dict) -> dict:
