@@ -151,7 +151,8 @@ def cmd_compare(args) -> int:
 
 TUNE_COLUMNS = {"dataset": "dataset", "thinking": "think", "concurrency": "c", "k": "K",
                 "predicted_al": "AL pred", "predicted_al_ci_low": "AL lo", "predicted_al_ci_high": "AL hi",
-                "predicted_al_calibrated": "AL cal", "measured_al": "AL meas", "predicted_tpot_ms": "TPOT ms pred", "measured_tpot_ms": "TPOT ms meas",
+                "predicted_al_calibrated": "AL cal", "measured_al": "AL meas", "ms_per_token_figure": "ms/token figure",
+                "predicted_ms_per_token": "ms/token pred", "measured_ms_per_token": "ms/token meas",
                 "predicted_speedup": "speedup pred", "measured_speedup": "speedup meas", "recommended": "best"}
 VERIFY_COLUMNS = {"dataset": "dataset", "thinking": "think", "concurrency": "c", "k": "K", "recommended": "best",
                   "in_study_before": "measured before", "predicted_al": "AL pred",
