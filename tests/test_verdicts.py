@@ -119,6 +119,21 @@ def test_a_cell_of_bursty_streams_has_no_streamed_figures_in_its_metrics_or_the_
     [k] = summary.k_comparison(grid, "v")
     assert k["speedup_streamed_tpot_geomean"] is None and k["speedup_streamed_tpot_na"].startswith("K=3 repeat 1")
     summary.assert_consistent(table.reset_index())
+    # the pages put the paired streamed TPOT beside the verdict, and the reason where it is blank
+    from specsweep.pages import summary_page
+
+    summary_page(str(tmp_path / "results" / "v" / "summary.csv"), str(tmp_path / "summary.html"))
+    first = (tmp_path / "summary.html").read_text().split("</table>")[0]     # "The figures to read first"
+    assert "<th>speedup_streamed_tpot_geomean</th>" in first and "<th>speedup_streamed_tpot_na</th>" in first
+    assert "this cell repeat 1 of 2: 18 of 18 streams arrived in a burst" in first
+    # MLflow's tags from the summary: the streamed TPOT for K=7, the reason for K=3
+    from specsweep.tracking import summary_tags
+
+    tags = summary_tags(str(tmp_path / "results" / "v" / "summary.csv"))
+    by_k = {grid.servers[cell.split("/")[0]].spec["num_speculative_tokens"]: t for cell, t in tags.items()}
+    assert "summary_speedup_streamed_tpot" not in by_k[3] and \
+        by_k[3]["summary_speedup_streamed_tpot_na"].startswith("this cell repeat 1 of 2")
+    assert by_k[7]["summary_speedup_streamed_tpot"].startswith("1.5") and "summary_speedup_streamed_tpot_na" not in by_k[7]
 
 
 def test_k_comparison_says_equal_ks_are_within_noise(verdict_study, capsys):
