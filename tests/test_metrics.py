@@ -1,6 +1,6 @@
 import pytest
 
-from specsweep.metrics import dist, greedy_agreement, median_mad, request_figures, speedup
+from specsweep.metrics import dist, greedy_agreement, median_mad, request_figures, speedup_output_tok_s
 
 
 def rec(index, ok=True, tokens=10, ttft=0.1, e2e=1.0, text="x", turn=0):
@@ -19,8 +19,10 @@ def test_request_figures_count_every_request_and_derive_rates():
     assert f["output_tok_s"] == pytest.approx(30 / 2.0)
     assert f["request_throughput"] == pytest.approx(1.0)
     # streamed TPOT excludes the first chunk: (last chunk - first chunk) / tokens after the first chunk
-    assert f["tpot_ms"]["mean"] == pytest.approx(((0.9 / 9) + (1.9 / 19)) / 2 * 1e3)
+    assert f["streamed_tpot_ms"]["mean"] == pytest.approx(((0.9 / 9) + (1.9 / 19)) / 2 * 1e3)
     assert f["ttft_ms"]["median"] == pytest.approx(100.0)
+    # e2e per output token is another figure: the whole time (TTFT included) over all tokens, pooled
+    assert f["e2e_ms_per_output_token"] == pytest.approx(3.0 / 30 * 1e3)
 
 
 def test_dist_percentiles():
@@ -36,10 +38,9 @@ def test_greedy_agreement_matches_prompt_and_turn():
     assert greedy_agreement([rec(5)], base) is None
 
 
-def test_speedup_is_baseline_over_cell_for_latency():
-    cell = {"output_tok_s": 300.0, "tpot_ms": {"mean": 5.0}}
-    base = {"output_tok_s": 100.0, "tpot_ms": {"mean": 10.0}}
-    assert speedup(cell, base) == {"speedup_output_tok_s": 3.0, "speedup_tpot": 2.0}
+def test_output_tok_s_speedup_is_cell_over_baseline():
+    assert speedup_output_tok_s(300.0, 100.0) == 3.0
+    assert speedup_output_tok_s(None, 100.0) is None and speedup_output_tok_s(300.0, 0.0) is None
 
 
 def test_median_and_mad_over_repeats():

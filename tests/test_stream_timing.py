@@ -35,7 +35,7 @@ def test_records_without_per_chunk_counts_give_none_not_a_guess():
     assert metrics.token_chunks(row([0.1, 0.2], None, e2e=1.0)) is None          # a server without counts
     assert metrics.token_chunks({"ok": True, "e2e_s": 1.0, "itl_s": [0.1]}) is None  # a record made before them
     f = metrics.streamed_figures([row([0.1, 0.2], None, e2e=1.0)] * 3)
-    assert f["tpot_ms"]["mean"] is None and f["itl_ms"]["mean"] is None and f["bursty_streams"] == 0
+    assert f["streamed_tpot_ms"]["mean"] is None and f["streamed_itl_ms"]["mean"] is None and f["bursty_streams"] == 0
     assert f["streamed_figures_invalid"] == "no finished request carries per-chunk token counts"
 
 
@@ -55,24 +55,28 @@ def test_bursty_streams_are_counted_and_left_out_and_too_many_make_the_cell_unme
     burst = row([0.38, 0.381], [1, 9], e2e=0.4)
     f = metrics.streamed_figures([good] * 9 + [burst])         # 10% bursty: at the threshold, still measured
     assert f["bursty_streams"] == 1 and f["streamed_figures_invalid"] is None
-    assert f["tpot_ms"]["mean"] == pytest.approx(0.18 / 14 * 1e3)              # the burst's ~0 TPOT left out
-    assert f["itl_ms"]["median"] == pytest.approx(0.02 / 2 * 1e3)              # 14 ITLs per stream, 10 of them 2-token
+    assert f["streamed_tpot_ms"]["mean"] == pytest.approx(0.18 / 14 * 1e3)     # the burst's ~0 TPOT left out
+    assert f["streamed_itl_ms"]["median"] == pytest.approx(0.02 / 2 * 1e3)     # 14 ITLs per stream, 10 of them 2-token
     f = metrics.streamed_figures([good] * 8 + [burst] * 2)
-    assert f["bursty_streams"] == 2 and f["tpot_ms"] == f["itl_ms"] == metrics.dist([])
+    assert f["bursty_streams"] == 2 and f["streamed_tpot_ms"] == f["streamed_itl_ms"] == metrics.dist([])
     assert f["streamed_figures_invalid"].startswith("2 of 10 streams arrived in a burst")
 
 
-def test_paired_tpot_uses_the_per_token_figure_and_old_rows_keep_theirs():
-    assert stats.request_latency(row([0.1, 0.2, 0.4], [1, 1, 2], e2e=0.5), "tpot") == pytest.approx(0.1)
-    assert stats.request_latency(row([0.45, 0.46], [1, 9], e2e=0.5), "tpot") is None        # bursty
+def test_paired_tpot_uses_the_per_token_figure_and_old_rows_have_none():
+    assert stats.request_latency(row([0.1, 0.2, 0.4], [1, 1, 2], e2e=0.5), "streamed_tpot") == pytest.approx(0.1)
+    assert stats.request_latency(row([0.45, 0.46], [1, 9], e2e=0.5), "streamed_tpot") is None       # bursty
+    # a record made before chunk timings has no streamed TPOT: (e2e - TTFT) / (tokens - 1) is another figure
     old = {"ok": True, "e2e_s": 1.0, "ttft_s": 0.1, "completion_tokens": 10, "itl_s": [0.1] * 9}
-    assert stats.request_latency(old, "tpot") == pytest.approx(0.1)
-    # a side whose streamed figures are not measurable gets no TPOT ratio at all
+    assert stats.request_latency(old, "streamed_tpot") is None
+    # a side whose streams fail their check gets no TPOT ratio at all, and the reason instead
     runs = [[{**row([0.1, 0.2, 0.3], [1, 1, 1], e2e=0.4), "index": i, "turn": 0} for i in range(6)]]
-    assert stats.paired_speedup(runs, runs)["speedup_tpot_geomean"] == pytest.approx(1.0)
-    off = stats.paired_speedup(runs, runs, streamed=False)
-    assert (off["speedup_tpot_geomean"], off["speedup_tpot_ci_low"], off["speedup_e2e_geomean"]) == \
+    on = stats.paired_speedup(runs, runs)
+    assert on["speedup_streamed_tpot_geomean"] == pytest.approx(1.0) and on["speedup_streamed_tpot_na"] is None
+    held = [[{**r, **row([0.38, 0.381, 0.382], [1, 1, 1], e2e=0.4)} for r in runs[0]]]
+    off = stats.paired_speedup(runs, held, sides=("K=3", "the baseline"))
+    assert (off["speedup_streamed_tpot_geomean"], off["speedup_streamed_tpot_ci_low"], off["speedup_e2e_geomean"]) == \
         (None, None, pytest.approx(1.0))
+    assert off["speedup_streamed_tpot_na"].startswith("the baseline repeat 1 of 1: 6 of 6 streams arrived in a burst")
 
 
 # ---- a stand-in vLLM on 127.0.0.1 that streams, or holds its chunks back ------------------------------------
@@ -165,8 +169,8 @@ def test_a_streaming_server_gives_each_chunks_time_and_tokens_and_per_token_figu
         assert r["chunk_t_s"][-1] < r["e2e_s"]
     assert fig["bursty_streams"] == 0 and fig["streamed_figures_invalid"] is None
     # about step_s per token; a loaded machine only stretches the gaps
-    assert StandIn.step_s * 0.8 < fig["tpot_ms"]["mean"] / 1e3 < StandIn.step_s * 10
-    assert fig["itl_ms"]["median"] is not None
+    assert StandIn.step_s * 0.8 < fig["streamed_tpot_ms"]["mean"] / 1e3 < StandIn.step_s * 10
+    assert fig["streamed_itl_ms"]["median"] is not None
 
 
 def test_a_server_that_holds_its_chunks_back_is_flagged_and_no_streamed_figure_reaches_metrics(standin):
@@ -176,10 +180,10 @@ def test_a_server_that_holds_its_chunks_back_is_flagged_and_no_streamed_figure_r
         assert r["ok"] and sum(r["chunk_tokens"]) == r["completion_tokens"] == TOKENS
         assert r["chunk_t_s"][0] > StandIn.hold_s * 0.9
         assert r["chunk_t_s"][-1] - r["chunk_t_s"][0] <= metrics.BURST_SHARE * r["e2e_s"]
-        assert metrics.request_tpot(r) is None and stats.request_latency(r, "tpot") is None
+        assert metrics.request_tpot(r) is None and stats.request_latency(r, "streamed_tpot") is None
     assert fig["bursty_streams"] == len(rows) == 4
     assert "4 of 4 streams arrived in a burst" in fig["streamed_figures_invalid"]
-    assert fig["tpot_ms"] == fig["itl_ms"] == metrics.dist([])
+    assert fig["streamed_tpot_ms"] == fig["streamed_itl_ms"] == metrics.dist([])
     assert fig["ttft_ms"]["mean"] > StandIn.hold_s * 1e3 * 0.9        # what is measurable stays
 
 
@@ -212,7 +216,7 @@ def test_dflash_chunks_carry_several_tokens_and_their_counts_sum_to_the_completi
         assert max(n for r in rows for n in r["chunk_tokens"]) > 1
     print(f"\nDFlash K=3 chunk tokens {[r['chunk_tokens'] for r in rows]}, per-step accepted "
           f"{[r['spec']['per_step_accepted'] for r in rows]}; bursty {fig['bursty_streams']} of 4, "
-          f"TPOT {fig['tpot_ms']['mean']} ms, invalid: {fig['streamed_figures_invalid']}")
+          f"TPOT {fig['streamed_tpot_ms']['mean']} ms, invalid: {fig['streamed_figures_invalid']}")
 
 
 # ---- the local engine: its steps as chunks ----------------------------------------------------------------

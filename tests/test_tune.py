@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from specsweep import tune
+from specsweep import metrics, tune
 from specsweep.cells import expand
 from specsweep.cli import main
 from specsweep.config import ConfigError, compose_jobs
@@ -73,15 +73,19 @@ def test_predict_speedup_and_best_k():
     expected = [10 * al / (12 + k) for k, al in zip(range(1, 5), (1.9, 2.7, 3.2, 3.3))]
     assert [r["predicted_speedup"] for r in rows] == pytest.approx(expected)
     assert max(rows, key=lambda r: r["predicted_speedup"])["k"] == 3
-    assert [r["predicted_tpot_ms"] for r in rows] == pytest.approx([(12 + k) / al for k, al in
+    assert [r["predicted_ms_per_token"] for r in rows] == pytest.approx([(12 + k) / al for k, al in
                                                                      zip(range(1, 5), (1.9, 2.7, 3.2, 3.3))])
 
 
-def test_ms_per_token_pools_a_repeats_requests():
+def test_ms_per_token_is_the_summarys_figure_of_that_name():
     rows = [{"ok": True, "completion_tokens": 10, "e2e_s": 0.1}, {"ok": True, "completion_tokens": 30, "e2e_s": 0.1},
             {"ok": False, "completion_tokens": 0, "e2e_s": 5.0}]
-    assert tune.ms_per_token(rows) == pytest.approx(200 / 40)
-    assert tune.ms_per_token(rows[2:]) is None
+    assert tune.ms_per_token(rows, tune.E2E) == pytest.approx(200 / 40) == metrics.e2e_ms_per_output_token(rows)
+    assert tune.ms_per_token(rows[2:], tune.E2E) is None
+    assert tune.ms_per_token(rows, tune.STREAMED) is None          # no chunk timings: no streamed TPOT
+    timed = [{**r, "chunk_t_s": [0.01 + 0.01 * i for i in range(10)], "chunk_tokens": [1] * 10} for r in rows[:1]]
+    assert tune.ms_per_token(timed, tune.STREAMED) == pytest.approx(10.0) == \
+        metrics.streamed_figures(timed)["streamed_tpot_ms"]["mean"]
 
 
 # ---- a fabricated study on disk -------------------------------------------------------------------------
@@ -89,7 +93,7 @@ STEP = {1: (10.0, 2.0, 1.0), 4: (20.0, 3.0, 4.0)}      # concurrency -> (base, o
 ACCEPTED = [0, 1, 2, 2, 3, 3, 3, 4, 5, 7]              # drafts accepted per step at K = 7 (known rates)
 
 
-def _write_cell(root, study, k, conc, repeat, valid=True):
+def _write_cell(root, study, k, conc, repeat, valid=True, bursty=False):
     sid, bid = (f"base-{k}" if k == 0 else f"tiny-k{k}"), f"synthetic-t0-c{conc}-r{repeat}"
     cell = root / study / sid / bid
     cell.mkdir(parents=True)
@@ -103,18 +107,22 @@ def _write_cell(root, study, k, conc, repeat, valid=True):
     base, over, per = STEP[conc]
     step = base + (over + per * k if k else 0.0)
     (cell / "metrics.json").write_text(json.dumps({"valid": valid, "output_tok_s": 100.0 * conc}))
+    per_token = step / al / 1e3           # each token's time, so e2e / tokens and the streamed TPOT both equal it
     rows = [{"ok": True, "index": i, "turn": 0, "completion_tokens": 10 * (i + 1),
-             "e2e_s": 10 * (i + 1) * step / al / 1e3, **({"spec": {
+             "e2e_s": 10 * (i + 1) * per_token, "chunk_tokens": [1] * 10 * (i + 1),
+             "chunk_t_s": [10 * (i + 1) * per_token * (0.95 if bursty else j / (10 * (i + 1))) + per_token
+                           * (0.001 * j if bursty else 1 - 1 / (10 * (i + 1))) for j in range(10 * (i + 1))],
+             **({"spec": {
         "num_spec_steps": len(taken), "num_draft_tokens": len(taken) * k, "num_accepted_draft_tokens": sum(taken),
         "acceptance_histogram": np.bincount(taken, minlength=k + 1).tolist()}} if k else {})} for i in range(4)]
     (cell / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def _study(tmp_path, ks=(0, 3, 7), concs=(1, 4)):
+def _study(tmp_path, ks=(0, 3, 7), concs=(1, 4), bursty=()):
     for k in ks:
         for c in concs:
             for rep in range(2):
-                _write_cell(tmp_path, "s", k, c, rep)
+                _write_cell(tmp_path, "s", k, c, rep, bursty=k in bursty)
     return tmp_path / "s"
 
 
@@ -130,10 +138,27 @@ def test_tune_on_a_study_with_known_answers(tmp_path):
         if r["k"] in (3, 7):      # measured cells: the exact model predicts them exactly
             assert r["measured_al"] == pytest.approx(r["predicted_al"])
             assert r["measured_speedup"] == pytest.approx(r["predicted_speedup"])
+        assert r["ms_per_token_figure"] == "streamed_tpot_ms"      # every stream passes its check
     best = {c: max((r for r in rows if r["concurrency"] == c), key=lambda r: r["predicted_speedup"])["k"] for c in STEP}
     assert best[1] != best[4]                # the cheap batch-1 step favours a longer block than batch 4
     assert tune.k_by_concurrency(rows) == {c: [k] for c, k in best.items()}
     assert tune.k_by_concurrency(rows, neighbours=True)[1] == [k for k in (best[1] - 1, best[1], best[1] + 1) if k <= 7]
+
+
+def test_tune_says_when_streamed_tpot_fails_its_check_and_uses_e2e_per_token(tmp_path):
+    """A baseline whose streams arrived in one burst: no streamed TPOT anywhere in the group, which a note says;
+    the step times come from the e2e time per output token, the summary's figure of that name."""
+    rows, notes = tune.tune_rows(tune.load_study(_study(tmp_path, concs=(1,), bursty=(0,))))
+    assert len(notes) == 1 and "streamed TPOT not usable (K=0 repeat 1 of 2: 4 of 4 streams arrived in a burst" \
+        in notes[0] and "e2e ms per output token" in notes[0]
+    base, over, per = STEP[1]
+    for r in rows:
+        assert r["ms_per_token_figure"] == "e2e_ms_per_output_token"
+        al = 1 + np.minimum(ACCEPTED, r["k"]).mean()
+        assert r["predicted_speedup"] == pytest.approx(base * al / (base + over + per * r["k"]))
+        if r["k"] in (3, 7):      # the paired e2e speedup, which is exact here too
+            assert r["measured_speedup"] == pytest.approx(r["predicted_speedup"])
+            assert r["measured_ms_per_token"] == pytest.approx((base + over + per * r["k"]) / al)
 
 
 def test_tune_cli_writes_the_table_and_the_mapping(tmp_path, capsys):

@@ -89,7 +89,7 @@ def test_summary_pools_repeats_into_one_verdict_per_cell(verdict_study):
     spec = table[table.method != "none"].set_index("num_speculative_tokens")
     assert list(spec.verdict) == ["faster", "faster"]
     assert (spec.paired_prompts == 12).all() and (spec.paired_requests == 36).all()   # 2 repeats x 18 requests
-    assert (spec.speedup_e2e_ci_low > 1.3).all() and (spec.speedup_tpot_ci_low > 1.3).all()
+    assert (spec.speedup_e2e_ci_low > 1.3).all() and (spec.speedup_streamed_tpot_ci_low > 1.3).all()
     assert spec.speedup_output_tok_s_ci_low.isna().all()          # 2 repeats: a tok/s ratio, but no CI
     base = table[table.method == "none"].iloc[0]
     assert base.speedup_output_tok_s == 1.0 and pd.isna(base.verdict)
@@ -103,11 +103,37 @@ def test_a_cell_of_bursty_streams_has_no_streamed_figures_in_its_metrics_or_the_
         m = json.loads(grid.metrics_path(sid, bid).read_text())
         k = grid.servers[sid].spec["num_speculative_tokens"]
         assert (m["bursty_streams"] == 18, m["streamed_figures_invalid"] is not None) == (k == 3, k == 3)
-        assert (m["tpot_ms"]["mean"] is None, m["speedup_tpot"] is None) == (k == 3, k == 3)
+        assert (m["streamed_tpot_ms"]["mean"] is None, m.get("speedup_streamed_tpot_geomean") is None) == \
+            (k == 3, k != 7)
         assert m["valid"] and m.get("verdict") == (None if k == 0 else "faster")     # e2e and its verdict stay
-    streamed = ["tpot_ms", "itl_ms_median", "speedup_tpot", "speedup_tpot_geomean", "speedup_tpot_ci_low"]
+    streamed = ["streamed_tpot_ms", "streamed_itl_ms_median", "speedup_streamed_tpot_geomean",
+                "speedup_streamed_tpot_ci_low"]
     assert table.loc[3, streamed].isna().all() and table.loc[3, "verdict"] == "faster"
-    assert table.loc[7, streamed].notna().all() and table.loc[0, "tpot_ms"] > table.loc[7, "tpot_ms"]
+    assert table.loc[3, "streamed_figures_invalid"].startswith("repeat 1 of 2: 18 of 18 streams arrived in a burst")
+    assert table.loc[3, "speedup_streamed_tpot_na"].startswith("this cell repeat 1 of 2: 18 of 18 streams")
+    assert table.loc[3, "bursty_streams"] == 36 and table.loc[3, "e2e_ms_per_output_token"] > 0
+    assert table.loc[7, streamed].notna().all() and table.loc[0, "streamed_tpot_ms"] > table.loc[7, "streamed_tpot_ms"]
+    assert table.loc[[0, 7], "streamed_figures_invalid"].isna().all()
+    assert table.loc[7, "speedup_streamed_tpot_na"] != table.loc[7, "speedup_streamed_tpot_na"]     # NaN: shown
+    # K=7 against K=3: K=3's streams fail, so the K comparison carries no TPOT ratio, only its reason
+    [k] = summary.k_comparison(grid, "v")
+    assert k["speedup_streamed_tpot_geomean"] is None and k["speedup_streamed_tpot_na"].startswith("K=3 repeat 1")
+    summary.assert_consistent(table.reset_index())
+    # the pages put the paired streamed TPOT beside the verdict, and the reason where it is blank
+    from specsweep.pages import summary_page
+
+    summary_page(str(tmp_path / "results" / "v" / "summary.csv"), str(tmp_path / "summary.html"))
+    first = (tmp_path / "summary.html").read_text().split("</table>")[0]     # "The figures to read first"
+    assert "<th>speedup_streamed_tpot_geomean</th>" in first and "<th>speedup_streamed_tpot_na</th>" in first
+    assert "this cell repeat 1 of 2: 18 of 18 streams arrived in a burst" in first
+    # MLflow's tags from the summary: the streamed TPOT for K=7, the reason for K=3
+    from specsweep.tracking import summary_tags
+
+    tags = summary_tags(str(tmp_path / "results" / "v" / "summary.csv"))
+    by_k = {grid.servers[cell.split("/")[0]].spec["num_speculative_tokens"]: t for cell, t in tags.items()}
+    assert "summary_speedup_streamed_tpot" not in by_k[3] and \
+        by_k[3]["summary_speedup_streamed_tpot_na"].startswith("this cell repeat 1 of 2")
+    assert by_k[7]["summary_speedup_streamed_tpot"].startswith("1.5") and "summary_speedup_streamed_tpot_na" not in by_k[7]
 
 
 def test_k_comparison_says_equal_ks_are_within_noise(verdict_study, capsys):

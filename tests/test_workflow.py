@@ -104,6 +104,42 @@ def test_smoke_study_writes_summary_plots_and_mlflow(smoke):
     assert sorted(row[table["columns"].index("method")] for row in table["data"]) == ["dflash", "none"]
 
 
+def test_the_smoke_summarys_figures_agree_and_none_is_shown_that_its_check_rejects(smoke):
+    """summary.assert_consistent on the smoke study: no two figures of a row on one axis disagree beyond their CIs
+    (no CI with 4 prompts: summary.NO_CI_TOLERANCE). A streamed figure stands exactly where its check passed, and
+    the figures are the ones metrics.py defines, as tune reads them too."""
+    import pandas as pd
+
+    from specsweep import metrics, summary, tune
+
+    results = smoke[0].parent / "results" / "smoke"
+    table = pd.read_csv(results / "summary.csv")
+    summary.assert_consistent(table)
+    assert table.figures_disagree.isna().all()
+    for r in table.to_dict("records"):
+        runs = [[json.loads(line) for line in open(results / r["server_cell"] / b / "requests.jsonl")]
+                for b in r["bench_cells"].split()]
+        invalid = [metrics.streamed_invalid(run) for run in runs]
+        assert pd.isna(r["streamed_figures_invalid"]) == (not any(invalid)) == pd.notna(r["streamed_tpot_ms"])
+        if not any(invalid):    # the median over repeats of metrics.py's figure, nothing else
+            per_repeat = [metrics.streamed_figures(run)["streamed_tpot_ms"]["mean"] for run in runs]
+            assert r["streamed_tpot_ms"] == pytest.approx(sorted(per_repeat)[len(per_repeat) // 2] if
+                                                          len(per_repeat) % 2 else sum(per_repeat) / 2)
+        assert r["e2e_ms_per_output_token"] == pytest.approx(
+            pd.Series([metrics.e2e_ms_per_output_token(run) for run in runs]).median())
+        if r["method"] != "none":
+            assert pd.isna(r["speedup_streamed_tpot_na"]) == pd.notna(r["speedup_streamed_tpot_geomean"])
+            print(f"\nsmoke K={r['num_speculative_tokens']}: e2e {r['speedup_e2e_geomean']:.3f}, output tok/s "
+                  f"{r['speedup_output_tok_s']:.3f}, streamed TPOT {r['speedup_streamed_tpot_geomean']} "
+                  f"({r['speedup_streamed_tpot_na']}), bursty {r['bursty_streams']}")
+    # tune's time per token for the same cell is the summary's
+    [group] = tune.load_study(results).values()
+    by_k = table.set_index("num_speculative_tokens")
+    figure = tune.E2E if any(m.streamed_na() for m in group.values()) else tune.STREAMED
+    for k, m in group.items():
+        assert m.ms_per_token(figure) == pytest.approx(by_k.loc[k, figure])
+
+
 def test_second_run_runs_nothing(smoke):
     work, cfg = smoke
     again = snakemake(work, *cfg, "-n")

@@ -136,7 +136,8 @@ def cmd_bench(args) -> int:
     atomic_write_jsonl(out / "requests.jsonl", rows)
     atomic_write_json(out / "metrics.json", figures)
     print(json.dumps({k: figures[k] for k in ("requests_sent", "requests_completed", "output_tok_s",
-                                              "tpot_ms", "spec_decode")}, indent=2))
+                                              "streamed_tpot_ms", "streamed_figures_invalid",
+                                              "e2e_ms_per_output_token", "spec_decode")}, indent=2))
     return 0
 
 
@@ -150,7 +151,8 @@ def cmd_compare(args) -> int:
 
 TUNE_COLUMNS = {"dataset": "dataset", "thinking": "think", "concurrency": "c", "k": "K",
                 "predicted_al": "AL pred", "predicted_al_ci_low": "AL lo", "predicted_al_ci_high": "AL hi",
-                "predicted_al_calibrated": "AL cal", "measured_al": "AL meas", "predicted_tpot_ms": "TPOT ms pred", "measured_tpot_ms": "TPOT ms meas",
+                "predicted_al_calibrated": "AL cal", "measured_al": "AL meas", "ms_per_token_figure": "ms/token figure",
+                "predicted_ms_per_token": "ms/token pred", "measured_ms_per_token": "ms/token meas",
                 "predicted_speedup": "speedup pred", "measured_speedup": "speedup meas", "recommended": "best"}
 VERIFY_COLUMNS = {"dataset": "dataset", "thinking": "think", "concurrency": "c", "k": "K", "recommended": "best",
                   "in_study_before": "measured before", "predicted_al": "AL pred",

@@ -1,4 +1,14 @@
-"""Pure metric functions over request records and counter deltas; no I/O."""
+"""Pure metric functions over request records and counter deltas; no I/O.
+
+Each timing figure is defined here once, and every reader (metrics.json, the summary, stats, tune, compare,
+the pages, the plots and MLflow) takes it from here under one name (docs/results.md lists them):
+- `streamed_tpot` (`request_tpot`): a request's streamed time per output token after its first chunk;
+- per-token ITL (`per_token_itl`): a chunk's gap spread over its tokens;
+- `e2e_ms_per_output_token`: a repeat's summed end-to-end time over its summed output tokens (TTFT included);
+- `e2e_s`: a request's end-to-end latency, which the paired verdict uses.
+The streamed ones are undefined for bursty streams (`is_bursty`) and a whole cell's are void beyond
+MAX_BURSTY_SHARE of them (`streamed_figures_invalid`).
+"""
 from __future__ import annotations
 
 import statistics
@@ -65,11 +75,17 @@ def is_bursty(chunks: list[tuple[float, int]], e2e_s: float) -> bool:
 
 def request_tpot(record: dict) -> float | None:
     """A finished request's streamed TPOT in seconds; None for a bursty stream, a request without per-chunk
-    token counts, or one without a token after its first chunk."""
+    token counts (a record made before they were kept has none: the older (e2e - TTFT) / (tokens - 1) was
+    another figure and is not substituted), or one without a token after its first chunk."""
     chunks = token_chunks(record) if record.get("ok") else None
     if not chunks or is_bursty(chunks, record["e2e_s"]):
         return None
     return streamed_tpot(chunks)
+
+
+def streamed_invalid(records: list[dict]) -> str | None:
+    """Why these requests (one repeat of one cell) have no streamed figures, or None where they have them."""
+    return streamed_figures(records)["streamed_figures_invalid"]
 
 
 def streamed_figures(records: list[dict]) -> dict:
@@ -89,8 +105,17 @@ def streamed_figures(records: list[dict]) -> dict:
                   f"{BURST_SHARE:.0%} of e2e), above the {MAX_BURSTY_SHARE:.0%} a cell may have")
     if reason:
         tpot, itl = [], []
-    return {"tpot_ms": dist([t * 1e3 for t in tpot]), "itl_ms": dist([x * 1e3 for x in itl]),
+    return {"streamed_tpot_ms": dist([t * 1e3 for t in tpot]), "streamed_itl_ms": dist([x * 1e3 for x in itl]),
             "bursty_streams": bursty, "streamed_figures_invalid": reason}
+
+
+def e2e_ms_per_output_token(records: list[dict]) -> float | None:
+    """End-to-end ms per output token over one repeat's finished requests: their summed e2e over their summed
+    completion tokens. It includes TTFT (queueing, prefill), so it is never the streamed TPOT; it is defined
+    for bursty streams too."""
+    ok = [r for r in records if r.get("ok") and r.get("completion_tokens")]
+    tokens = sum(r["completion_tokens"] for r in ok)
+    return 1e3 * sum(r["e2e_s"] for r in ok) / tokens if tokens else None
 
 
 def request_figures(records: list[dict], wall_s: float) -> dict:
@@ -111,6 +136,7 @@ def request_figures(records: list[dict], wall_s: float) -> dict:
         "ttft_ms": dist([r["ttft_s"] * 1e3 for r in ok if r["ttft_s"] is not None]),
         **streamed_figures(records),
         "e2e_ms": dist([r["e2e_s"] * 1e3 for r in ok]),
+        "e2e_ms_per_output_token": e2e_ms_per_output_token(records),
     }
 
 
@@ -218,12 +244,10 @@ def greedy_agreement(records: list[dict], baseline: list[dict]) -> float | None:
     return sum(a == b for a, b in pairs) / len(pairs)
 
 
-def speedup(cell: dict, baseline: dict) -> dict:
-    """Output tok/s ratio and TPOT ratio (baseline / cell): above 1 is faster."""
-    tok = cell["output_tok_s"], baseline["output_tok_s"]
-    tpot = cell["tpot_ms"]["mean"], baseline["tpot_ms"]["mean"]
-    return {"speedup_output_tok_s": tok[0] / tok[1] if all(tok) else None,
-            "speedup_tpot": tpot[1] / tpot[0] if all(tpot) else None}
+def speedup_output_tok_s(cell: float | None, baseline: float | None) -> float | None:
+    """Output tok/s ratio cell / baseline: above 1 is faster. The one whole-cell speedup; latency speedups are
+    paired per request (stats.paired_speedup), never a ratio of two cells' means."""
+    return cell / baseline if cell and baseline else None
 
 
 def median_mad(values: list[float]) -> tuple[float | None, float | None]:

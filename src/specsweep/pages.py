@@ -23,9 +23,15 @@ code, pre { font-size: 12px; white-space: pre-wrap; word-break: break-all; }
 </style>"""
 
 
+# the verdict's figure first; the paired streamed TPOT beside it, blank where the streams failed their check,
+# with the reason in speedup_streamed_tpot_na; any disagreement between a row's figures last
 KEY_COLUMNS = ["server_cell", "method", "num_speculative_tokens", "dataset", "thinking", "concurrency", "valid",
                "output_tok_s", "mean_acceptance_length", "speedup_e2e_geomean", "speedup_e2e_ci_low",
-               "speedup_e2e_ci_high", "verdict"]
+               "speedup_e2e_ci_high", "verdict", "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low",
+               "speedup_streamed_tpot_ci_high", "speedup_streamed_tpot_na", "figures_disagree"]
+K_KEY_COLUMNS = ["statement", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high",
+                 "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
+                 "speedup_streamed_tpot_na", "paired_prompts", "server_cell_a", "server_cell_b"]
 
 
 def page(title: str, *sections: str) -> str:
@@ -51,8 +57,7 @@ def summary_page(summary_csv: str, out: str) -> None:
                 table(summary, "summary.csv: one row per cell over its repeats")]
     ks = Path(summary_csv).with_name(K_COMPARISON)
     if ks.exists() and not (k := pd.read_csv(ks)).empty:
-        sections.append(table(k[["statement", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high",
-                                 "paired_prompts", "server_cell_a", "server_cell_b"]], "K against K"))
+        sections.append(table(k[[c for c in K_KEY_COLUMNS if c in k]], "K against K"))
     atomic_write_text(out, page("Summary", *sections))
 
 

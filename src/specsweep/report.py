@@ -58,13 +58,13 @@ def _group_label(dataset, thinking, conc) -> str:
     return f"{dataset} think={str(thinking).lower()} c={conc}"
 
 
-def _save(fig, path: Path, integer_x: bool = True) -> None:
+def _save(fig, path: Path, integer_x: bool = True, bottom: float = 0.0) -> None:
     for ax in fig.axes:
         if integer_x:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # K, positions and concurrency are whole
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, bottom, 1, 1))      # bottom: room kept for a note under the axes
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -96,14 +96,45 @@ def _by_k(ax, table: pd.DataFrame, styles: dict, column: str, err) -> None:
     ax.set_xlabel("num_speculative_tokens (K)")
 
 
+def _streamed_tpot(ax, table: pd.DataFrame, styles: dict) -> list[str]:
+    """The paired streamed-TPOT speedup as hollow markers just right of each K, only where both cells' streams
+    passed their check; returns, for each valid cell without one, its label and why (speedup_streamed_tpot_na)."""
+    spec = table[(table.method != "none") & table.valid]
+    if "speedup_streamed_tpot_geomean" not in spec:      # a summary from before the column
+        return []
+    missing, labelled = [], False
+    for _, row in spec.iterrows():
+        label, colour = style_of(styles, row)
+        point = row.speedup_streamed_tpot_geomean
+        if point != point:        # NaN: not shown
+            why = row.get("speedup_streamed_tpot_na")
+            missing.append(f"{label} c={row.concurrency}: {why if isinstance(why, str) else 'no paired requests'}")
+            continue
+        lo, hi = row.speedup_streamed_tpot_ci_low, row.speedup_streamed_tpot_ci_high
+        err = [[point - lo if lo == lo else 0], [hi - point if hi == hi else 0]]
+        ax.errorbar([row.num_speculative_tokens + 0.15], [point], yerr=err, marker="o", mfc="none", capsize=2,
+                    color=colour, ls="none", label=None if labelled else "streamed TPOT (hollow)")
+        labelled = True
+    return missing
+
+
 def speedup_vs_k(table: pd.DataFrame, styles: dict, path: Path) -> None:
+    """The verdict's figure, the paired e2e speedup, per K; the paired streamed-TPOT speedup beside it only where
+    it passed its check, and below the plot the reason for each cell where it did not."""
     fig, ax = plt.subplots(figsize=(6, 4))
     _by_k(ax, table, styles, "speedup_e2e_geomean", lambda g: (
         (g.speedup_e2e_geomean - g.speedup_e2e_ci_low).fillna(0), (g.speedup_e2e_ci_high - g.speedup_e2e_geomean).fillna(0)))
+    missing = _streamed_tpot(ax, table, styles)
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set(ylabel="speedup (paired e2e latency, geomean)",
            title="Speedup over the baseline, 95% CI" + _left_out(table))
-    _save(fig, path, integer_x=False)     # _by_k set the ticks: the Ks
+    bottom = 0.0
+    if missing:
+        shown = [m.split(" (first to last chunk")[0] for m in missing[:4]] + \
+            ([f"... and {len(missing) - 4} more (summary.csv)"] if len(missing) > 4 else [])
+        fig.text(0.01, 0.01, "streamed TPOT not shown:\n" + "\n".join(shown), fontsize=6, va="bottom")
+        bottom = 0.04 * (len(shown) + 1)
+    _save(fig, path, integer_x=False, bottom=bottom)     # _by_k set the ticks: the Ks
 
 
 def acceptance_vs_k(table: pd.DataFrame, styles: dict, path: Path) -> None:

@@ -33,21 +33,20 @@ MIN_PROMPTS = 5      # below this, no CI: a bootstrap over 2-4 prompts has almos
 FASTER, SLOWER, NOISE = "faster", "slower", "within noise"
 
 
+FIGURES = ("e2e", "streamed_tpot")     # the per-request latencies a paired speedup is taken of
+
+
 def request_latency(row: dict, figure: str) -> float | None:
-    """A finished request's latency in seconds: `e2e` (whole request) or `tpot` (the streamed TPOT per token,
-    metrics.request_tpot: None for a bursty stream or one without per-chunk token counts); None when the
-    request failed or the figure is undefined for it. A row recorded before chunk timings (no `chunk_t_s`)
-    keeps the TPOT it was measured with: (e2e - TTFT) / (completion tokens - 1)."""
+    """A finished request's latency in seconds: `e2e` (the whole request, row's e2e_s) or `streamed_tpot`
+    (metrics.request_tpot: None for a bursty stream or one without per-chunk token counts); None when the
+    request failed or the figure is undefined for it."""
     if not row.get("ok") or not row.get("e2e_s"):
         return None
     if figure == "e2e":
         return row["e2e_s"]
-    if "chunk_t_s" in row:
+    if figure == "streamed_tpot":
         return metrics.request_tpot(row)
-    ttft, tokens = row.get("ttft_s"), row.get("completion_tokens") or 0
-    if ttft is None or tokens < 2 or row["e2e_s"] <= ttft:
-        return None
-    return (row["e2e_s"] - ttft) / (tokens - 1)
+    raise ValueError(f"unknown latency figure {figure!r}: one of {FIGURES}")
 
 
 def row_acceptance(row: dict) -> tuple[float, float] | None:
@@ -125,7 +124,7 @@ def _log_speedup_statistic(cell: np.ndarray, ref: np.ndarray, turns: np.ndarray,
 
 
 def speedup_ci(cell_runs: list[list[dict]], ref_runs: list[list[dict]], figure: str, seed: int = SEED) -> dict:
-    """Geometric-mean latency ratio ref / cell (above 1: the cell is faster) of one figure (`e2e`, `tpot`)
+    """Geometric-mean latency ratio ref / cell (above 1: the cell is faster) of one figure (`FIGURES`)
     over the requests of every repeat of each side, with its CI; `prompts` and `requests` say what entered."""
     cell, ref, turns = _log_latencies(cell_runs, ref_runs, figure)
     out = {"ratio": None, "ci_low": None, "ci_high": None, "prompts": len(turns),
@@ -149,19 +148,34 @@ def verdict(ci_low: float | None, ci_high: float | None) -> str | None:
     return FASTER if ci_low > 1 else SLOWER if ci_high < 1 else NOISE
 
 
+def streamed_na(cell_runs: list[list[dict]], ref_runs: list[list[dict]],
+                sides: tuple[str, str] = ("cell", "reference")) -> str | None:
+    """Why the paired streamed TPOT of these runs is not shown: the first repeat of either side whose streams
+    fail its own check (metrics.streamed_invalid), named by side and repeat; None where every repeat passes."""
+    for side, runs in zip(sides, (cell_runs, ref_runs)):
+        for i, run in enumerate(runs):
+            reason = metrics.streamed_invalid(run)
+            if reason:
+                return f"{side} repeat {i + 1} of {len(runs)}: {reason}"
+    return None
+
+
 def paired_speedup(cell_runs: list[list[dict]], ref_runs: list[list[dict]], seed: int = SEED,
-                   streamed: bool = True) -> dict:
-    """Speedup of a cell over a reference from each side's repeats (request rows): e2e and TPOT latency
-    ratios with CIs, what entered, and the verdict on e2e. streamed=False (a side whose streamed figures
-    are not measurable, metrics.streamed_figures) leaves the TPOT ratio and its CI None."""
+                   sides: tuple[str, str] = ("cell", "reference")) -> dict:
+    """Speedup of a cell over a reference from each side's repeats (request rows): the e2e latency ratio and the
+    streamed-TPOT ratio, each a geomean with its CI, what entered, and the verdict (on e2e). The streamed-TPOT
+    ratio stands only where every repeat of both sides has valid streamed figures; elsewhere it is None and
+    `speedup_streamed_tpot_na` says why (`sides` name the two in that reason)."""
     out: dict = {}
-    for figure in ("e2e", "tpot"):
-        g = speedup_ci(cell_runs, ref_runs, figure, seed) if figure == "e2e" or streamed else \
+    na = streamed_na(cell_runs, ref_runs, sides) if cell_runs and ref_runs else None
+    for figure in FIGURES:
+        g = speedup_ci(cell_runs, ref_runs, figure, seed) if figure == "e2e" or not na else \
             dict.fromkeys(("ratio", "ci_low", "ci_high"))
         out.update({f"speedup_{figure}_geomean": g["ratio"], f"speedup_{figure}_ci_low": g["ci_low"],
                     f"speedup_{figure}_ci_high": g["ci_high"]})
         if figure == "e2e":
             out.update(paired_prompts=g["prompts"], paired_requests=g["requests"])
+    out["speedup_streamed_tpot_na"] = na
     out["verdict"] = verdict(out["speedup_e2e_ci_low"], out["speedup_e2e_ci_high"])
     return out
 

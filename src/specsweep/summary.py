@@ -17,16 +17,20 @@ from .cells import Grid, stable_hash
 from .metrics import length_shares, median_mad
 from .results import atomic_write_text, read_json, read_jsonl
 
+# summary column -> its path in metrics.json: the median over valid repeats, with `<column>_mad` beside it
 FIGURES = {
     "output_tok_s": ("output_tok_s",), "request_throughput": ("request_throughput",),
-    "tpot_ms": ("tpot_ms", "mean"), "ttft_ms_median": ("ttft_ms", "median"), "itl_ms_median": ("itl_ms", "median"),
-    "e2e_ms_median": ("e2e_ms", "median"), "mean_acceptance_length": ("spec_decode", "mean_acceptance_length"),
-    "acceptance_rate": ("spec_decode", "acceptance_rate"), "speedup_tpot": ("speedup_tpot",),
+    "streamed_tpot_ms": ("streamed_tpot_ms", "mean"), "streamed_itl_ms_median": ("streamed_itl_ms", "median"),
+    "ttft_ms_median": ("ttft_ms", "median"), "e2e_ms_median": ("e2e_ms", "median"),
+    "e2e_ms_per_output_token": ("e2e_ms_per_output_token",),
+    "mean_acceptance_length": ("spec_decode", "mean_acceptance_length"),
+    "acceptance_rate": ("spec_decode", "acceptance_rate"),
     "greedy_agreement": ("greedy_agreement",), "error_rate": ("error_rate",),
 }
-STREAMED = ("tpot_ms", "itl_ms_median", "speedup_tpot")     # blank when a repeat's streamed figures are not measurable
-PAIRED = ["speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "speedup_tpot_geomean",
-          "speedup_tpot_ci_low", "speedup_tpot_ci_high", "paired_prompts", "paired_requests", "verdict"]
+STREAMED = ("streamed_tpot_ms", "streamed_itl_ms_median")   # blank where a repeat's streams fail their check
+PAIRED = ["speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "speedup_streamed_tpot_geomean",
+          "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high", "speedup_streamed_tpot_na",
+          "paired_prompts", "paired_requests", "verdict"]
 K_COMPARISON = "k_comparison.csv"
 BY_CATEGORY = "summary_by_category.csv"
 K_COLUMNS = ["study", "pair", "method", "dataset", "thinking", "concurrency", "k_a", "k_b", "server_cell_a",
@@ -83,11 +87,14 @@ def rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
                "dataset": dataset, "thinking": thinking, "concurrency": conc, "repeats": len(bids),
                "valid_repeats": len(valid),
                "valid": bool(valid), "bench_cells": " ".join(sorted(bids))}
-        streamed = not any(m.get("streamed_figures_invalid") for m in valid)
+        row["bursty_streams"] = sum(m.get("bursty_streams") or 0 for m in valid)
+        row["streamed_figures_invalid"] = next((f"repeat {i + 1} of {len(valid)}: {m['streamed_figures_invalid']}"
+                                                for i, m in enumerate(valid) if m.get("streamed_figures_invalid")), None)
         for name, path in FIGURES.items():
-            row[name], row[f"{name}_mad"] = median_mad([_get(m, path) for m in valid]) \
-                if streamed or name not in STREAMED else (None, None)
+            row[name], row[f"{name}_mad"] = (None, None) if row["streamed_figures_invalid"] and name in STREAMED \
+                else median_mad([_get(m, path) for m in valid])
         row.update(_against_baseline(cells, sid, bids, valid))
+        row["figures_disagree"] = "; ".join(disagreements(row)) or None
         # None where the server does not say which drafts it accepted (SGLang 0.5.17: a counter alone)
         per_pos = [m["spec_decode"]["per_position_acceptance"] or [] for m in valid if m.get("spec_decode")]
         width = max((len(p) for p in per_pos), default=0)
@@ -110,9 +117,71 @@ def _against_baseline(cells: _Cells, sid: str, bids: list[str], valid: list[dict
     tok = stats.ratio_of_medians([m["output_tok_s"] for m in valid], ref)
     out.update(speedup_output_tok_s=tok["ratio"], speedup_output_tok_s_ci_low=tok["ci_low"],
                speedup_output_tok_s_ci_high=tok["ci_high"])
-    streamed = not any(m.get("streamed_figures_invalid") for m in [*valid, *ref_metrics])
-    out.update(stats.paired_speedup(cells.runs(sid, bids), cells.runs(base, bids), streamed=streamed))
+    out.update(stats.paired_speedup(cells.runs(sid, bids), cells.runs(base, bids), sides=("this cell", "the baseline")))
     return out
+
+
+# ---- the figures of one row against each other ------------------------------------------------------------
+NO_CI_TOLERANCE = 0.25    # a figure without a CI stands for x / 1.25 .. x * 1.25 (docs/results.md says why)
+SPEEDUPS = {"e2e": ("speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high"),
+            "streamed TPOT": ("speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low",
+                              "speedup_streamed_tpot_ci_high"),
+            "output tok/s": ("speedup_output_tok_s", "speedup_output_tok_s_ci_low", "speedup_output_tok_s_ci_high")}
+
+
+def _number(value) -> float | None:
+    return None if value is None or value != value else float(value)      # None and NaN (a CSV's blank) alike
+
+
+def _interval(row: dict, point: str, low: str, high: str) -> tuple[float, float] | None:
+    """A figure's CI, or for a figure without one, itself widened by NO_CI_TOLERANCE; None where it is blank."""
+    x, lo, hi = (_number(row.get(c)) for c in (point, low, high))
+    if x is None:
+        return None
+    return (lo, hi) if lo is not None and hi is not None else (x / (1 + NO_CI_TOLERANCE), x * (1 + NO_CI_TOLERANCE))
+
+
+def disagreements(row: dict) -> list[str]:
+    """Where two figures of one summary row that measure the same thing contradict each other beyond their CIs
+    (a figure without a CI: NO_CI_TOLERANCE). The speedups, each baseline / cell:
+    - no two resolve in opposite directions (one interval above 1, the other below);
+    - e2e and output tok/s time the same requests' whole time: their intervals overlap;
+    - e2e = TTFT + decode, and speculation leaves TTFT about as it was, so the e2e speedup lies between 1
+      (widened by the tolerance) and the streamed-TPOT speedup.
+    Per token, in ms: the streamed TPOT is at most the e2e time per output token (which adds TTFT), within the
+    tolerance. A blank figure (not measured, or void by its own check) is not compared."""
+    shown = {name: iv for name, cols in SPEEDUPS.items() if (iv := _interval(row, *cols)) is not None}
+    out = []
+    for a, b in itertools.combinations(shown, 2):
+        (alo, ahi), (blo, bhi) = shown[a], shown[b]
+        if (alo > 1 and bhi < 1) or (ahi < 1 and blo > 1):
+            out.append(f"the {a} speedup [{alo:.2f}, {ahi:.2f}] and the {b} speedup [{blo:.2f}, {bhi:.2f}] point "
+                       "in opposite directions")
+    if "e2e" in shown and "output tok/s" in shown:
+        (alo, ahi), (blo, bhi) = shown["e2e"], shown["output tok/s"]
+        if ahi < blo or bhi < alo:
+            out.append(f"the e2e speedup [{alo:.2f}, {ahi:.2f}] and the output tok/s speedup [{blo:.2f}, {bhi:.2f}] "
+                       "do not overlap")
+    if "e2e" in shown and "streamed TPOT" in shown:
+        (alo, ahi), (tlo, thi) = shown["e2e"], shown["streamed TPOT"]
+        lo, hi = min(1 / (1 + NO_CI_TOLERANCE), tlo), max(1 + NO_CI_TOLERANCE, thi)
+        if ahi < lo or alo > hi:
+            out.append(f"the e2e speedup [{alo:.2f}, {ahi:.2f}] lies outside [{lo:.2f}, {hi:.2f}], between no change "
+                       "and the streamed TPOT speedup")
+    tpot, per_token = _number(row.get("streamed_tpot_ms")), _number(row.get("e2e_ms_per_output_token"))
+    if tpot is not None and per_token is not None and tpot > per_token * (1 + NO_CI_TOLERANCE):
+        out.append(f"the streamed TPOT {tpot:.3g} ms exceeds the e2e time per output token {per_token:.3g} ms, "
+                   "which includes TTFT")
+    return out
+
+
+def assert_consistent(table) -> None:
+    """Raise AssertionError, naming each row and problem, where a summary row's figures disagree (disagreements);
+    `table` is summary rows (dicts) or the summary as a DataFrame."""
+    records = table.to_dict("records") if isinstance(table, pd.DataFrame) else table
+    problems = [f"{r['server_cell']} {r['dataset']} c={r['concurrency']}: {p}" for r in records
+                for p in disagreements(r)]
+    assert not problems, "summary figures disagree:\n" + "\n".join(problems)
 
 
 def k_comparison(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
@@ -133,7 +202,7 @@ def k_comparison(grid: Grid, study: str, cells: _Cells | None = None) -> list[di
                     continue
                 ka, kb = (grid.servers[s].spec["num_speculative_tokens"] for s in (hi, lo))
                 hi_runs, lo_runs = cells.runs(hi, bids), cells.runs(lo, bids)
-                paired = stats.paired_speedup(hi_runs, lo_runs)
+                paired = stats.paired_speedup(hi_runs, lo_runs, sides=(f"K={ka}", f"K={kb}"))
                 text = stats.format_ratio(paired["speedup_e2e_geomean"], paired["speedup_e2e_ci_low"],
                                           paired["speedup_e2e_ci_high"])
                 result = {None: "no CI", stats.NOISE: "within noise", stats.FASTER: f"resolved (K={ka} faster)",
@@ -165,7 +234,7 @@ def category_rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[d
                         "thinking": thinking, "concurrency": conc, "category": cat,
                         "prompts": len({r["index"] for r in in_cat}),
                         "mean_acceptance_length": stats.mean_acceptance_length(in_cat),
-                        **stats.paired_speedup(pick(cell_runs), pick(ref_runs))})
+                        **stats.paired_speedup(pick(cell_runs), pick(ref_runs), sides=("this cell", "the baseline"))})
     return out
 
 
@@ -179,7 +248,12 @@ def verdict_lines(table: list[dict], ks: list[dict]) -> list[str]:
                          f"e2e speedup {text} {r['verdict'] or 'no CI'} ({r['paired_prompts']} prompts, "
                          f"{r['valid_repeats']} repeat(s)); output tok/s "
                          + stats.format_ratio(r["speedup_output_tok_s"], r["speedup_output_tok_s_ci_low"],
-                                              r["speedup_output_tok_s_ci_high"]))
+                                              r["speedup_output_tok_s_ci_high"]) + "; streamed TPOT "
+                         + (f"n/a ({r['speedup_streamed_tpot_na']})" if r["speedup_streamed_tpot_na"] else
+                            stats.format_ratio(r["speedup_streamed_tpot_geomean"], r["speedup_streamed_tpot_ci_low"],
+                                               r["speedup_streamed_tpot_ci_high"])))
+            if r["figures_disagree"]:
+                lines.append(f"  WARNING: figures disagree: {r['figures_disagree']}")
     lines += [f"{k['dataset']} think={k['thinking']} c={k['concurrency']}: {k['statement']}" for k in ks]
     return lines
 

