@@ -243,9 +243,10 @@ def acceptance_from_counters(rows: list[dict], verify_calls: float | None, k: in
     """The cell's acceptance where the stream carries no stats: each verify step commits its accepted drafts
     plus one token, and the prefill gives each request its first, so accepted = sum(tokens - 1) - steps.
 
-    Steps are the verify-call counter's delta over the measured requests. A request cut at max_tokens loses
-    the drafts past it, as it does in SGLang's own per-request figures. No per-position figures: the counter
-    does not say which drafts were accepted.
+    Steps are the verify-call counter's delta over the measured requests. Drafts a step accepted past the
+    answer's end (its stop token, or max_tokens) are not committed, so not counted here, as in SGLang's own
+    per-request figures; vLLM's counters count them (docs/backends.md#sglang). No per-position figures: the
+    counter does not say which drafts were accepted.
     """
     done = [r for r in rows if r["ok"] and r["completion_tokens"] > 0]
     steps = verify_calls or 0.0
