@@ -1,8 +1,10 @@
 """The SGLang backend: its argv, its acceptance figures, a server cell end to end, and its preflight checks.
 
-No real SGLang runs here (no GPU, and SGLang 0.5.23 refuses DFLASH on CPU). The server is a stand-in,
-tests/fake_sglang/sglang/launch_server.py, that copies SGLang 0.5.23's flags and response shapes; it runs
-as a real process through the same lifecycle (server.python -m sglang.launch_server, on 127.0.0.1).
+No real SGLang runs here (no GPU, and SGLang refuses DFLASH on CPU); a real 0.5.17 ran on an H200
+(bench/h200/sglang/), and what it answered is kept in tests/data/sglang0517/. The server here is a stand-in,
+tests/fake_sglang/sglang/launch_server.py, that answers as that 0.5.17 did (or as 0.5.23's source reads, under
+STANDIN_SGLANG_VERSION); it runs as a real process through the same lifecycle (server.python -m
+sglang.launch_server, on 127.0.0.1).
 """
 import json
 import sys
@@ -63,10 +65,29 @@ def test_argv_maps_every_setting_to_sglangs_flag():
         "--max-running-requests", "64"]
     base = next(c.spec for c in grid.servers.values() if c.is_baseline)
     assert not [a for a in sglang.build_argv(PY, base, "h", 1, "m") if a.startswith("--speculative")]
+    # the settings a user needs on SGLang, as keys: absent from the argv (and the id) until set
+    assert not {"--sampling-backend", "--mm-feature-transport", "--cuda-graph-max-bs-decode"} & set(argv)
+    set_grid = expand(compose_jobs(["results_dir=results", *SGLANG, "sweep.num_speculative_tokens=7",
+                                    "server.sampling_backend=pytorch", "server.mm_feature_transport=cpu",
+                                    "server.cuda_graph_max_bs=32"]))
+    set_spec = next(c.spec for c in set_grid.servers.values() if not c.is_baseline)
+    set_argv = sglang.build_argv(PY, set_spec, "h", 1, "m")
+    for flag, value in (("--sampling-backend", "pytorch"), ("--mm-feature-transport", "cpu"),
+                        ("--cuda-graph-max-bs-decode", "32")):
+        assert set_argv[set_argv.index(flag) + 1] == value
+    def ids(*overrides):
+        return set(expand(compose_jobs(["results_dir=results", *SGLANG, "sweep.num_speculative_tokens=7",
+                                        *overrides])).servers)
+    assert ids("server.sampling_backend=null", "server.cuda_graph_max_bs=null") == ids()   # unset: ids as before
+    assert not ids("server.sampling_backend=pytorch") & ids()                            # set: a new cell
     # every flag the backend passes is one server.extra_args may not set (config.SPEC_FLAGS["sglang"])
     passed = {a for a in argv[3:-2] if a.startswith("--")}
     assert [flag for flag in sorted(passed) if not _spec_flag_fix("sglang", flag)] == []
     assert _spec_flag_fix("sglang", "--max-running-requests") is None
+    for flag, key in (("--sampling-backend", "server.sampling_backend"), ("--cuda-graph-max-bs", "server.cuda_graph_max_bs"),
+                      ("--cuda-graph-max-bs-decode=8", "server.cuda_graph_max_bs"),
+                      ("--mm-feature-transport", "server.mm_feature_transport")):
+        assert _spec_flag_fix("sglang", flag) == f"use {key}"
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -259,7 +280,8 @@ def test_a_baseline_whose_chunks_come_in_one_burst_is_flagged_and_no_contradicti
 
     from specsweep import compare, metrics, summary, tune
 
-    grid, base, spec = fake("+server.env.STANDIN_BURST_K0=1", "+server.env.STANDIN_STEP_S=0.02")
+    grid, base, spec = fake("+server.env.STANDIN_BURST_K0=1", "+server.env.STANDIN_STEP_S=0.02",
+                            version="0.5.23")           # tune needs per-request acceptance
     for sid in (base, spec):
         runner.run_server_cell(grid, sid, tmp_path / f"{sid}.done", progress=False)
     [bid] = grid.benches[spec]
