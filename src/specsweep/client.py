@@ -50,6 +50,7 @@ class ChatSettings:
     spec_field: tuple[str, ...] = ()     # the key path at which a stream chunk carries the request's spec stats
     ignore_eos: bool = False             # decode exactly max_tokens
     api_key: str | None = field(default=None, repr=False)   # sent as a Bearer token; never recorded
+    per_chunk_usage: bool = True         # continuous_usage_stats: each chunk's token count (off only to measure its cost)
 
 
 def settings_for(bench: dict, model: str, timeout_s: float, **server_fields) -> ChatSettings:
@@ -62,7 +63,8 @@ def settings_for(bench: dict, model: str, timeout_s: float, **server_fields) -> 
 def _payload(messages: list[dict], s: ChatSettings) -> dict:
     return {"model": s.model, "messages": messages, "max_tokens": s.max_tokens, "temperature": s.temperature,
             "seed": s.seed, "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True},   # usage on every chunk
+            "stream_options": {"include_usage": True,                                   # usage on every chunk
+                               **({"continuous_usage_stats": True} if s.per_chunk_usage else {})},
             "chat_template_kwargs": {"enable_thinking": s.thinking},
             **({"ignore_eos": True} if s.ignore_eos else {}), **(s.extra_body or {})}
 
