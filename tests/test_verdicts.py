@@ -145,22 +145,62 @@ def test_plots_include_the_category_heatmap(verdict_study):
     assert out / "plots" / "category_by_k.png" in paths and all(p.exists() for p in paths)
 
 
-def test_mlflow_filters_on_verdicts(verdict_study):
-    """Each bench cell's run carries its own verdict and CI, and the verdict over its repeats; a re-ingest
-    after more repeats would update the latter on runs it already has."""
+def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_steps(verdict_study):
+    """Each summary row is one run: its pooled verdict, speedup and CI to filter on, each repeat's figures as
+    metric steps. A re-ingest adds nothing; a row that changed replaces its run; an old-layout store is refused."""
+    import csv
+
     from mlflow.tracking import MlflowClient
 
     from specsweep import tracking
+    from specsweep.errors import TrackingError
 
     grid, _, out = verdict_study
     (out / "env.json").write_text("{}")
-    tracking.ingest(grid, "v", str(out / "summary.csv"), str(out / "plots"), str(out / "env.json"),
-                    str(out / "mlflow.done"))
+    args = (str(out / "summary.csv"), str(out / "plots"), str(out / "env.json"), str(out / "mlflow.done"))
+    first = tracking.ingest(grid, "v", *args)
     client = MlflowClient(tracking_uri=tracking.tracking_uri(grid, "v"))
     exp = client.get_experiment_by_name("specsweep")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert first["url"].endswith(f"/#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning")
+    configs = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.kind` = 'configuration'")
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    assert first["runs_added"] == len(configs) == len(rows) == 3
     faster = client.search_runs([exp.experiment_id], filter_string="tags.verdict = 'faster'")
-    assert len(faster) == 4 and all(r.data.metrics["speedup_e2e_ci_low"] > 1 for r in faster)
-    pooled = client.search_runs([exp.experiment_id], filter_string="tags.summary_verdict = 'faster'")
-    assert len(pooled) == 4 and all(r.data.tags["summary_speedup_e2e"].startswith("1.") for r in pooled)
-    parent = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.kind` = 'study'")[0]
-    assert {"k_comparison.csv", "summary_by_category.csv"} <= {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {r.data.tags["K"] for r in faster} == {"3", "7"}
+    for run in faster:
+        row = next(x for x in rows if x["num_speculative_tokens"] == run.data.tags["K"])
+        assert run.info.run_name == f"tiny · dflash K={row['num_speculative_tokens']} · data=jsonl · c=4"
+        for figure in tracking.VERDICT_FIGURES:        # the summary's own figures, none recomputed
+            if row[figure]:
+                assert run.data.metrics[figure] == pytest.approx(float(row[figure]))
+        assert run.data.metrics["speedup_e2e_ci_low"] > 1.3 and run.data.tags["speedup_e2e"].startswith("1.")
+        assert "per_position_acceptance.0" in run.data.metrics
+        steps = client.get_metric_history(run.info.run_id, "repeat.speedup_e2e_geomean")
+        assert sorted(m.step for m in steps) == [0, 1]          # two repeats
+        assert run.data.tags["specsweep.cell_id"] == f"{row['server_cell']}/jsonl-t0-c4"
+    [base] = [r for r in configs if r.data.tags["method"] == "none"]
+    assert base.info.run_name == "tiny · baseline · data=jsonl · c=4" and "verdict" not in base.data.tags
+    [study] = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.kind` = 'study'")
+    assert {"k_comparison.csv", "summary_by_category.csv"} <= {a.path for a in client.list_artifacts(study.info.run_id)}
+
+    again = tracking.ingest(grid, "v", *args)
+    assert (again["runs_added"], again["runs_replaced"]) == (0, 0)
+    assert again["configurations"] == first["configurations"]
+
+    table = (out / "summary.csv").read_text()          # a row that moved (say, more repeats) replaces its run
+    k3 = next(x for x in rows if x["num_speculative_tokens"] == "3")
+    (out / "summary.csv").write_text(table.replace(k3["speedup_e2e_ci_high"], "1.99", 1))
+    moved = tracking.ingest(grid, "v", *args)
+    assert (moved["runs_added"], moved["runs_replaced"]) == (1, 1)
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.kind` = 'configuration'")
+    assert len(runs) == 3 and len({r.data.tags["specsweep.cell_id"] for r in runs}) == 3
+    assert client.get_run(moved["configurations"][f"{k3['server_cell']}/jsonl-t0-c4"]).data.metrics[
+        "speedup_e2e_ci_high"] == 1.99
+
+    client.create_run(exp.experiment_id, tags={"specsweep.kind": "bench_cell", "specsweep.study": "old"})
+    with pytest.raises(TrackingError) as refused:
+        tracking.ingest(grid, "v", *args)
+    message = str(refused.value)
+    assert "this store was written by specsweep's per-repeat layout" in message and "\n" not in message
+    assert f"delete {tracking.default_store(grid)}" in message
