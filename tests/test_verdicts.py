@@ -179,7 +179,11 @@ def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_st
         steps = client.get_metric_history(run.info.run_id, "repeat.speedup_e2e_geomean")
         assert sorted(m.step for m in steps) == [0, 1]          # two repeats
         assert run.data.tags["specsweep.cell_id"] == f"{row['server_cell']}/jsonl-t0-c4"
+    [k7] = [r for r in faster if r.data.tags["K"] == "7"]            # K against K, on the larger K's run
+    [statement] = [x["statement"] for x in csv.DictReader(open(out / "k_comparison.csv"))]
+    assert statement == f"K=7 vs K=3: {k7.data.tags['vs_K3']}" and "within noise" in statement
     [base] = [r for r in configs if r.data.tags["method"] == "none"]
+
     assert base.info.run_name == "tiny · baseline · data=jsonl · c=4" and "verdict" not in base.data.tags
     [study] = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.kind` = 'study'")
     assert {"k_comparison.csv", "summary_by_category.csv"} <= {a.path for a in client.list_artifacts(study.info.run_id)}

@@ -249,6 +249,19 @@ def row_tags(row: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in tags.items() if v not in (None, "")}
 
 
+def k_tags(k_comparison_csv: Path) -> dict[str, dict[str, str]]:
+    """Per configuration, its K comparisons against each smaller K (k_comparison.csv's statements), as tags
+    `vs_K3`: `1.28x [1.26, 1.30] resolved (K=7 faster)`; none where the table is absent."""
+    out: dict[str, dict[str, str]] = {}
+    for row in summary_rows(str(k_comparison_csv)) if k_comparison_csv.exists() else []:
+        statement = row.get("statement") or ""
+        if not (row.get("server_cell_a") and ": " in statement):
+            continue
+        key = config_id({**row, "server_cell": row["server_cell_a"]})
+        out.setdefault(key, {})[f"vs_K{row.get('k_b')}"] = statement.split(": ", 1)[1]
+    return out
+
+
 def old_layout_refusal(uri: str, grid: Grid, study: str) -> str:
     """The one line for a store that holds the per-repeat layout's runs, which would sit beside the new ones."""
     if not grid.tracking[study]["uri"]:
@@ -291,7 +304,7 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
         pairs_of = {}                    # a baseline server cell -> the pairs it is the baseline of
         for spec, base in grid.baseline_of.items():
             pairs_of.setdefault(base, set()).add(grid.servers[spec].pair["name"])
-        spans = []
+        spans, ks = [], k_tags(Path(summary_csv).parent / K_COMPARISON)
         for row in summary_rows(summary_csv):
             cid, sid = config_id(row), row["server_cell"]
             bids = sorted(row.get("bench_cells", "").split(),
@@ -301,7 +314,8 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
             span = (min((t[0] for t in times.values()), default=None),
                     max((t[1] for t in times.values()), default=None))
             spans.append(span)
-            digest = stable_hash([row, {b: times[b] for b in repeats}])[:16]
+            vs = ks.get(cid, {})
+            digest = stable_hash([row, {b: times[b] for b in repeats}, vs])[:16]
             old = existing.get(cid)
             if old is not None and old.data.tags.get(DIGEST_TAG) == digest:
                 runs[cid] = old.info.run_id
@@ -311,7 +325,7 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
                 replaced += 1
             vllm = sorted({str(f.get("vllm_version")) for f in repeats.values() if f.get("vllm_version")})
             tags = {STUDY_TAG: study, KIND_TAG: "configuration", CELL_TAG: cid, DIGEST_TAG: digest,
-                    **row_tags(row), **versions, "git_commit": commit}
+                    **row_tags(row), **vs, **versions, "git_commit": commit}
             if vllm:
                 tags["vllm_version"] = " ".join(vllm)
             run = client.create_run(exp_id, run_name=run_name(row, "/".join(sorted(pairs_of.get(sid, ())))),
