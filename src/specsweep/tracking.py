@@ -311,6 +311,8 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
                           key=lambda b: grid.benches[sid][b].spec["repeat"] if b in grid.benches.get(sid, {}) else 0)
             repeats = {b: read_json(grid.metrics_path(sid, b)) for b in bids if grid.metrics_path(sid, b).exists()}
             times = {b: cell_times_ms(f, grid.bench_dir(sid, b)) for b, f in repeats.items()}
+            steps = {b: grid.benches[sid][b].spec["repeat"] if b in grid.benches.get(sid, {}) else i
+                     for i, b in enumerate(repeats)}
             span = (min((t[0] for t in times.values()), default=None),
                     max((t[1] for t in times.values()), default=None))
             spans.append(span)
@@ -320,11 +322,11 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
             if old is not None and old.data.tags.get(DIGEST_TAG) == digest:
                 runs[cid] = old.info.run_id
                 continue
-            if old is not None:          # more repeats, or a summary that moved: the run is made afresh
+            if old is not None:          # more repeats, a summary that moved, or an ingest cut short: made afresh
                 client.delete_run(old.info.run_id)
                 replaced += 1
             vllm = sorted({str(f.get("vllm_version")) for f in repeats.values() if f.get("vllm_version")})
-            tags = {STUDY_TAG: study, KIND_TAG: "configuration", CELL_TAG: cid, DIGEST_TAG: digest,
+            tags = {STUDY_TAG: study, KIND_TAG: "configuration", CELL_TAG: cid,
                     **row_tags(row), **vs, **versions, "git_commit": commit}
             if vllm:
                 tags["vllm_version"] = " ".join(vllm)
@@ -345,18 +347,17 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
                 client.log_batch(run_id, params=params[i:i + 100])
             metrics = [Metric(k, v, span[1] or 0, 0) for k, v in row_figures(row).items()]
             for b, figures in repeats.items():
-                step = grid.benches[sid][b].spec["repeat"] if b in grid.benches.get(sid, {}) else bids.index(b)
                 values = {**_numeric(figures), "valid": float(bool(figures.get("valid")))}
-                metrics += [Metric(REPEAT + k, v, times[b][1], step) for k, v in values.items()]
+                metrics += [Metric(REPEAT + k, v, times[b][1], steps[b]) for k, v in values.items()]
             for i in range(0, len(metrics), 500):
                 client.log_batch(run_id, metrics=metrics[i:i + 500])
             for b in repeats:
-                step = grid.benches[sid][b].spec["repeat"] if b in grid.benches.get(sid, {}) else bids.index(b)
                 for art in ("metrics.json", "requests.jsonl", "config.yaml", "server.log"):
                     if (grid.bench_dir(sid, b) / art).exists():
                         client.log_artifact(run_id, str((grid.bench_dir(sid, b) / art).resolve()),
-                                            artifact_path=f"repeats/r{step}-{b}")
+                                            artifact_path=f"repeats/r{steps[b]}-{b}")
             client.set_terminated(run_id, end_time=span[1])
+            client.set_tag(run_id, DIGEST_TAG, digest)       # last: a run cut short has none, and is made again
             added += 1
         parent = existing.get(f"study:{study}")
         if parent is None:
