@@ -208,3 +208,18 @@ def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_st
     message = str(refused.value)
     assert "this store was written by specsweep's per-repeat layout" in message and "\n" not in message
     assert f"delete {tracking.default_store(grid)}" in message
+
+
+def test_configuration_run_names_read_like_the_configuration():
+    from specsweep.tracking import config_id, run_name
+
+    row = {"pair": "tiny", "method": "dflash", "num_speculative_tokens": "7", "set_acceptance": "", "backend": "vllm",
+           "dataset": "synthetic", "thinking": "False", "concurrency": "4", "server_cell": "tiny-dflash-k7-ab12"}
+    assert run_name(row) == "tiny · dflash K=7 · data=synthetic · c=4"
+    assert config_id(row) == "tiny-dflash-k7-ab12/synthetic-t0-c4"
+    assert run_name({**row, "set_acceptance": "3.0"}) == "tiny · dflash K=7 · AL set 3.0 · data=synthetic · c=4"
+    assert run_name({**row, "set_acceptance": "[0.9, 0.6]"}).startswith("tiny · dflash K=7 · AL set 2.5 (rates) ·")
+    assert run_name({**row, "thinking": "True", "backend": "sglang"}) == \
+        "tiny · dflash K=7 · sglang · data=synthetic · think · c=4"
+    base = {**row, "pair": "baseline", "method": "none", "num_speculative_tokens": "0"}
+    assert run_name(base, "tiny") == "tiny · baseline · data=synthetic · c=4"
