@@ -121,6 +121,8 @@ def test_reingest_never_duplicates_runs(smoke):
     again = snakemake(work, *cfg)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads(done.read_text())["runs_added"] == 0
+    url = json.loads(done.read_text())["url"]         # the runs table's link, shown to Snakemake's user
+    assert url.endswith("/runs?workflowType=machine_learning") and f"MLflow runs of smoke: {url}" in again.stderr
 
 
 def test_one_new_grid_value_runs_only_its_server_cell(smoke):
