@@ -1,7 +1,6 @@
 """What a person sees: the study's Snakemake report and the MLflow UI over the shared smoke study, opened in
 headless Chromium (Debian's package, driven by Playwright). Screenshots go to the test's temp dir, and
 also to $SPECSWEEP_SCREENSHOTS (e.g. docs/img) shrunk, which is how the README's pictures are made."""
-import json
 import os
 import re
 import socket
@@ -98,25 +97,53 @@ def test_report_shows_the_plots_and_the_summary_table(smoke, page, tmp_path):
         assert open_results(page, report, category) == 1, category
 
 
-# MLflow's compare view draws its metrics as two react-virtualized grids side by side (names, then one column
-# per run) that render only the rows in view: a row is the cells at the same `top` in both. Returns the row's
-# values in run order, or null after scrolling one step when the row is not drawn yet.
+# MLflow's compare view draws its metrics as two react-virtualized grids side by side, the names and the values
+# (one column per run), that render only the rows near the view: a row is the cells at the same `top` in both.
+# The values grid scrolls (the wheel, as a user's) and the names grid follows it, one scroll event late.
+# METRIC_ROW returns a row's values in run order once its name is in view, else null; METRIC_GRID is the
+# centre of the values grid.
 METRIC_ROW = """name => {
-  // MLflow's compare view draws its metrics as two react-virtualized grids side by side (names, then one
-  // column per run) that render only the rows in view; a row is the cells at the same `top` in both.
+  const names = Array.from(document.querySelectorAll('a[title="Plot chart"]'));
+  const link = names.find(a => a.textContent.trim() === name);
+  if (!link) return null;
+  const box = names[0].closest('.ReactVirtualized__Grid').parentElement.parentElement;
+  const grids = Array.from(box.querySelectorAll('.ReactVirtualized__Grid'));
+  const view = grids.find(g => g.contains(link)).getBoundingClientRect(), at = link.getBoundingClientRect();
+  if (at.top < view.top || at.bottom > view.bottom) return null;
+  const top = link.parentElement.style.top;
+  const row = grids.filter(g => !g.contains(link)).flatMap(g => Array.from(g.querySelectorAll('[style]'))
+    .filter(c => c.style.top === top && c.style.position === 'absolute').map(c => c.innerText.trim()));
+  return row.length ? row : null;
+}"""
+METRIC_GRID = """() => {
   const names = Array.from(document.querySelectorAll('a[title="Plot chart"]'));
   if (!names.length) return null;
   const box = names[0].closest('.ReactVirtualized__Grid').parentElement.parentElement;
-  const grids = Array.from(box.querySelectorAll('.ReactVirtualized__Grid'));
-  const link = names.find(a => a.textContent.trim() === name);
-  if (!link) {
-    for (const g of grids) { g.scrollTop += 135; g.dispatchEvent(new Event('scroll')); }
-    return null;
-  }
-  const top = link.parentElement.style.top;
-  return grids.filter(g => !g.contains(link)).flatMap(g => Array.from(g.querySelectorAll('[style]'))
-    .filter(c => c.style.top === top && c.style.position === 'absolute').map(c => c.innerText.trim()));
+  const r = Array.from(box.querySelectorAll('.ReactVirtualized__Grid')).find(g => !g.contains(names[0]))
+    .getBoundingClientRect();
+  return {x: r.x + r.width / 2, y: r.y + r.height / 2};
 }"""
+
+def metric_row(page, name: str) -> list[str] | None:
+    """The compare view's values of one metric, wheeling its grid down until the row is in view (metrics are
+    in name order: look them up in that order)."""
+    for _ in range(400):
+        row = page.evaluate(METRIC_ROW, name)
+        if row:
+            return row
+        grid = page.evaluate(METRIC_GRID)
+        if grid:
+            page.mouse.move(grid["x"], grid["y"])
+            page.mouse.wheel(0, 45)
+        page.wait_for_timeout(150)
+    return None
+
+
+def close_assistant(page) -> None:
+    """MLflow 3's assistant panel opens beside every page in a fresh profile; the screenshots leave it out."""
+    close = page.locator('button[data-component-id="mlflow.assistant.chat_panel.close"]')
+    if close.count():
+        close.first.click()
 
 
 def free_port() -> int:
@@ -126,13 +153,32 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def mlflow_ui(smoke, tmp_path):
-    """A real `mlflow server` over the smoke study's store: its own log, stopped by its process group."""
+def verdict_store(tmp_path):
+    """A study with CIs (the verdict tests' fake sessions: K=3 and K=7 at set speedups, 2 repeats, 12 prompts),
+    summarised and ingested into its own SQLite store: no server, and figures the compare view can show."""
+    from test_verdicts import study
+
+    from specsweep import summary, tracking
+
+    results = tmp_path / "results"
+    grid = study(results, {0: 1.0, 3: 1.4, 7: 1.8})
+    out = results / "v"
+    summary.write_summary(grid, "v", str(out / "summary.csv"))
+    (out / "plots").mkdir()
+    (out / "env.json").write_text("{}")
+    tracking.ingest(grid, "v", str(out / "summary.csv"), str(out / "plots"), str(out / "env.json"),
+                    str(out / "mlflow.done"))
+    return results / "mlflow.db", out
+
+
+@pytest.fixture
+def mlflow_ui(verdict_store, tmp_path):
+    """A real `mlflow server` over that store: its own log, stopped by its process group."""
     import httpx
 
-    work, _ = smoke
+    db, _ = verdict_store
     port = free_port()
-    argv = [str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{work.parent / 'results' / 'mlflow.db'}",
+    argv = [str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{db}",
             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     log = open(tmp_path / "mlflow-server.log", "wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -154,45 +200,63 @@ def mlflow_ui(smoke, tmp_path):
         log.close()
 
 
-def test_mlflow_ui_lists_the_study_nested_and_compares_its_cells(smoke, mlflow_ui, page, tmp_path):
+def test_mlflow_ui_opens_on_one_run_per_configuration_and_compares_k3_with_k7(verdict_store, mlflow_ui, page,
+                                                                              tmp_path):
+    """What a user sees from the link ingest prints, in a fresh browser profile: the runs table (not MLflow
+    3's GenAI overview), one run per configuration named like it, and the compare view of K=3 and K=7 with
+    the paired speedup and its CI side by side."""
+    import csv
+
     from mlflow.tracking import MlflowClient
 
-    work, _ = smoke
-    client = MlflowClient(tracking_uri=f"sqlite:///{work.parent / 'results' / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("specsweep")
-    runs = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.study` = 'smoke'")
-    children = [r for r in runs if r.data.tags.get("specsweep.kind") == "bench_cell"]
-    spec_runs = [r for r in children if r.data.tags["method"] == "dflash"]
-    assert {r.data.tags["method"] for r in children} == {"none", "dflash"} and len(spec_runs) == 2   # two repeats
+    from specsweep import tracking
 
-    page.goto(f"{mlflow_ui}/#/experiments/{exp.experiment_id}/runs")
-    parent = page.get_by_role("row").filter(has_text="smoke")
-    parent.wait_for()
-    assert page.get_by_role("row").filter(has_text="synthetic-t0").count() == 0     # nested: folded under it
-    parent.get_by_role("button").first.click()                                      # unfold the study
-    for child in children:
-        page.get_by_role("row").filter(has_text=child.info.run_name).wait_for()
-    assert page.get_by_role("row").filter(has_text="synthetic").count() >= 2         # the Dataset column
+    db, out = verdict_store
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("specsweep")
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.kind` = 'configuration'")
+    names = {r.info.run_name for r in runs}
+    assert len(runs) == len(rows) == 3 and names == {
+        "tiny · baseline · data=jsonl · c=4", "tiny · dflash K=3 · data=jsonl · c=4",
+        "tiny · dflash K=7 · data=jsonl · c=4"}, names
+    by_k = {r.data.tags["K"]: r for r in runs}
+
+    page.goto(tracking.experiment_url(exp.experiment_id, mlflow_ui))     # the link ingest prints
+    for name in names:
+        page.get_by_role("row").filter(has_text=name).wait_for()
+    assert "/runs" in page.url and "overview" not in page.url and "workflowType=machine_learning" in page.url
+    assert page.get_by_role("row").filter(has_text="v · summary and plots").count() == 1
+    close_assistant(page)
+    resize = page.locator('[role=columnheader][col-id="attributes.`Run Name`"] .ag-header-cell-resize')
+    if resize.count():                       # the names in full: ag-grid sizes a column to fit on a double click
+        resize.first.dblclick()
     screenshot(page, tmp_path, "mlflow-runs")
 
-    spec = spec_runs[0]
-    page.goto(f"{mlflow_ui}/#/experiments/{exp.experiment_id}/runs/{spec.info.run_id}")
-    page.get_by_text("valid", exact=True).first.wait_for()
+    k7 = by_k["7"]
+    page.goto(f"{mlflow_ui}/#/experiments/{exp.experiment_id}/runs/{k7.info.run_id}?{tracking.WORKFLOW_QUERY}")
+    page.get_by_text("verdict", exact=True).first.wait_for()
     text = page.locator("body").inner_text()
-    for tag, value in (("method", "dflash"), ("dataset", "synthetic"), ("valid", "true")):
-        assert spec.data.tags[tag] == value
+    for tag, value in (("method", "dflash"), ("K", "7"), ("verdict", "faster")):
+        assert k7.data.tags[tag] == value
         assert re.search(rf"\b{tag}\W*{value}\b", text), (tag, text[:3000])
-    screenshot(page, tmp_path, "mlflow-run")
 
-    ids = [r.info.run_id for r in spec_runs]
-    page.goto(f"{mlflow_ui}/#/compare-runs?runs={json.dumps(ids)}&experiments={json.dumps([exp.experiment_id])}")
-    page.get_by_text("Metrics", exact=True).last.scroll_into_view_if_needed()
-    for _ in range(100):                     # scroll the metrics grid until the row is drawn
-        row = page.evaluate(METRIC_ROW, "spec_decode.mean_acceptance_length")
-        if row is not None:
-            break
-        page.wait_for_timeout(100)
-    assert row is not None, "spec_decode.mean_acceptance_length is not in the compare view"
-    want = [spec.data.metrics["spec_decode.mean_acceptance_length"] for spec in spec_runs]
-    assert len(row) == 2 and all(float(got) == pytest.approx(w, rel=1e-3) for got, w in zip(row, want)), (row, want)
+    pair = [by_k["3"], by_k["7"]]
+    page.goto(tracking.compare_url([r.info.run_id for r in pair], exp.experiment_id, mlflow_ui))
+    page.get_by_text("Metrics", exact=True).last.wait_for()
+    close_assistant(page)
+    page.get_by_text("Metrics", exact=True).last.evaluate("e => e.scrollIntoView()")
+    for metric in ("speedup_e2e_ci_high", "speedup_e2e_ci_low", "speedup_e2e_geomean"):
+        row = metric_row(page, metric)
+        assert row is not None, f"{metric} is not in the compare view"
+        want = [float(next(x for x in rows if x["num_speculative_tokens"] == r.data.tags["K"])[metric])
+                for r in pair]
+        assert len(row) == 2 and all(float(got) == pytest.approx(w, rel=1e-3) for got, w in zip(row, want)), \
+            (metric, row, want)
+    # the names grid takes the values grid's previous scroll position: a 1-pixel step lines them up for the picture
+    grid = page.evaluate(METRIC_GRID)
+    page.mouse.move(grid["x"], grid["y"])
+    page.wait_for_timeout(1000)
+    page.mouse.wheel(0, 1)
+    page.wait_for_timeout(1000)
     screenshot(page, tmp_path, "mlflow-compare")

@@ -143,7 +143,7 @@ def test_two_studies_at_once_do_not_collide_and_an_invalid_cell_is_marked(tiny_r
     for d, study, valid in ((a, "a", "true"), (b, "b", "false")):
         client = MlflowClient(tracking_uri=f"sqlite:///{d / 'results' / 'mlflow.db'}")
         runs = client.search_runs([client.get_experiment_by_name("specsweep").experiment_id])
-        cells = [r for r in runs if r.data.tags.get("specsweep.kind") == "bench_cell"]
+        cells = [r for r in runs if r.data.tags.get("specsweep.kind") == "configuration"]
         assert len(cells) == 1 and cells[0].data.tags["valid"] == valid
         assert {r.data.tags["specsweep.study"] for r in runs} == {study}
 
@@ -190,7 +190,7 @@ def test_mlflow_down_keeps_results_and_a_later_run_ingests_once(tiny_results, tm
 
         client = MlflowClient(tracking_uri=f"http://127.0.0.1:{port}")
         runs = client.search_runs([client.get_experiment_by_name("specsweep").experiment_id])
-        assert len([r for r in runs if r.data.tags.get("specsweep.kind") == "bench_cell"]) == 1
+        assert len([r for r in runs if r.data.tags.get("specsweep.kind") == "configuration"]) == 1
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)

@@ -19,7 +19,7 @@ def test_a_copied_study_is_ingested_once_and_an_unfinished_one_is_refused(smoke,
     shutil.copytree(work.parent / "results" / "datasets", tmp_path / "results" / "datasets")
     first = run([str(BIN / "specsweep"), "ingest", str(copied), "--uri", uri])
     assert first.returncode == 0, first.stderr[-2000:]
-    assert '"runs_added": 4' in first.stdout
+    assert '"runs_added": 2' in first.stdout and "?workflowType=machine_learning" in first.stdout
     again = run([str(BIN / "specsweep"), "ingest", str(copied), "--uri", uri])
     assert again.returncode == 0 and '"runs_added": 0' in again.stdout
 
@@ -27,8 +27,19 @@ def test_a_copied_study_is_ingested_once_and_an_unfinished_one_is_refused(smoke,
 
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("specsweep").experiment_id])
-    cells = {r.data.tags["specsweep.cell_id"] for r in runs if r.data.tags.get("specsweep.kind") == "bench_cell"}
-    assert len(cells) == 4
+    configs = {r.data.tags["specsweep.cell_id"] for r in runs if r.data.tags.get("specsweep.kind") == "configuration"}
+    assert len(configs) == 2 == len(runs) - 1           # the baseline and K=3, each over two repeats; the study
+
+    # a store written by the per-repeat layout (one run per bench cell) is refused in one line, not mixed in
+    old = f"sqlite:///{tmp_path / 'old.db'}"
+    old_client = MlflowClient(tracking_uri=old)
+    old_client.create_run(old_client.create_experiment("specsweep"),
+                          tags={"specsweep.kind": "bench_cell", "specsweep.study": "smoke"})
+    refused = run([str(BIN / "specsweep"), "ingest", str(copied), "--uri", old])
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    [line] = [x for x in refused.stderr.splitlines() if x.startswith("specsweep:")]
+    assert "this store was written by specsweep's per-repeat layout" in line
+    assert f"delete {tmp_path / 'old.db'}" in line
 
     metrics = next(p for p in copied.glob("*/*/metrics.json") if not p.parts[-3].startswith("base-"))
     metrics.unlink()

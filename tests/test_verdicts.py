@@ -126,14 +126,15 @@ def test_a_cell_of_bursty_streams_has_no_streamed_figures_in_its_metrics_or_the_
     first = (tmp_path / "summary.html").read_text().split("</table>")[0]     # "The figures to read first"
     assert "<th>speedup_streamed_tpot_geomean</th>" in first and "<th>speedup_streamed_tpot_na</th>" in first
     assert "this cell repeat 1 of 2: 18 of 18 streams arrived in a burst" in first
-    # MLflow's tags from the summary: the streamed TPOT for K=7, the reason for K=3
-    from specsweep.tracking import summary_tags
+    # MLflow's configuration runs, tagged from the summary rows: the streamed TPOT for K=7, the reason for K=3
+    from specsweep.tracking import row_tags, summary_rows
 
-    tags = summary_tags(str(tmp_path / "results" / "v" / "summary.csv"))
-    by_k = {grid.servers[cell.split("/")[0]].spec["num_speculative_tokens"]: t for cell, t in tags.items()}
-    assert "summary_speedup_streamed_tpot" not in by_k[3] and \
-        by_k[3]["summary_speedup_streamed_tpot_na"].startswith("this cell repeat 1 of 2")
-    assert by_k[7]["summary_speedup_streamed_tpot"].startswith("1.5") and "summary_speedup_streamed_tpot_na" not in by_k[7]
+    by_k = {int(r["num_speculative_tokens"]): row_tags(r)
+            for r in summary_rows(str(tmp_path / "results" / "v" / "summary.csv"))}
+    assert "speedup_streamed_tpot" not in by_k[3] and \
+        by_k[3]["speedup_streamed_tpot_na"].startswith("this cell repeat 1 of 2")
+    assert by_k[3]["streamed_figures_invalid"].startswith("repeat 1 of 2: 18 of 18 streams")
+    assert by_k[7]["speedup_streamed_tpot"].startswith("1.5") and "speedup_streamed_tpot_na" not in by_k[7]
 
 
 def test_k_comparison_says_equal_ks_are_within_noise(verdict_study, capsys):
@@ -171,22 +172,81 @@ def test_plots_include_the_category_heatmap(verdict_study):
     assert out / "plots" / "category_by_k.png" in paths and all(p.exists() for p in paths)
 
 
-def test_mlflow_filters_on_verdicts(verdict_study):
-    """Each bench cell's run carries its own verdict and CI, and the verdict over its repeats; a re-ingest
-    after more repeats would update the latter on runs it already has."""
+def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_steps(verdict_study):
+    """Each summary row is one run: its pooled verdict, speedup and CI to filter on, each repeat's figures as
+    metric steps. A re-ingest adds nothing; a row that changed replaces its run; an old-layout store is refused."""
+    import csv
+
     from mlflow.tracking import MlflowClient
 
     from specsweep import tracking
+    from specsweep.errors import TrackingError
 
     grid, _, out = verdict_study
     (out / "env.json").write_text("{}")
-    tracking.ingest(grid, "v", str(out / "summary.csv"), str(out / "plots"), str(out / "env.json"),
-                    str(out / "mlflow.done"))
+    args = (str(out / "summary.csv"), str(out / "plots"), str(out / "env.json"), str(out / "mlflow.done"))
+    first = tracking.ingest(grid, "v", *args)
     client = MlflowClient(tracking_uri=tracking.tracking_uri(grid, "v"))
     exp = client.get_experiment_by_name("specsweep")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert first["url"].endswith(f"/#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning")
+    configs = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.kind` = 'configuration'")
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    assert first["runs_added"] == len(configs) == len(rows) == 3
     faster = client.search_runs([exp.experiment_id], filter_string="tags.verdict = 'faster'")
-    assert len(faster) == 4 and all(r.data.metrics["speedup_e2e_ci_low"] > 1 for r in faster)
-    pooled = client.search_runs([exp.experiment_id], filter_string="tags.summary_verdict = 'faster'")
-    assert len(pooled) == 4 and all(r.data.tags["summary_speedup_e2e"].startswith("1.") for r in pooled)
-    parent = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.kind` = 'study'")[0]
-    assert {"k_comparison.csv", "summary_by_category.csv"} <= {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {r.data.tags["K"] for r in faster} == {"3", "7"}
+    for run in faster:
+        row = next(x for x in rows if x["num_speculative_tokens"] == run.data.tags["K"])
+        assert run.info.run_name == f"tiny · dflash K={row['num_speculative_tokens']} · data=jsonl · c=4"
+        for figure in tracking.VERDICT_FIGURES:        # the summary's own figures, none recomputed
+            if row[figure]:
+                assert run.data.metrics[figure] == pytest.approx(float(row[figure]))
+        assert run.data.metrics["speedup_e2e_ci_low"] > 1.3 and run.data.tags["speedup_e2e"].startswith("1.")
+        assert "per_position_acceptance.0" in run.data.metrics
+        steps = client.get_metric_history(run.info.run_id, "repeat.speedup_e2e_geomean")
+        assert sorted(m.step for m in steps) == [0, 1]          # two repeats
+        assert run.data.tags["specsweep.cell_id"] == f"{row['server_cell']}/jsonl-t0-c4"
+    [k7] = [r for r in faster if r.data.tags["K"] == "7"]            # K against K, on the larger K's run
+    [statement] = [x["statement"] for x in csv.DictReader(open(out / "k_comparison.csv"))]
+    assert statement == f"K=7 vs K=3: {k7.data.tags['vs_K3']}" and "within noise" in statement
+    [base] = [r for r in configs if r.data.tags["method"] == "none"]
+
+    assert base.info.run_name == "tiny · baseline · data=jsonl · c=4" and "verdict" not in base.data.tags
+    [study] = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.kind` = 'study'")
+    assert {"k_comparison.csv", "summary_by_category.csv"} <= {a.path for a in client.list_artifacts(study.info.run_id)}
+
+    again = tracking.ingest(grid, "v", *args)
+    assert (again["runs_added"], again["runs_replaced"]) == (0, 0)
+    assert again["configurations"] == first["configurations"]
+
+    table = (out / "summary.csv").read_text()          # a row that moved (say, more repeats) replaces its run
+    k3 = next(x for x in rows if x["num_speculative_tokens"] == "3")
+    (out / "summary.csv").write_text(table.replace(k3["speedup_e2e_ci_high"], "1.99", 1))
+    moved = tracking.ingest(grid, "v", *args)
+    assert (moved["runs_added"], moved["runs_replaced"]) == (1, 1)
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.kind` = 'configuration'")
+    assert len(runs) == 3 and len({r.data.tags["specsweep.cell_id"] for r in runs}) == 3
+    assert client.get_run(moved["configurations"][f"{k3['server_cell']}/jsonl-t0-c4"]).data.metrics[
+        "speedup_e2e_ci_high"] == 1.99
+
+    client.create_run(exp.experiment_id, tags={"specsweep.kind": "bench_cell", "specsweep.study": "old"})
+    with pytest.raises(TrackingError) as refused:
+        tracking.ingest(grid, "v", *args)
+    message = str(refused.value)
+    assert "this store was written by specsweep's per-repeat layout" in message and "\n" not in message
+    assert f"delete {tracking.default_store(grid)}" in message
+
+
+def test_configuration_run_names_read_like_the_configuration():
+    from specsweep.tracking import config_id, run_name
+
+    row = {"pair": "tiny", "method": "dflash", "num_speculative_tokens": "7", "set_acceptance": "", "backend": "vllm",
+           "dataset": "synthetic", "thinking": "False", "concurrency": "4", "server_cell": "tiny-dflash-k7-ab12"}
+    assert run_name(row) == "tiny · dflash K=7 · data=synthetic · c=4"
+    assert config_id(row) == "tiny-dflash-k7-ab12/synthetic-t0-c4"
+    assert run_name({**row, "set_acceptance": "3.0"}) == "tiny · dflash K=7 · AL set 3.0 · data=synthetic · c=4"
+    assert run_name({**row, "set_acceptance": "[0.9, 0.6]"}).startswith("tiny · dflash K=7 · AL set 2.5 (rates) ·")
+    assert run_name({**row, "thinking": "True", "backend": "sglang"}) == \
+        "tiny · dflash K=7 · sglang · data=synthetic · think · c=4"
+    base = {**row, "pair": "baseline", "method": "none", "num_speculative_tokens": "0"}
+    assert run_name(base, "tiny") == "tiny · baseline · data=synthetic · c=4"

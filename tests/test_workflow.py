@@ -73,27 +73,31 @@ def test_smoke_study_writes_summary_plots_and_mlflow(smoke):
     client = MlflowClient(tracking_uri=f"sqlite:///{work.parent / 'results' / 'mlflow.db'}")
     exp = client.get_experiment_by_name("specsweep")
     runs = client.search_runs([exp.experiment_id])
-    children = [r for r in runs if r.data.tags.get("specsweep.kind") == "bench_cell"]
+    configs = [r for r in runs if r.data.tags.get("specsweep.kind") == "configuration"]
     parents = [r for r in runs if r.data.tags.get("specsweep.kind") == "study"]
-    assert len(parents) == 1 and len(children) == 4     # two repeats of two server cells
-    child = next(r for r in children if r.data.tags["method"] == "dflash")
-    assert child.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+    assert len(parents) == 1 and len(configs) == 2      # two server cells, each pooled over its two repeats
+    child = next(r for r in configs if r.data.tags["method"] == "dflash")
+    assert child.info.run_name == "tiny · dflash K=3 · data=synthetic · c=2"
     assert {"pair", "dataset", "thinking", "vllm_version", "git_commit", "specsweep.cell_id"} <= set(child.data.tags)
-    assert "spec_decode.mean_acceptance_length" in child.data.metrics
+    assert "mean_acceptance_length" in child.data.metrics and "repeat.spec_decode.mean_acceptance_length" in \
+        child.data.metrics
     assert child.data.params["pair.name"] == "tiny"
-    # runs span their cells' real times, the parent the whole study; ingest came after every cell ended
-    figures = json.loads((results / child.data.tags["specsweep.cell_id"] / "metrics.json").read_text())
-    assert (child.info.start_time, child.info.end_time) == (int(figures["started_at"] * 1000),
-                                                            int(figures["finished_at"] * 1000))
-    assert parents[0].info.start_time == min(r.info.start_time for r in children)
-    assert parents[0].info.end_time == max(r.info.end_time for r in children) < parents[0].info.end_time + 1
-    assert "started_at" not in child.data.metrics
+    # runs span their repeats' real times, the study run the whole study; ingest came after every cell ended
+    bench_ids = child.data.tags["specsweep.bench_cells"].split()
+    assert len(bench_ids) == 2
+    server_cell = child.data.tags["specsweep.server_cell"]
+    figures = [json.loads((results / server_cell / b / "metrics.json").read_text()) for b in bench_ids]
+    assert (child.info.start_time, child.info.end_time) == (int(min(f["started_at"] for f in figures) * 1000),
+                                                            int(max(f["finished_at"] for f in figures) * 1000))
+    assert parents[0].info.start_time == min(r.info.start_time for r in configs)
+    assert parents[0].info.end_time == max(r.info.end_time for r in configs)
+    assert "started_at" not in child.data.metrics and "repeat.started_at" not in child.data.metrics
     [dataset] = child.inputs.dataset_inputs
     import hashlib
 
     from specsweep.cells import stable_hash
 
-    spec = yaml.safe_load((results / child.data.tags["specsweep.cell_id"] / "config.yaml").read_text())
+    spec = yaml.safe_load((results / server_cell / bench_ids[0] / "config.yaml").read_text())
     prompts = work.parent / "results" / "datasets" / f"synthetic-{stable_hash(spec['bench_spec']['dataset'])[:8]}.jsonl"
     assert (dataset.dataset.name, dataset.dataset.digest) == (
         "synthetic", hashlib.sha256(prompts.read_bytes()).hexdigest()[:16])
@@ -153,6 +157,8 @@ def test_reingest_never_duplicates_runs(smoke):
     again = snakemake(work, *cfg)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads(done.read_text())["runs_added"] == 0
+    url = json.loads(done.read_text())["url"]         # the runs table's link, shown to Snakemake's user
+    assert url.endswith("/runs?workflowType=machine_learning") and f"MLflow runs of smoke: {url}" in again.stderr
 
 
 def test_one_new_grid_value_runs_only_its_server_cell(smoke):

@@ -1,32 +1,64 @@
-"""MLflow ingest: the single writer. One parent run per study, one child run per bench cell.
+"""MLflow ingest: the single writer. One run per configuration, one run for the study.
 
-Idempotent: a child run is keyed by its cell id (a tag), so re-ingesting never duplicates runs. Runs read
-like the study: each child spans its cell's real start and end and names its dataset as an MLflow dataset
-input; the parent spans the study and holds the summary as a table the UI renders.
+A configuration is one row of summary.csv: a server cell with its bench settings (dataset, thinking,
+concurrency), pooled over its repeats. Its run carries the row's figures (the paired speedup with its CI
+and verdict, the acceptance figures) as metrics, each repeat's own figures as metric steps (step = repeat
+index, under `repeat.`), and is named like the configuration: `tiny · dflash K=7 · data=synthetic · c=4`.
+The study's run holds the summary table, the plots and the other study files.
+
+Idempotent: a run is keyed by its configuration id (a tag) and carries a digest of its summary row, so a
+re-ingest adds nothing, and a configuration whose row changed (more repeats) is replaced, not duplicated.
 """
 from __future__ import annotations
 
+import csv
 import functools
 import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
-from .cells import Grid
+from .cells import Grid, stable_hash
 from .config import REPO
 from .errors import TrackingError
 from .results import atomic_write_json, read_json
 from .stats import format_ratio
 from .summary import BY_CATEGORY, K_COMPARISON
 
-CELL_TAG = "specsweep.cell_id"
+CELL_TAG = "specsweep.cell_id"          # a configuration's id (server cell / bench settings), or study:<study>
 STUDY_TAG = "specsweep.study"
-KIND_TAG = "specsweep.kind"
+KIND_TAG = "specsweep.kind"             # "configuration" or "study"
+DIGEST_TAG = "specsweep.row_digest"     # the summary row the run was made from
+OLD_KIND = "bench_cell"                 # the per-repeat layout's runs (one per bench cell, nested under the study)
 SUMMARY_TABLE = "summary_table.json"
 TIMES = ("started_at", "finished_at")     # in metrics.json: wall-clock seconds, never logged as metrics
+REPEAT = "repeat."                        # prefix of the per-repeat metrics, logged with step = repeat index
+# The verdict's figures: what a configuration run is compared by. Every numeric column the summary row has is
+# logged; these are the ones the docs and tests name (absent or blank ones are skipped, e.g. a baseline's).
+VERDICT_FIGURES = ("speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high",
+                   "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
+                   "speedup_output_tok_s", "speedup_output_tok_s_ci_low", "speedup_output_tok_s_ci_high",
+                   "mean_acceptance_length", "acceptance_rate")
+SETTINGS = ("num_speculative_tokens", "concurrency")     # numeric summary columns that are settings: tags, params
+# MLflow 3.17's UI shows an experiment as GenAI (its traces overview) or classic ML (the runs table) by the
+# sidebar's workflowType, remembered per browser and "genai" by default; this query sets it for one link.
+WORKFLOW_QUERY = "workflowType=machine_learning"
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")   # read where that switch is off
+UI = "http://127.0.0.1:5000"              # where `mlflow ui` serves a file store by default
+
+
+def experiment_url(experiment_id: str, base: str = UI) -> str:
+    """The experiment's runs table in MLflow's UI, as classic ML (not the GenAI overview)."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?{WORKFLOW_QUERY}"
+
+
+def compare_url(run_ids: list[str], experiment_id: str, base: str = UI) -> str:
+    return (f"{base.rstrip('/')}/#/compare-runs?runs={json.dumps(run_ids, separators=(',', ':'))}"
+            f"&experiments={json.dumps([experiment_id])}&{WORKFLOW_QUERY}")
 
 
 def tracking_uri(grid: Grid, study: str) -> str:
@@ -132,6 +164,121 @@ def log_summary_table(client, run_id: str, summary_csv: str) -> None:
         client.log_artifact(run_id, str(Path(tmp) / SUMMARY_TABLE))
 
 
+def summary_rows(summary_csv: str) -> list[dict[str, str]]:
+    """summary.csv's rows as the strings it holds: each column read by name, none assumed but the ids."""
+    with open(summary_csv, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _float(text) -> float | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def row_figures(row: dict[str, str]) -> dict[str, float]:
+    """Every figure of a summary row as a metric: its numeric columns (blank ones skipped), and each entry of
+    its JSON lists (per_position_acceptance.0, ...). Settings (K, concurrency) are tags and params instead."""
+    out = {}
+    for key, text in row.items():
+        if key in SETTINGS or text in (None, ""):
+            continue
+        if text.startswith("["):
+            try:
+                values = json.loads(text)
+            except ValueError:
+                continue
+            out.update({f"{key}.{i}": v for i, v in enumerate(values) if _float(v) is not None})
+        elif _float(text) is not None and text not in ("True", "False"):
+            out[key] = _float(text)
+    return out
+
+
+def _true(text) -> bool:
+    return str(text).strip().lower() == "true"
+
+
+def config_id(row: dict[str, str]) -> str:
+    """A configuration's id: its server cell and bench settings, as a bench cell id reads without its repeat."""
+    return f"{row['server_cell']}/{row['dataset']}-t{int(_true(row['thinking']))}-c{row['concurrency']}"
+
+
+def run_name(row: dict[str, str], pair: str | None = None) -> str:
+    """`tiny · dflash K=7 · data=synthetic · c=4`; a baseline `tiny · baseline · ...`; a set acceptance adds
+    `AL set 3.0` (a length) or `AL set 3.4 (rates)`; thinking adds `think`, a backend other than vLLM its name.
+    `pair` names a baseline by the pairs it is the baseline of (its own pair is "baseline")."""
+    parts = [pair or row["pair"]]
+    if row["method"] == "none":
+        parts.append("baseline")
+    else:
+        parts.append(f"{row['method']} K={row['num_speculative_tokens']}")
+        if row.get("set_acceptance"):
+            value = json.loads(row["set_acceptance"])
+            parts.append(f"AL set {round(1 + sum(value), 3)} (rates)" if isinstance(value, list)
+                         else f"AL set {round(float(value), 3)}")
+    if row.get("backend") and row["backend"] != "vllm":
+        parts.append(row["backend"])
+    parts.append(f"data={row['dataset']}")
+    if _true(row.get("thinking")):
+        parts.append("think")
+    parts.append(f"c={row['concurrency']}")
+    return " · ".join(parts)
+
+
+def row_tags(row: dict[str, str]) -> dict[str, str]:
+    """The configuration's settings and its verdict over repeats: verdict ('faster', 'slower', 'within
+    noise'; absent without a CI) and speedup_e2e ('1.18x [1.10, 1.27]'), speedup_output_tok_s likewise."""
+    tags = {"pair": row["pair"], "method": row["method"], "K": row["num_speculative_tokens"],
+            "dataset": row["dataset"], "thinking": str(_true(row["thinking"])).lower(),
+            "concurrency": row["concurrency"], "backend": row.get("backend", ""),
+            "valid": str(_true(row.get("valid"))).lower(), "repeats": row.get("repeats", ""),
+            "specsweep.server_cell": row["server_cell"], "specsweep.bench_cells": row.get("bench_cells", "")}
+    if row.get("set_acceptance"):
+        tags["set_acceptance"] = row["set_acceptance"]
+    if row.get("verdict"):
+        tags["verdict"] = row["verdict"]
+    # the paired geomeans (the streamed TPOT's blank where a stream failed its check: the reason is a tag then)
+    # and the tok/s ratio of medians
+    ratios = {"speedup_e2e": "speedup_e2e_geomean", "speedup_streamed_tpot": "speedup_streamed_tpot_geomean",
+              "speedup_output_tok_s": "speedup_output_tok_s"}
+    for name, point in () if row["method"] == "none" else ratios.items():
+        if _float(row.get(point)) is not None:
+            tags[name] = format_ratio(_float(row[point]), _float(row.get(f"{name}_ci_low")),
+                                      _float(row.get(f"{name}_ci_high")))
+    for why in ("streamed_figures_invalid", "speedup_streamed_tpot_na", "figures_disagree"):
+        if row.get(why):
+            tags[why] = row[why][:5000]
+    return {k: v for k, v in tags.items() if v not in (None, "")}
+
+
+def k_tags(k_comparison_csv: Path) -> dict[str, dict[str, str]]:
+    """Per configuration, its K comparisons against each smaller K (k_comparison.csv's statements), as tags
+    `vs_K3`: `1.28x [1.26, 1.30] resolved (K=7 faster)`; none where the table is absent."""
+    out: dict[str, dict[str, str]] = {}
+    for row in summary_rows(str(k_comparison_csv)) if k_comparison_csv.exists() else []:
+        statement = row.get("statement") or ""
+        if not (row.get("server_cell_a") and ": " in statement):
+            continue
+        key = config_id({**row, "server_cell": row["server_cell_a"]})
+        out.setdefault(key, {})[f"vs_K{row.get('k_b')}"] = statement.split(": ", 1)[1]
+    return out
+
+
+def old_layout_refusal(uri: str, grid: Grid, study: str) -> str:
+    """The one line for a store that holds the per-repeat layout's runs, which would sit beside the new ones."""
+    if not grid.tracking[study]["uri"]:
+        what = f"{default_store(grid)} and {grid.results_dir / 'mlartifacts'}"
+    elif uri.startswith("sqlite:///"):
+        what = uri[len("sqlite:///"):]
+    else:
+        what = f"experiment '{grid.tracking[study]['experiment']}' there"
+    return (f"MLflow at {uri}: this store was written by specsweep's per-repeat layout (runs tagged "
+            f"{KIND_TAG}={OLD_KIND}): delete {what}, or give tracking.uri (specsweep ingest --uri) a new store, "
+            "then ingest again; results/ is complete")
+
+
 def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: str, out: str) -> dict:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
@@ -149,53 +296,80 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
         # With the default SQLite store, artifacts go under results/ too (MLflow's own default is ./mlruns).
         artifacts = None if grid.tracking[study]["uri"] else (grid.results_dir / "mlartifacts").resolve().as_uri()
         exp_id = exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifacts)
+        if client.search_runs([exp_id], filter_string=f"tags.`{KIND_TAG}` = '{OLD_KIND}'", max_results=1):
+            raise TrackingError(old_layout_refusal(uri, grid, study))
+        if (exp.tags if exp else {}).get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
+            client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
         existing = {r.data.tags.get(CELL_TAG): r for r in client.search_runs(
             [exp_id], filter_string=f"tags.`{STUDY_TAG}` = '{study}'", max_results=50000)}
-        finished = {(sid, bid): read_json(grid.metrics_path(sid, bid)) for sid, bid in grid.cells_of_study(study)
-                    if grid.metrics_path(sid, bid).exists()}
-        times = {key: cell_times_ms(figures, grid.bench_dir(*key)) for key, figures in finished.items()}
+        env = read_json(env_json) if Path(env_json).exists() else {}
+        versions = {k: env[k] for k in ("torch", "transformers", "python") if isinstance(env.get(k), str)}
+        commit, added, replaced, runs = git_commit(), 0, 0, {}
+        pairs_of = {}                    # a baseline server cell -> the pairs it is the baseline of
+        for spec, base in grid.baseline_of.items():
+            pairs_of.setdefault(base, set()).add(grid.servers[spec].pair["name"])
+        spans, ks = [], k_tags(Path(summary_csv).parent / K_COMPARISON)
+        for row in summary_rows(summary_csv):
+            cid, sid = config_id(row), row["server_cell"]
+            bids = sorted(row.get("bench_cells", "").split(),
+                          key=lambda b: grid.benches[sid][b].spec["repeat"] if b in grid.benches.get(sid, {}) else 0)
+            repeats = {b: read_json(grid.metrics_path(sid, b)) for b in bids if grid.metrics_path(sid, b).exists()}
+            times = {b: cell_times_ms(f, grid.bench_dir(sid, b)) for b, f in repeats.items()}
+            steps = {b: grid.benches[sid][b].spec["repeat"] if b in grid.benches.get(sid, {}) else i
+                     for i, b in enumerate(repeats)}
+            span = (min((t[0] for t in times.values()), default=None),
+                    max((t[1] for t in times.values()), default=None))
+            spans.append(span)
+            vs = ks.get(cid, {})
+            digest = stable_hash([row, {b: times[b] for b in repeats}, vs])[:16]
+            old = existing.get(cid)
+            if old is not None and old.data.tags.get(DIGEST_TAG) == digest:
+                runs[cid] = old.info.run_id
+                continue
+            if old is not None:          # more repeats, a summary that moved, or an ingest cut short: made afresh
+                client.delete_run(old.info.run_id)
+                replaced += 1
+            vllm = sorted({str(f.get("vllm_version")) for f in repeats.values() if f.get("vllm_version")})
+            tags = {STUDY_TAG: study, KIND_TAG: "configuration", CELL_TAG: cid,
+                    **row_tags(row), **vs, **versions, "git_commit": commit}
+            if vllm:
+                tags["vllm_version"] = " ".join(vllm)
+            run = client.create_run(exp_id, run_name=run_name(row, "/".join(sorted(pairs_of.get(sid, ())))),
+                                     tags=tags, start_time=span[0])
+            run_id = runs[cid] = run.info.run_id
+            bench = grid.benches[sid][bids[0]].spec if bids and bids[0] in grid.benches.get(sid, {}) else None
+            if bench:
+                client.log_inputs(run_id, [dataset_input(bench["dataset"]["name"],
+                                                         grid.dataset_file(bench["dataset"]))])
+            # params: the repeats' resolved config, less what differs between repeats (the repeat index, its id)
+            configs = [flatten(read_yaml(grid.bench_dir(sid, b) / "config.yaml")) for b in repeats
+                       if (grid.bench_dir(sid, b) / "config.yaml").exists()]
+            common = {k: v for k, v in (configs[0] if configs else {}).items()
+                      if all(c.get(k) == v for c in configs[1:])}
+            params = [Param(k[:250], str(v)[:6000]) for k, v in common.items()]
+            for i in range(0, len(params), 100):
+                client.log_batch(run_id, params=params[i:i + 100])
+            metrics = [Metric(k, v, span[1] or 0, 0) for k, v in row_figures(row).items()]
+            for b, figures in repeats.items():
+                values = {**_numeric(figures), "valid": float(bool(figures.get("valid")))}
+                metrics += [Metric(REPEAT + k, v, times[b][1], steps[b]) for k, v in values.items()]
+            for i in range(0, len(metrics), 500):
+                client.log_batch(run_id, metrics=metrics[i:i + 500])
+            for b in repeats:
+                for art in ("metrics.json", "requests.jsonl", "config.yaml", "server.log"):
+                    if (grid.bench_dir(sid, b) / art).exists():
+                        client.log_artifact(run_id, str((grid.bench_dir(sid, b) / art).resolve()),
+                                            artifact_path=f"repeats/r{steps[b]}-{b}")
+            client.set_terminated(run_id, end_time=span[1])
+            client.set_tag(run_id, DIGEST_TAG, digest)       # last: a run cut short has none, and is made again
+            added += 1
         parent = existing.get(f"study:{study}")
         if parent is None:
-            parent = client.create_run(exp_id, run_name=study, start_time=min((t[0] for t in times.values()),
-                                                                              default=None),
-                                       tags={STUDY_TAG: study, KIND_TAG: "study", CELL_TAG: f"study:{study}"})
+            parent = client.create_run(exp_id, run_name=f"{study} · summary and plots",
+                                       start_time=min((s[0] for s in spans if s[0]), default=None),
+                                       tags={STUDY_TAG: study, KIND_TAG: "study", CELL_TAG: f"study:{study}",
+                                             **versions, "git_commit": commit})
         parent_id = parent.info.run_id
-        commit, added = git_commit(), 0
-        pooled = summary_tags(summary_csv)
-        for (sid, bid), figures in finished.items():
-            cell_id = f"{sid}/{bid}"
-            if cell_id in existing:      # its own figures are final; the verdict over repeats may have moved
-                for key, value in pooled.get(cell_id, {}).items():
-                    client.set_tag(existing[cell_id].info.run_id, key, value)
-                continue
-            cdir = grid.bench_dir(sid, bid)
-            bench, server = grid.benches[sid][bid].spec, grid.servers[sid]
-            tags = {STUDY_TAG: study, KIND_TAG: "bench_cell", CELL_TAG: cell_id, "mlflow.parentRunId": parent_id,
-                    "pair": server.pair["name"], "method": server.spec["method"],
-                    "backend": server.spec["server"]["backend"],
-                    "dataset": bench["dataset"]["name"], "thinking": str(bench["thinking"]).lower(),
-                    "vllm_version": str(figures.get("vllm_version")), "git_commit": commit,
-                    "valid": str(figures["valid"]).lower()}
-            if figures.get("verdict"):     # this repeat's paired e2e speedup: tags.verdict = 'faster'
-                tags["verdict"] = figures["verdict"]
-            for why in ("streamed_figures_invalid", "speedup_streamed_tpot_na"):   # their figures are null, unlogged
-                if figures.get(why):
-                    tags[why] = figures[why][:5000]
-            tags.update(pooled.get(cell_id, {}))
-            run = client.create_run(exp_id, run_name=cell_id, tags=tags, start_time=times[sid, bid][0])
-            client.log_inputs(run.info.run_id, [dataset_input(bench["dataset"]["name"],
-                                                              grid.dataset_file(bench["dataset"]))])
-            params = [Param(k[:250], str(v)[:6000]) for k, v in flatten(read_yaml(cdir / "config.yaml")).items()]
-            for i in range(0, len(params), 100):
-                client.log_batch(run.info.run_id, params=params[i:i + 100])
-            metrics = [Metric(k, v, 0, 0) for k, v in _numeric(figures).items()]
-            for i in range(0, len(metrics), 500):
-                client.log_batch(run.info.run_id, metrics=metrics[i:i + 500])
-            for art in ("metrics.json", "requests.jsonl", "config.yaml", "server.log"):
-                if (cdir / art).exists():
-                    client.log_artifact(run.info.run_id, str((cdir / art).resolve()))
-            client.set_terminated(run.info.run_id, end_time=times[sid, bid][1])
-            added += 1
         client.log_artifact(parent_id, summary_csv)
         log_summary_table(client, parent_id, summary_csv)
         for table in (K_COMPARISON, BY_CATEGORY):
@@ -204,40 +378,20 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
         client.log_artifact(parent_id, env_json)
         for png in sorted(Path(plots_dir).glob("*.png")):
             client.log_artifact(parent_id, str(png), artifact_path="plots")
-        client.set_terminated(parent_id, end_time=max((t[1] for t in times.values()), default=None))
+        client.set_terminated(parent_id, end_time=max((s[1] for s in spans if s[1]), default=None))
     except (MlflowException, OSError) as e:
         raise TrackingError(f"MLflow at {uri} could not be written ({type(e).__name__}: "
                             f"{str(e).splitlines()[0][:200]}): results/ is complete; start the server or fix "
                             "tracking.uri, then rerun snakemake to ingest") from None
-    record = {"tracking_uri": uri, "experiment": name, "parent_run": parent_id, "runs_added": added}
+    base = uri if uri.startswith(("http://", "https://")) else UI
+    record = {"tracking_uri": uri, "experiment": name, "experiment_id": exp_id, "study_run": parent_id,
+              "runs_added": added, "runs_replaced": replaced, "configurations": runs,
+              "url": experiment_url(exp_id, base)}
     atomic_write_json(out, record)
-    print(f"mlflow: {added} new bench-cell runs under {parent_id} at {uri}")
+    serve = "" if base != UI else f" (serve it: mlflow ui --backend-store-uri {uri} --port 5000)"
+    print(f"mlflow: {added} configuration runs added ({replaced} replaced), {len(runs)} in study {study} at "
+          f"{uri}; open {record['url']}{serve}")
     return record
-
-
-def summary_tags(summary_csv: str) -> dict[str, dict[str, str]]:
-    """Per bench cell, its summary row's verdict over all repeats, which a single repeat's cannot give:
-    tags summary_verdict ('faster', 'slower', 'within noise') and summary_speedup_e2e ('1.18x [1.10, 1.27]'),
-    and beside them summary_speedup_streamed_tpot only where the streams passed their check, else
-    summary_speedup_streamed_tpot_na with the reason."""
-    import pandas as pd
-
-    out = {}
-    for row in pd.read_csv(summary_csv).to_dict("records"):
-        if not isinstance(row["verdict"], str):          # a baseline, or a cell without a CI
-            continue
-        text = format_ratio(row["speedup_e2e_geomean"], row["speedup_e2e_ci_low"], row["speedup_e2e_ci_high"])
-        tags = {"summary_verdict": row["verdict"], "summary_speedup_e2e": text}
-        na, tpot = row.get("speedup_streamed_tpot_na"), row.get("speedup_streamed_tpot_geomean")
-        if isinstance(na, str):
-            tags["summary_speedup_streamed_tpot_na"] = na[:5000]
-        elif tpot == tpot and tpot is not None:
-            tags["summary_speedup_streamed_tpot"] = format_ratio(
-                tpot, *(None if v != v else v for v in (row["speedup_streamed_tpot_ci_low"],
-                                                        row["speedup_streamed_tpot_ci_high"])))
-        for bid in row["bench_cells"].split():
-            out[f"{row['server_cell']}/{bid}"] = tags
-    return out
 
 
 def read_yaml(path: Path) -> dict:

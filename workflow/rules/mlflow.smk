@@ -1,4 +1,4 @@
-# The single MLflow writer: one parent run per study, one child per bench cell, idempotent by cell id.
+# The single MLflow writer: one run per configuration (a summary.csv row) and one per study, idempotent by id.
 # Its marker names the tracking store, so a store that was down when cells finished is ingested later.
 from specsweep.tracking import marker as mlflow_marker
 
