@@ -494,16 +494,9 @@ def check_local_engine(cfg, env):
 
 
 # ---- SGLang -----------------------------------------------------------------------------------------
-# Attention backends SGLang 0.5.23 takes on an NVIDIA GPU (srt/arg_groups/choices.py, ATTENTION_BACKEND_CHOICES)
+# Attention backends SGLang 0.5.17 and 0.5.23 take on an NVIDIA GPU (srt/arg_groups/choices.py, ATTENTION_BACKEND_CHOICES)
 SGLANG_ATTENTION = ("fa3", "fa4", "flashinfer", "triton", "torch_native", "flex_attention", "trtllm_mha")
 SGLANG_DFLASH_MAX_RUNNING = 48     # DFLASH's default --max-running-requests (speculative_hook.py, _handle_dflash)
-
-
-def _release(version: str) -> tuple[int, ...]:
-    """A version's first three numbers (0.5.23rc1 -> (0, 5, 23)): enough to order SGLang releases."""
-    import re
-
-    return tuple(int(re.match(r"\d*", part).group() or 0) for part in version.split(".")[:3])
 
 
 def check_sglang_server(cfg, env):

@@ -30,13 +30,11 @@ from ..errors import ServerError
 from ..server import Server, ServerSession
 
 
-
 @dataclass(frozen=True)
 class Release:
     """What one SGLang release says about a request's speculation, and how it spells what specsweep sets."""
     details: tuple[str, ...] | None   # where a chat stream chunk carries the request's stats; None: nowhere
     graph_max_bs: str                 # the flag of the decode CUDA-graph batch limit (server.cuda_graph_max_bs)
-    checked: str                      # how its shapes were learnt
 
 
 # Releases whose flags and response fields specsweep knows. A stream's details (0.5.23): its own chunk with
@@ -44,10 +42,8 @@ class Release:
 # _generate_chat_stream; protocol.py SglExt, SpecTokensDetails). 0.5.17's SglExt has no spec_tokens_details,
 # and return_meta_info is refused with stream=true (serving_chat.py), so its chat stream carries no stats.
 RELEASES = {
-    (0, 5, 17): Release(details=None, graph_max_bs="--cuda-graph-max-bs-decode",
-                        checked="run on an H200 (bench/h200/sglang/) and read in its source"),
-    (0, 5, 23): Release(details=("sglext", "spec_tokens_details"), graph_max_bs="--cuda-graph-max-bs-decode",
-                        checked="read in its source"),
+    (0, 5, 17): Release(details=None, graph_max_bs="--cuda-graph-max-bs-decode"),      # ran on an H200
+    (0, 5, 23): Release(details=("sglext", "spec_tokens_details"), graph_max_bs="--cuda-graph-max-bs-decode"),
 }
 TESTED_VERSION = "0.5.17"        # the release that ran for real
 KNOWN = ", ".join(".".join(map(str, r)) for r in RELEASES)
