@@ -160,12 +160,16 @@ def test_rounds_launch_interleaved_resume_in_their_round_and_a_rerun_does_nothin
         assert len(list(d.glob("*/metrics.json"))) == 4
     assert (results / "t" / "summary.csv").exists()
 
-    # a lost bench cell of round 1 of K=2: the rerun launches that one round of that one cell, and runs only it
+    # a run stopped before round 1 of K=2 finished its last bench cell (that cell's metrics.json, the server
+    # cell's cells-*.done and the study's summary missing, as after a failed job): the rerun launches that one
+    # round, and runs only it
     k2 = next(s for s, c in g.servers.items() if c.spec["num_speculative_tokens"] == 2)
     lost = next(b for b in g.benches[k2] if g.benches[k2][b].spec["repeat"] == 3)
     assert g.round_of(k2, lost) == 1
     kept = {b: g.metrics_path(k2, b).stat().st_mtime for b in g.benches[k2] if b != lost}
     g.metrics_path(k2, lost).unlink()
+    g.cells_done(k2).unlink()
+    (results / "t" / "summary.csv").unlink()
     time.sleep(1)
     rc = run_bounded(argv, tmp_path / "resume.log", 600, env)
     assert rc == 0, (tmp_path / "resume.log").read_text()[-4000:]
