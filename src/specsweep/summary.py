@@ -2,7 +2,7 @@
 speedup with its CI and verdict), the K-against-K comparisons, and the per-category breakdown.
 
 Paired figures use every valid repeat of both cells: requests are paired by prompt and turn, and the
-bootstrap resamples prompts and each cell's repeats (stats.py).
+bootstrap resamples prompts and each cell's repeats, and with sweep.rounds > 1 the rounds first (stats.py).
 """
 from __future__ import annotations
 
