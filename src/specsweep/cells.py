@@ -165,7 +165,7 @@ class Grid:
     def rounds(self, sid: str) -> int:
         """How many rounds the server cell runs in: one server launch each, interleaved with the other
         cells of its group (round_order)."""
-        return int(self.configs[sid]["sweep"].get("rounds", 1))
+        return int(self.configs.get(sid, {}).get("sweep", {}).get("rounds", 1))
 
     def round_of(self, sid: str, bid: str) -> int:
         """The round a bench cell runs in: repeat r of R rounds over n repeats runs in round r * R // n, so
@@ -179,9 +179,14 @@ class Grid:
 
     def round_order(self, sid: str) -> list[tuple[str, int]]:
         """The (server cell, round) launches of a server cell's group (its baseline and the speculative cells
-        compared with it, in grid order), interleaved: baseline, K_a, K_b, baseline, K_a, K_b, ..."""
-        head = self.baseline_of.get(sid, sid)
-        group = [s for s in self.servers if s == head or self.baseline_of.get(s) == head]
+        compared with it, in grid order; without a baseline, the study's cells of its pair), interleaved:
+        baseline, K_a, K_b, baseline, K_a, K_b, ..."""
+        def group_of(s: str) -> tuple:
+            cell = self.servers[s]
+            if s in self.baseline_of or cell.is_baseline:
+                return ("baseline", self.baseline_of.get(s, s))
+            return ("pair", cell.study, cell.pair["name"])
+        group = [s for s in self.servers if group_of(s) == group_of(sid)]
         return [(s, r) for r in range(max(self.rounds(s) for s in group)) for s in group if r < self.rounds(s)]
 
     @staticmethod
