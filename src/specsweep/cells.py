@@ -161,13 +161,49 @@ class Grid:
         return [(sid, bid) for sid, cell in self.servers.items() if cell.study == study
                 for bid in self.benches[sid]]
 
-    def pending(self, sid: str) -> list[str]:
-        return [bid for bid in self.benches[sid] if not self.metrics_path(sid, bid).exists()]
+    # ---- rounds (sweep.rounds): scheduling, never part of an id --------------------------------------
+    def rounds(self, sid: str) -> int:
+        """How many rounds the server cell runs in: one server launch each, interleaved with the other
+        cells of its group (round_order)."""
+        return int(self.configs.get(sid, {}).get("sweep", {}).get("rounds", 1))
 
-    def run_marker(self, sid: str) -> Path:
-        """The server job's output: named after the bench cells it still has to run."""
-        todo = stable_hash(sorted(self.pending(sid)))[:12]
-        return self.server_dir(sid) / "runs" / f"{todo}.done"
+    def round_of(self, sid: str, bid: str) -> int:
+        """The round a bench cell runs in: repeat r of R rounds over n repeats runs in round r * R // n, so
+        each round holds a contiguous block of repeats (10 repeats in 3 rounds: 0-3, 4-6, 7-9)."""
+        rounds, repeats = self.rounds(sid), int(self.configs[sid]["sweep"]["repeats"])
+        return int(self.benches[sid][bid].spec["repeat"]) * rounds // repeats
+
+    def round_cells(self, sid: str, rnd: int | None) -> list[str]:
+        """The bench cells of one round of a server cell; rnd None: all of them."""
+        return [bid for bid in self.benches[sid] if rnd is None or self.round_of(sid, bid) == rnd]
+
+    def round_order(self, sid: str) -> list[tuple[str, int]]:
+        """The (server cell, round) launches of a server cell's group (its baseline and the speculative cells
+        compared with it, in grid order; without a baseline, the study's cells of its pair), interleaved:
+        baseline, K_a, K_b, baseline, K_a, K_b, ..."""
+        def group_of(s: str) -> tuple:
+            cell = self.servers[s]
+            if s in self.baseline_of or cell.is_baseline:
+                return ("baseline", self.baseline_of.get(s, s))
+            return ("pair", cell.study, cell.pair["name"])
+        group = [s for s in self.servers if group_of(s) == group_of(sid)]
+        return [(s, r) for r in range(max(self.rounds(s) for s in group)) for s in group if r < self.rounds(s)]
+
+    @staticmethod
+    def marker_round(todo: str) -> int | None:
+        """The round a run marker's name (its stem) is for; None for a one-round cell's marker."""
+        m = re.fullmatch(r"round(\d+)-[0-9a-f]+", todo)
+        return int(m.group(1)) if m else None
+
+    def pending(self, sid: str, rnd: int | None = None) -> list[str]:
+        """The unfinished bench cells of a server cell, or of one of its rounds."""
+        return [bid for bid in self.round_cells(sid, rnd) if not self.metrics_path(sid, bid).exists()]
+
+    def run_marker(self, sid: str, rnd: int | None = None) -> Path:
+        """The server job's output: named after the bench cells it still has to run; a round's (rnd, with
+        sweep.rounds > 1) starts with `round<rnd>-`."""
+        todo = stable_hash(sorted(self.pending(sid, rnd)))[:12]
+        return self.server_dir(sid) / "runs" / (f"{todo}.done" if rnd is None else f"round{rnd}-{todo}.done")
 
     def cells_done(self, sid: str) -> Path:
         """A marker that every bench cell of a server cell is finished; named after that set of cells."""
@@ -262,6 +298,10 @@ def expand(jobs: list[dict]) -> Grid:
     grid = Grid(results_dir=Path(results.pop()))
     for cfg in jobs:
         grid.tracking[cfg["study"]] = cfg["tracking"]
+        rounds, repeats = cfg["sweep"].get("rounds", 1), cfg["sweep"]["repeats"]
+        if not 1 <= rounds <= repeats:
+            raise ConfigError(f"config: sweep.rounds {rounds} must be between 1 and sweep.repeats {repeats}: each "
+                              f"round runs at least one repeat, so set sweep.rounds<={repeats} or sweep.repeats>={rounds}")
         plan = {} if cfg["pair"]["method"] == "none" else k_plan(cfg)
         for k in plan:
             if k < 1:

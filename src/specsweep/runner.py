@@ -1,4 +1,4 @@
-"""One server cell: open its backend once, run each unfinished bench cell on it, close it.
+"""One server cell (or one round of it): open its backend once, run each unfinished bench cell on it, close it.
 
 This is the only loop over bench cells; backends (backends/) only open a session and measure.
 """
@@ -14,9 +14,11 @@ from .errors import CellError, ServerError, SpecsweepError
 from .results import atomic_write_json
 
 
-def run_server_cell(grid: Grid, sid: str, marker: str | Path, progress: bool = True) -> None:
-    """Run every unfinished bench cell of one server cell, then write the job's marker."""
-    pending = grid.pending(sid)
+def run_server_cell(grid: Grid, sid: str, marker: str | Path, progress: bool = True,
+                    rnd: int | None = None) -> None:
+    """Run every unfinished bench cell of one server cell, or of its round `rnd` (grid.round_cells: with
+    sweep.rounds > 1 each round is one job, one server launch), then write the job's marker."""
+    pending = grid.pending(sid, rnd)
     failures: list[str] = []
     if pending:
         try:
@@ -32,10 +34,11 @@ def run_server_cell(grid: Grid, sid: str, marker: str | Path, progress: bool = T
                         break
         except ServerError as e:
             raise CellError(f"server cell {sid}: {e}") from None
-    missing = grid.pending(sid)
+    missing = grid.pending(sid, rnd)
     if missing:
         first = failures[0].splitlines()[0] if failures else "the server stopped before they ran"
-        raise CellError(f"server cell {sid}: {len(missing)} bench cell(s) not finished ({', '.join(missing)}); "
+        where = f"server cell {sid}" if rnd is None else f"server cell {sid} round {rnd}"
+        raise CellError(f"{where}: {len(missing)} bench cell(s) not finished ({', '.join(missing)}); "
                         f"first: {first}\n" + "\n".join(failures))
     Path(marker).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(marker, {"server_cell": sid, "finished_at": time.time()})

@@ -12,7 +12,11 @@ resampled is what varies between reruns:
   of that stretch at once. The two cells' repeats ran at different times, so repeat i of one is not
   paired with repeat i of the other. Resampling prompts alone, with every repeat's requests pooled,
   gave a confident `slower` for a cell whose five repeats ranged from 0.57x to 1.54x (docs/results.md).
-Not covered: a load that lasts one whole server cell and no other; only a rerun shows that.
+- with rounds (sweep.rounds > 1: each server cell ran in several launches, interleaved with its baseline's),
+  the rounds first: a cluster bootstrap draws rounds with replacement, then within each drawn round each
+  side's repeats of that round, then prompts. A load that covers one launch of one cell and not its
+  baseline's then varies between resamples and widens the CI, where with one round it only moves the figure.
+Not covered with one round: a load that lasts one whole server cell and no other; rounds, or a rerun, show it.
 """
 from __future__ import annotations
 
@@ -31,6 +35,10 @@ SEED = 0
 MIN_PROMPTS = 5      # below this, no CI: a bootstrap over 2-4 prompts has almost no distinct resamples
 
 FASTER, SLOWER, NOISE = "faster", "slower", "within noise"
+# A verdict whose CI ends within BORDERLINE of 1 (its bound in [1 - BORDERLINE, 1 + BORDERLINE]) says so: a rerun
+# can move such a bound across 1 (docs/results.md)
+BORDERLINE = 0.03
+FASTER_BORDERLINE, SLOWER_BORDERLINE = f"{FASTER}, borderline", f"{SLOWER}, borderline"
 
 
 FIGURES = ("e2e", "streamed_tpot")     # the per-request latencies a paired speedup is taken of
@@ -123,16 +131,61 @@ def _log_speedup_statistic(cell: np.ndarray, ref: np.ndarray, turns: np.ndarray,
     return statistic
 
 
-def speedup_ci(cell_runs: list[list[dict]], ref_runs: list[list[dict]], figure: str, seed: int = SEED) -> dict:
+def _cluster_bootstrap(cell: np.ndarray, ref: np.ndarray, turns: np.ndarray, cell_rounds, ref_rounds,
+                       seed: int) -> dict:
+    """A percentile CI of the mean log(ref / cell) latency per request, resampling rounds (with replacement),
+    then within each drawn round each side's repeats of it, then prompts. The repeats of every drawn round are
+    pooled, as the point figure pools every repeat. Percentile, not BCa: BCa's jackknife has no one-level form
+    for nested draws."""
+    rounds = sorted(set(cell_rounds) & set(ref_rounds))
+    rng = np.random.default_rng(seed)
+    B, R, P = N_RESAMPLES, len(rounds), len(turns)
+    drawn = rng.integers(0, R, size=(B, R))                  # the rounds of each resample
+
+    def pooled(logs, of_round):                              # (B, prompts): each resample's summed logs, and count
+        members = [np.flatnonzero(np.asarray(of_round) == u) for u in rounds]
+        size = np.array([len(m) for m in members])
+        width = size.max()
+        table = np.full((R, width), -1)
+        for u, m in enumerate(members):
+            table[u, :len(m)] = m
+        n = size[drawn]                                      # (B, R) repeats in each drawn round
+        pick = np.floor(rng.random((B, R, width)) * n[..., None]).astype(int)
+        idx = table[drawn[..., None], pick]                  # (B, R, width): repeat indices
+        mask = np.arange(width)[None, None, :] < n[..., None]
+        total = np.where(mask[..., None], logs[np.where(mask, idx, 0)], 0.0).sum(axis=(1, 2))
+        return total / n.sum(axis=1)[:, None]
+
+    diff = pooled(ref, ref_rounds) - pooled(cell, cell_rounds)
+    p = rng.integers(0, P, size=(B, P))
+    dist = np.take_along_axis(diff, p, axis=1).sum(axis=1) / turns[p].sum(axis=1)
+    if np.all(dist == dist[0]):
+        return {"ci_low": float(dist[0]), "ci_high": float(dist[0])}
+    alpha = (1 - CONFIDENCE) / 2
+    lo, hi = np.quantile(dist, [alpha, 1 - alpha])
+    return {"ci_low": float(lo), "ci_high": float(hi)}
+
+
+def speedup_ci(cell_runs: list[list[dict]], ref_runs: list[list[dict]], figure: str, seed: int = SEED,
+               rounds: tuple[list[int], list[int]] | None = None) -> dict:
     """Geometric-mean latency ratio ref / cell (above 1: the cell is faster) of one figure (`FIGURES`)
-    over the requests of every repeat of each side, with its CI; `prompts` and `requests` say what entered."""
+    over the requests of every repeat of each side, with its CI; `prompts` and `requests` say what entered.
+    `rounds`: the round each run of (cell_runs, ref_runs) ran in; where both sides share two or more rounds the
+    CI resamples rounds (_cluster_bootstrap), else it is the one-round CI."""
     cell, ref, turns = _log_latencies(cell_runs, ref_runs, figure)
     out = {"ratio": None, "ci_low": None, "ci_high": None, "prompts": len(turns),
            "requests": int(turns.sum()) * len(cell)}
     if not len(turns):
         return out
     out["ratio"] = float(np.exp((ref.mean(axis=0) - cell.mean(axis=0)).sum() / turns.sum()))
-    if len(turns) >= MIN_PROMPTS:
+    if len(turns) >= MIN_PROMPTS and rounds and len(set(rounds[0]) & set(rounds[1])) > 1:
+        cell_rounds, ref_rounds = rounds
+        shared = set(cell_rounds) & set(ref_rounds)     # a round one side has no valid repeat of is left out
+        keep_c, keep_r = ([i for i, u in enumerate(rs) if u in shared] for rs in rounds)
+        ci = _cluster_bootstrap(cell[keep_c], ref[keep_r], turns, [cell_rounds[i] for i in keep_c],
+                                [ref_rounds[i] for i in keep_r], seed)
+        out.update({k: float(np.exp(v)) for k, v in ci.items()})
+    elif len(turns) >= MIN_PROMPTS:
         samples = {"prompt": np.arange(len(turns)), "cell": np.arange(len(cell)), "ref": np.arange(len(ref))}
         resampled = tuple(n for n in ("prompt", "cell", "ref") if len(samples[n]) > 1)
         statistic = _log_speedup_statistic(cell, ref, turns, resampled)
@@ -142,10 +195,20 @@ def speedup_ci(cell_runs: list[list[dict]], ref_runs: list[list[dict]], figure: 
 
 
 def verdict(ci_low: float | None, ci_high: float | None) -> str | None:
-    """`faster` (CI above 1), `slower` (CI below 1), `within noise` (CI includes 1); None without a CI."""
+    """`faster` (CI above 1), `slower` (CI below 1), `within noise` (CI includes 1); None without a CI. A CI
+    that excludes 1 but ends within BORDERLINE of it gives `faster, borderline` / `slower, borderline`."""
     if ci_low is None or ci_high is None:
         return None
-    return FASTER if ci_low > 1 else SLOWER if ci_high < 1 else NOISE
+    if ci_low > 1:
+        return FASTER_BORDERLINE if ci_low <= 1 + BORDERLINE else FASTER
+    if ci_high < 1:
+        return SLOWER_BORDERLINE if ci_high >= 1 - BORDERLINE else SLOWER
+    return NOISE
+
+
+def direction(verdict_: str | None) -> str | None:
+    """A verdict without its `borderline`: FASTER, SLOWER, NOISE or None (what `resolved` and K comparisons use)."""
+    return {FASTER_BORDERLINE: FASTER, SLOWER_BORDERLINE: SLOWER}.get(verdict_, verdict_)
 
 
 def streamed_na(cell_runs: list[list[dict]], ref_runs: list[list[dict]],
@@ -161,15 +224,17 @@ def streamed_na(cell_runs: list[list[dict]], ref_runs: list[list[dict]],
 
 
 def paired_speedup(cell_runs: list[list[dict]], ref_runs: list[list[dict]], seed: int = SEED,
-                   sides: tuple[str, str] = ("cell", "reference")) -> dict:
+                   sides: tuple[str, str] = ("cell", "reference"),
+                   rounds: tuple[list[int], list[int]] | None = None) -> dict:
     """Speedup of a cell over a reference from each side's repeats (request rows): the e2e latency ratio and the
     streamed-TPOT ratio, each a geomean with its CI, what entered, and the verdict (on e2e). The streamed-TPOT
     ratio stands only where every repeat of both sides has valid streamed figures; elsewhere it is None and
-    `speedup_streamed_tpot_na` says why (`sides` name the two in that reason)."""
+    `speedup_streamed_tpot_na` says why (`sides` name the two in that reason). `rounds`: each run's round, per
+    side (speedup_ci)."""
     out: dict = {}
     na = streamed_na(cell_runs, ref_runs, sides) if cell_runs and ref_runs else None
     for figure in FIGURES:
-        g = speedup_ci(cell_runs, ref_runs, figure, seed) if figure == "e2e" or not na else \
+        g = speedup_ci(cell_runs, ref_runs, figure, seed, rounds) if figure == "e2e" or not na else \
             dict.fromkeys(("ratio", "ci_low", "ci_high"))
         out.update({f"speedup_{figure}_geomean": g["ratio"], f"speedup_{figure}_ci_low": g["ci_low"],
                     f"speedup_{figure}_ci_high": g["ci_high"]})

@@ -2,7 +2,7 @@
 speedup with its CI and verdict), the K-against-K comparisons, and the per-category breakdown.
 
 Paired figures use every valid repeat of both cells: requests are paired by prompt and turn, and the
-bootstrap resamples prompts and each cell's repeats (stats.py).
+bootstrap resamples prompts and each cell's repeats, and with sweep.rounds > 1 the rounds first (stats.py).
 """
 from __future__ import annotations
 
@@ -73,6 +73,13 @@ class _Cells:
         """Request rows of the cell's valid repeats among these bench ids."""
         return [self.requests(sid, b) for b in sorted(bids) if self.valid(sid, b)]
 
+    def rounds(self, pairs: tuple[tuple[str, list[str]], tuple[str, list[str]]]):
+        """The round of each run `runs` gives, per side ((sid, bids) of the cell and of its reference), for the
+        paired bootstrap (stats.speedup_ci); None where neither side ran in more than one round."""
+        if all(self.grid.rounds(sid) == 1 for sid, _ in pairs):
+            return None
+        return tuple([self.grid.round_of(sid, b) for b in sorted(bids) if self.valid(sid, b)] for sid, bids in pairs)
+
 
 def rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
     cells = cells or _Cells(grid, study)
@@ -117,7 +124,8 @@ def _against_baseline(cells: _Cells, sid: str, bids: list[str], valid: list[dict
     tok = stats.ratio_of_medians([m["output_tok_s"] for m in valid], ref)
     out.update(speedup_output_tok_s=tok["ratio"], speedup_output_tok_s_ci_low=tok["ci_low"],
                speedup_output_tok_s_ci_high=tok["ci_high"])
-    out.update(stats.paired_speedup(cells.runs(sid, bids), cells.runs(base, bids), sides=("this cell", "the baseline")))
+    out.update(stats.paired_speedup(cells.runs(sid, bids), cells.runs(base, bids), sides=("this cell", "the baseline"),
+                                    rounds=cells.rounds(((sid, bids), (base, bids)))))
     return out
 
 
@@ -202,16 +210,19 @@ def k_comparison(grid: Grid, study: str, cells: _Cells | None = None) -> list[di
                     continue
                 ka, kb = (grid.servers[s].spec["num_speculative_tokens"] for s in (hi, lo))
                 hi_runs, lo_runs = cells.runs(hi, bids), cells.runs(lo, bids)
-                paired = stats.paired_speedup(hi_runs, lo_runs, sides=(f"K={ka}", f"K={kb}"))
+                paired = stats.paired_speedup(hi_runs, lo_runs, sides=(f"K={ka}", f"K={kb}"),
+                                              rounds=cells.rounds(((hi, bids), (lo, bids))))
                 text = stats.format_ratio(paired["speedup_e2e_geomean"], paired["speedup_e2e_ci_low"],
                                           paired["speedup_e2e_ci_high"])
                 result = {None: "no CI", stats.NOISE: "within noise", stats.FASTER: f"resolved (K={ka} faster)",
-                          stats.SLOWER: f"resolved (K={kb} faster)"}[paired["verdict"]]
+                          stats.SLOWER: f"resolved (K={kb} faster)"}[stats.direction(paired["verdict"])]
+                if paired["verdict"] in (stats.FASTER_BORDERLINE, stats.SLOWER_BORDERLINE):
+                    result += ", borderline"
                 out.append({"study": study, "pair": grid.servers[hi].pair["name"],
                             "method": grid.servers[hi].spec["method"], "dataset": dataset, "thinking": thinking,
                             "concurrency": conc, "k_a": ka, "k_b": kb, "server_cell_a": hi, "server_cell_b": lo,
                             "repeats_a": len(hi_runs), "repeats_b": len(lo_runs), **paired,
-                            "resolved": paired["verdict"] in (stats.FASTER, stats.SLOWER),
+                            "resolved": stats.direction(paired["verdict"]) in (stats.FASTER, stats.SLOWER),
                             "statement": f"K={ka} vs K={kb}: {text} {result}"})
     return out
 
@@ -234,7 +245,8 @@ def category_rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[d
                         "thinking": thinking, "concurrency": conc, "category": cat,
                         "prompts": len({r["index"] for r in in_cat}),
                         "mean_acceptance_length": stats.mean_acceptance_length(in_cat),
-                        **stats.paired_speedup(pick(cell_runs), pick(ref_runs), sides=("this cell", "the baseline"))})
+                        **stats.paired_speedup(pick(cell_runs), pick(ref_runs), sides=("this cell", "the baseline"),
+                                               rounds=cells.rounds(((sid, bids), (base, bids))) if base else None)})
     return out
 
 

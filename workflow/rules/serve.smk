@@ -1,4 +1,5 @@
-# One job per server cell: start vLLM, run its unfinished bench cells, stop vLLM. Its output is a marker
+# One job per server cell (per round of it with sweep.rounds > 1: common.smk's previous_launch orders the
+# rounds of a group's cells interleaved): start vLLM, run its unfinished bench cells, stop vLLM. Its output is a marker
 # named after the set of bench cells it still had to run; finished cells are never declared outputs, so a
 # failed job cannot make Snakemake delete them. It is a checkpoint: `server_cell_done` asks for it only
 # while cells are unfinished, and afterwards reads the same metrics.json paths a finished grid gives, so a
@@ -14,7 +15,8 @@ checkpoint serve_and_bench:
     log:
         f"{RESULTS}/{{study}}/{{server}}/logs/job-{{todo}}.log",
     params:
-        pending=lambda w: GRID.pending(w.server),
+        pending=lambda w: GRID.pending(w.server, GRID.marker_round(w.todo)),
+        round=lambda w: GRID.marker_round(w.todo),   # None: the whole server cell (sweep.rounds 1)
         grid=lambda w: GRID.subset(w.server),
     message:
         "server cell {wildcards.server}: bench cells to run: {params.pending}"
