@@ -105,8 +105,12 @@ def files_of(study: Path) -> set[str]:
 
 
 def cell_runs(db: Path) -> dict[str, int]:
+    """Active runs per configuration id: a configuration whose row changed (a resumed cell) has its old run
+    deleted and a new one made (tracking.py), so a deleted run is not a duplicate the UI shows."""
     with sqlite3.connect(db) as con:
-        return dict(con.execute("SELECT value, count(*) FROM tags WHERE key = 'specsweep.cell_id' GROUP BY value"))
+        return dict(con.execute("SELECT t.value, count(*) FROM tags t JOIN runs r ON t.run_uuid = r.run_uuid "
+                                "WHERE t.key = 'specsweep.cell_id' AND r.lifecycle_stage = 'active' "
+                                "GROUP BY t.value"))
 
 
 @pytest.fixture(scope="module")
