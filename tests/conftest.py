@@ -99,6 +99,24 @@ def standin_site(tmp_path, version: str = "0.5.17") -> Path:
     return site
 
 
+def standin_study(tiny_results, tmp_path, startup_s) -> tuple[Path, Path, list[str]]:
+    """Overrides for a study of the session's tiny pair on the SGLang stand-in: the folder where it records each
+    launch (STANDIN_RECORD_DIR), its site (Snakemake's env_check finds it there too), and the overrides."""
+    records = tmp_path / "records"
+    records.mkdir()
+    site = standin_site(tmp_path)
+    return records, site, [*prebuilt_pair(tiny_results), "server=sglang", f"server.python={BIN / 'python'}",
+                     "kernel=sglang_fa3", f"+server.env.PYTHONPATH={site}", f"+server.env.STANDIN_RECORD_DIR={records}",
+                     f"+server.env.STANDIN_STARTUP_S={startup_s}"]
+
+
+def standin_k(record: dict) -> int:
+    """The K a stand-in launch served (its block less one; 0 for a baseline), from its recorded argv."""
+    argv = record["argv"]
+    flag = "--speculative-num-draft-tokens"
+    return int(argv[argv.index(flag) + 1]) - 1 if flag in argv else 0
+
+
 def wait_for(predicate, timeout_s, what, interval_s=0.2):
     import time
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, REPO, prebuilt_pair, snakemake_argv, standin_site
+from conftest import REPO, snakemake_argv, standin_k, standin_study
 from specsweep.server import stop_group
 
 pytestmark = pytest.mark.server
@@ -36,19 +36,10 @@ def run_bounded(argv, log: Path, timeout_s: float, env: dict) -> int:
         raise AssertionError(f"snakemake did not finish within {timeout_s} s:\n{log.read_text()[-3000:]}")
 
 
-def k_of(record: dict) -> int:
-    argv = record["argv"]
-    return int(argv[argv.index("--speculative-num-draft-tokens") + 1]) - 1
-
-
 def test_a_finished_gpu_cell_does_not_start_the_running_one_again(tiny_results, tmp_path):
-    records = tmp_path / "records"
-    records.mkdir()
-    site = standin_site(tmp_path)
+    records, site, standin = standin_study(tiny_results, tmp_path, 0.5)
     results = tmp_path / "results"
-    study = [*prebuilt_pair(tiny_results), "server=sglang", f"server.python={BIN / 'python'}", "kernel=sglang_fa3",
-             f"+server.env.PYTHONPATH={site}", f"+server.env.STANDIN_RECORD_DIR={records}",
-             "+server.env.STANDIN_STARTUP_S=0.5", f"+server.env.STANDIN_SLOW_S_K{FAST_K}={FAST_S}",
+    study = [*standin, f"+server.env.STANDIN_SLOW_S_K{FAST_K}={FAST_S}",
              f"+server.env.STANDIN_SLOW_S_K{SLOW_K}={SLOW_S}",
              "server.stop_grace_s=5", "sweep.baseline=false", f"sweep.num_speculative_tokens=[{FAST_K},{SLOW_K}]",
              "dataset.num_prompts=4", "sweep.concurrency=[4]", "sweep.max_tokens=8", "sweep.warmup=0",
@@ -71,10 +62,10 @@ def test_a_finished_gpu_cell_does_not_start_the_running_one_again(tiny_results, 
     assert rc == 0, log.read_text()[-4000:]
     assert len(jobs) == 2, jobs
 
-    dirs = {k_of(json.loads(p.read_text())): p.parent.parent for p in (results / "t").glob("*/logs/server.json")}
+    dirs = {standin_k(json.loads(p.read_text())): p.parent.parent for p in (results / "t").glob("*/logs/server.json")}
     assert sorted(dirs) == [FAST_K, SLOW_K], dirs
     started = [json.loads(p.read_text()) for p in sorted(records.glob("*.json"))]
-    starts = {k: [r for r in started if k_of(r) == k] for k in (FAST_K, SLOW_K)}
+    starts = {k: [r for r in started if standin_k(r) == k] for k in (FAST_K, SLOW_K)}
     # one server per cell, one run marker, every bench cell measured
     for k, d in dirs.items():
         assert len(starts[k]) == 1, (f"K={k}: {len(starts[k])} servers started",

@@ -13,7 +13,7 @@ from specsweep import stats
 from specsweep.cells import Grid, expand
 from specsweep.config import ConfigError, compose_jobs
 
-from conftest import BIN, prebuilt_pair, snakemake_argv, standin_site
+from conftest import snakemake_argv, standin_k, standin_study
 from test_stats import baseline, rows
 
 
@@ -129,23 +129,13 @@ def test_a_ci_that_ends_near_1_says_borderline(lo, hi, expected):
 
 
 # ---- the DAG: interleaved launches, a resumed round, a rerun that does nothing ---------------------------------
-def k_of(record: dict) -> int:
-    argv = record["argv"]
-    flag = "--speculative-num-draft-tokens"
-    return int(argv[argv.index(flag) + 1]) - 1 if flag in argv else 0
-
-
 @pytest.mark.server
 def test_rounds_launch_interleaved_resume_in_their_round_and_a_rerun_does_nothing(tiny_results, tmp_path):
     from test_gpu_side_by_side import run_bounded
 
-    records = tmp_path / "records"
-    records.mkdir()
-    site = standin_site(tmp_path)
+    records, site, standin = standin_study(tiny_results, tmp_path, 0.2)
     results = tmp_path / "results"
-    study = [*prebuilt_pair(tiny_results), "server=sglang", f"server.python={BIN / 'python'}", "kernel=sglang_fa3",
-             f"+server.env.PYTHONPATH={site}", f"+server.env.STANDIN_RECORD_DIR={records}",
-             "+server.env.STANDIN_STARTUP_S=0.2", "server.stop_grace_s=5", "sweep.num_speculative_tokens=[2,3]",
+    study = [*standin, "server.stop_grace_s=5", "sweep.num_speculative_tokens=[2,3]",
              "dataset.num_prompts=4", "sweep.concurrency=[4]", "sweep.max_tokens=8", "sweep.warmup=0",
              "sweep.repeats=4", "sweep.rounds=2", "tracking=off"]     # after snakemake_argv's sweep.repeats=1
     argv = snakemake_argv(tmp_path / "work", results, *study, extra=["--resources", "gpu=1"])
@@ -154,7 +144,7 @@ def test_rounds_launch_interleaved_resume_in_their_round_and_a_rerun_does_nothin
 
     def launches():
         started = sorted((json.loads(p.read_text()) for p in records.glob("*.json")), key=lambda r: r["started_at"])
-        return [k_of(r) for r in started]
+        return [standin_k(r) for r in started]
 
     rc = run_bounded(argv, tmp_path / "first.log", 600, env)
     assert rc == 0, (tmp_path / "first.log").read_text()[-4000:]
