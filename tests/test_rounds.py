@@ -11,7 +11,7 @@ import pytest
 
 from specsweep import stats
 from specsweep.cells import Grid, expand
-from specsweep.config import ConfigError, compose_jobs
+from specsweep.config import compose_jobs
 
 from conftest import snakemake_argv, standin_k, standin_study
 from test_stats import baseline, rows
@@ -26,7 +26,7 @@ def ids(g: Grid):
 
 
 def test_rounds_leave_every_id_unchanged_and_one_round_is_todays_marker():
-    one, three = grid(), grid("sweep.rounds=3")
+    one, three = grid("sweep.rounds=1"), grid()         # the default runs 3 rounds
     assert ids(one) == ids(three)
     for sid in one.servers:
         assert one.rounds(sid) == 1 and three.rounds(sid) == 3
@@ -59,11 +59,13 @@ def test_without_a_baseline_the_k_cells_of_a_pair_interleave():
     assert g.round_order(k3) == g.round_order(k7) == [(k3, 0), (k7, 0), (k3, 1), (k7, 1)]
 
 
-def test_more_rounds_than_repeats_is_one_line_naming_the_fix():
-    with pytest.raises(ConfigError) as e:
-        grid("sweep.repeats=2", "sweep.rounds=3")
-    msg = str(e.value)
-    assert "\n" not in msg and "sweep.rounds 3" in msg and "sweep.rounds<=2" in msg
+def test_more_rounds_than_repeats_runs_one_repeat_per_round():
+    g = grid("sweep.repeats=2", "sweep.rounds=3")         # the default's 3 rounds with 2 repeats: 2 launches
+    for sid in g.servers:
+        assert g.rounds(sid) == 2
+        assert sorted(g.round_of(sid, b) for b in g.benches[sid]) == [0, 1]
+    single = grid("sweep.repeats=1")
+    assert all(single.rounds(sid) == 1 for sid in single.servers)
 
 
 # ---- the cluster bootstrap ------------------------------------------------------------------------------------

@@ -102,7 +102,8 @@ def test_speculative_extra_may_not_set_acceptance(key, value):
         compose_jobs([f"+pair.speculative_extra.{key}={value}"])
     assert str(e.value) == (f"config: pair.speculative_extra.{key} sets vLLM's acceptance behind the cell's back: "
                             "drop it and use sweep.set_acceptance (a mean acceptance length, or a list of "
-                            "per-position rates), which the cell's id and name record")
+                            "per-position rates) or sweep.verification (standard or block), which the cell's id "
+                            "and name record")
 
 
 def test_greedy_agreement_is_na_with_its_reason_and_the_summary_takes_it(tmp_path):

@@ -28,6 +28,7 @@ OPERATIONAL_SERVER_KEYS = ("executable", "python", "host", "port", "port_range",
 ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False,     # bench spec: sweep.ignore_eos
                                       "server.sampler": "vllm",  # server spec: the local engine's verifier
                                       "set_acceptance": None,    # server spec: one sweep.set_acceptance entry
+                                      "verification": "standard",  # server spec: one sweep.verification entry
                                       # server spec: SGLang's sampling backend, CUDA-graph batch limit, and
                                       # multimodal feature transport (null: SGLang's own choice)
                                       "server.sampling_backend": None, "server.cuda_graph_max_bs": None,
@@ -76,7 +77,7 @@ class ServerCell:
         if self.spec["method"] == "none":
             return f"base{tag}-{_slug(self.spec['target'])}-{h}"
         return (f"{_slug(self.pair['name'])}{tag}-{self.spec['method']}-k{self.spec['num_speculative_tokens']}"
-                f"{_acceptance_tag(self.spec.get('set_acceptance'))}-{h}")
+                f"{_acceptance_tag(self.spec.get('set_acceptance'))}{_verification_tag(self.spec)}-{h}")
 
     @property
     def served_name(self) -> str:
@@ -100,6 +101,12 @@ def _acceptance_tag(value) -> str:
     if isinstance(value, list):
         return f"-al{1 + sum(value):.4g}-rates"
     return f"-al{value:.4g}"
+
+
+def _verification_tag(spec: dict) -> str:
+    """`-block` in the name of a cell verified by block verification; nothing for standard."""
+    method = spec.get("verification", "standard")
+    return "" if method == "standard" else f"-{method}"
 
 
 def resolve_set_acceptance(value, k: int):
@@ -165,7 +172,8 @@ class Grid:
     def rounds(self, sid: str) -> int:
         """How many rounds the server cell runs in: one server launch each, interleaved with the other
         cells of its group (round_order)."""
-        return int(self.configs.get(sid, {}).get("sweep", {}).get("rounds", 1))
+        sweep = self.configs.get(sid, {}).get("sweep", {})
+        return min(int(sweep.get("rounds", 1)), int(sweep.get("repeats", 1)))   # at most one round per repeat
 
     def round_of(self, sid: str, bid: str) -> int:
         """The round a bench cell runs in: repeat r of R rounds over n repeats runs in round r * R // n, so
@@ -227,7 +235,7 @@ class Grid:
         return str(self.results_dir / "datasets" / f"{dataset['name']}-{stable_hash(dataset)[:8]}.jsonl")
 
 
-def _server_spec(cfg: dict, k: int | None, acceptance=None) -> dict:
+def _server_spec(cfg: dict, k: int | None, acceptance=None, verification: str = "standard") -> dict:
     pair, server, kernel = cfg["pair"], cfg["server"], cfg["kernel"]
     spec = {
         "target": pair["target"],
@@ -240,11 +248,12 @@ def _server_spec(cfg: dict, k: int | None, acceptance=None) -> dict:
     if k is not None:
         spec.update(method=pair["method"], num_speculative_tokens=k, drafter=pair["drafter"],
                     block_size=pair["block_size"], mask_token_id=pair["mask_token_id"],
-                    speculative_extra=pair["speculative_extra"], set_acceptance=resolve_set_acceptance(acceptance, k))
+                    speculative_extra=pair["speculative_extra"], set_acceptance=resolve_set_acceptance(acceptance, k),
+                    verification=verification)
     return spec
 
 
-def _server_cell(cfg: dict, k: int | None, acceptance=None) -> ServerCell:
+def _server_cell(cfg: dict, k: int | None, acceptance=None, verification: str = "standard") -> ServerCell:
     server = cfg["server"]
     run = {k_: server[k_] for k_ in OPERATIONAL_SERVER_KEYS if k_ in server}
     pair = dict(cfg["pair"])
@@ -253,7 +262,7 @@ def _server_cell(cfg: dict, k: int | None, acceptance=None) -> ServerCell:
                 "trained_with_thinking": pair["trained_with_thinking"]}
     gpus = server.get("tensor_parallel_size", 1) * server.get("data_parallel_size", 1) \
         if server["device"] == "cuda" else 0
-    return ServerCell(study=cfg["study"], spec=_server_spec(cfg, k, acceptance), run=run, pair=pair, gpus=gpus)
+    return ServerCell(study=cfg["study"], spec=_server_spec(cfg, k, acceptance, verification), run=run, pair=pair, gpus=gpus)
 
 
 def k_plan(cfg: dict) -> dict[int, list[int]]:
@@ -298,10 +307,6 @@ def expand(jobs: list[dict]) -> Grid:
     grid = Grid(results_dir=Path(results.pop()))
     for cfg in jobs:
         grid.tracking[cfg["study"]] = cfg["tracking"]
-        rounds, repeats = cfg["sweep"].get("rounds", 1), cfg["sweep"]["repeats"]
-        if not 1 <= rounds <= repeats:
-            raise ConfigError(f"config: sweep.rounds {rounds} must be between 1 and sweep.repeats {repeats}: each "
-                              f"round runs at least one repeat, so set sweep.rounds<={repeats} or sweep.repeats>={rounds}")
         plan = {} if cfg["pair"]["method"] == "none" else k_plan(cfg)
         for k in plan:
             if k < 1:
@@ -312,7 +317,13 @@ def expand(jobs: list[dict]) -> Grid:
             raise ConfigError(f"config: sweep.set_acceptance {acceptances} sets how many drafts are accepted, but "
                               f"pair {cfg['pair']['name']} has method none and drafts nothing: drop it, or pick a "
                               "speculative pair")
-        cells = [(_server_cell(cfg, k, a), concs) for k, concs in plan.items() for a in acceptances]
+        verifications = aslist(cfg["sweep"].get("verification", ["standard"]))
+        if any(v != "standard" for v in verifications) and any(a is not None for a in acceptances):
+            raise ConfigError(f"config: sweep.verification {verifications} with sweep.set_acceptance {acceptances}: a "
+                              "set acceptance replaces the verification (vLLM's synthetic sampler), so run them in "
+                              "two studies, or drop one")
+        cells = [(_server_cell(cfg, k, a, v), concs) for k, concs in plan.items() for a in acceptances
+                 for v in verifications]
         runs = [(cell, _bench_specs(cfg, concs, ignore_eos=cell.sets_acceptance)) for cell, concs in cells]
         if cfg["sweep"]["baseline"] or not plan:      # the baseline runs every bench cell its K cells run
             def concs_of(fixed: bool) -> list[int]:      # of the cells with real (False) or set (True) acceptance

@@ -132,6 +132,7 @@ def validate(cfg: dict) -> dict:
     sweep = cfg["sweep"]   # an axis given as a scalar (as multirun gives it) is a list of one
     for axis in ("num_speculative_tokens", "thinking", "concurrency"):
         sweep[axis] = aslist(sweep[axis])
+    sweep["verification"] = aslist(sweep.get("verification", ["standard"]))
     acceptance = sweep.get("set_acceptance")      # its entries may be lists (rates), and null is an entry
     sweep["set_acceptance"] = acceptance if isinstance(acceptance, list) else [acceptance]
     _refuse_synthetic_extra(cfg["pair"]["speculative_extra"] or {})
@@ -148,7 +149,8 @@ def _refuse_synthetic_extra(extra: dict) -> None:
         if key in extra:
             raise ConfigError(f"config: pair.speculative_extra.{key} sets vLLM's acceptance behind the cell's back: "
                               "drop it and use sweep.set_acceptance (a mean acceptance length, or a list of "
-                              "per-position rates), which the cell's id and name record")
+                              "per-position rates) or sweep.verification (standard or block), which the cell's id "
+                              "and name record")
 
 
 def _k_by_concurrency(linked: dict) -> dict[int, list[int]]:

