@@ -8,6 +8,9 @@
 #                the in-process engine (server=local_cuda), the two GPU sides of the cross-hardware check
 #   8b-set       experiment=gpu_8b_shaped: the baseline and K=15 at the published acceptance length (6.54)
 #   8b-cost      the same study's real-acceptance cells (K=7, 15), beside the set-acceptance one
+#   8b-curve N   the system's curve at K=15: the baseline, real (random: nothing accepted) acceptance and set
+#                lengths; N=1 runs lengths 2 and 4, N=2 adds 8 and 12 (the DAG skips what N=1 ran)
+#   tiny-block   experiment=gpu_tiny at temperature 0.8: K=7 with standard and with block verification
 # Each run step packs the study as $OUT/<study>.tar.gz (the compile cache left out) and its Snakemake log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,5 +42,11 @@ case ${1:?step} in
             "sweep.num_speculative_tokens=[15]" "sweep.set_acceptance=[$SET_AL]" ;;
   8b-cost) study qwen3-8b-shaped experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES \
              --also "sweep.num_speculative_tokens=[15] sweep.set_acceptance=[$SET_AL]" ;;
-  *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost" >&2; exit 2 ;;
+  8b-curve) lengths=$([ "${2:?1 or 2}" = 1 ] && echo "null,2,4" || echo "null,2,4,8,12")
+            study qwen3-8b-curve experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES study=qwen3-8b-curve \
+              "sweep.num_speculative_tokens=[15]" "sweep.set_acceptance=[$lengths]" ;;
+  tiny-block) study tiny-gpu-block experiment=gpu_tiny server=vllm_gpu_bundle results_dir=$RES study=tiny-gpu-block \
+                "sweep.num_speculative_tokens=[7]" "sweep.verification=[standard,block]" sweep.temperature=0.8 ;;
+  *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block" >&2
+     exit 2 ;;
 esac
