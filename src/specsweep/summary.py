@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import stats
+from . import ceiling, stats
 from .cells import Grid, stable_hash
 from .metrics import length_shares, median_mad
 from .results import atomic_write_text, read_json, read_jsonl
@@ -110,7 +110,7 @@ def rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
         row["per_position_acceptance"] = json.dumps(medians)
         row["acceptance_length_shares"] = json.dumps(length_shares(medians) if medians else [])
         out.append(row)
-    return out
+    return ceiling.annotate(out)
 
 
 def _against_baseline(cells: _Cells, sid: str, bids: list[str], valid: list[dict]) -> dict:
