@@ -126,3 +126,38 @@ def test_greedy_agreement_is_na_with_its_reason_and_the_summary_takes_it(tmp_pat
     table = {r["server_cell"]: r for r in summary.rows(grid, "default")}
     assert table[ids["2.0"]]["greedy_agreement"] is None and table[ids["2.0"]]["set_acceptance"] == "2.0"
     assert table[ids["null"]]["greedy_agreement"] == 1.0 and table[ids["null"]]["set_acceptance"] is None
+
+
+def measured_cell(root, rates_by_repeat, valid=True):
+    """A server cell's directory as a finished study leaves it: one metrics.json per bench cell."""
+    for i, rates in enumerate(rates_by_repeat):
+        bench = root / f"synthetic-t0-c4-r{i}-0000000{i}"
+        bench.mkdir(parents=True)
+        (bench / "metrics.json").write_text(json.dumps({"valid": valid, "spec_decode": {
+            "per_position_acceptance": rates}}))
+    return root
+
+
+def test_rates_from_replays_a_measured_cells_median_rates_under_the_id_of_those_rates(tmp_path):
+    source = measured_cell(tmp_path / "study" / "tiny-dflash-k3-abc", [[0.95, 0.71, 0.5], [0.91, 0.7, 0.4],
+                                                                      [0.93333, 0.69, 0.45]])
+    grid = expanded(f"sweep.set_acceptance=[{{rates_from:{source}}}]")
+    (sid,) = by_acceptance(grid).values()
+    assert grid.servers[sid].spec["set_acceptance"] == [0.9333, 0.7, 0.45]      # per position, rounded to 4
+    assert sid == by_acceptance(expanded("sweep.set_acceptance=[[0.9333,0.7,0.45]]"))["[0.9333, 0.7, 0.45]"]
+    assert str(source) not in json.dumps(grid.servers[sid].spec)                # the id holds rates, not a path
+
+
+def test_rates_from_without_a_finished_cell_or_at_another_k_is_one_line(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        expanded(f"sweep.set_acceptance=[{{rates_from:{tmp_path / 'nothing'}}}]")
+    assert str(e.value) == (f"config: sweep.set_acceptance rates_from {tmp_path / 'nothing'} has no valid bench cell "
+                            "with per-position acceptance under it: point it at a finished speculative server cell's "
+                            "directory (results/<study>/<server cell>), from a study that has run")
+    invalid = measured_cell(tmp_path / "invalid", [[0.9, 0.5, 0.1]], valid=False)
+    with pytest.raises(ConfigError, match="has no valid bench cell"):
+        expanded(f"sweep.set_acceptance=[{{rates_from:{invalid}}}]")
+    k7 = measured_cell(tmp_path / "k7", [[0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3]])
+    with pytest.raises(ConfigError) as e:
+        expanded(f"sweep.set_acceptance=[{{rates_from:{k7}}}]")
+    assert str(e.value).endswith("measured 7 positions but K=3: replay it at sweep.num_speculative_tokens=[7]")

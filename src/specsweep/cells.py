@@ -11,6 +11,7 @@ import copy
 import hashlib
 import json
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,11 +110,35 @@ def _verification_tag(spec: dict) -> str:
     return "" if method == "standard" else f"-{method}"
 
 
+def rates_from(path: str) -> list[float]:
+    """A measured server cell's per-position acceptance as set rates: per position, the median over the valid
+    bench cells under `path` (a server cell's directory), rounded to 4 places. The cell's id holds these rates,
+    never the path, so the same rates from another copy of the study are the same cell."""
+    measured = []
+    for metrics in sorted(Path(path).glob("*/metrics.json")):
+        m = json.loads(metrics.read_text())
+        rates = (m.get("spec_decode") or {}).get("per_position_acceptance")
+        if m.get("valid") and rates:
+            measured.append(rates)
+    if not measured:
+        raise ConfigError(f"config: sweep.set_acceptance rates_from {path} has no valid bench cell with per-position "
+                          "acceptance under it: point it at a finished speculative server cell's directory "
+                          "(results/<study>/<server cell>), from a study that has run")
+    width = min(len(r) for r in measured)
+    return [round(statistics.median(r[i] for r in measured), 4) for i in range(width)]
+
+
 def resolve_set_acceptance(value, k: int):
     """One sweep.set_acceptance entry as a K cell records it (None, a float length, or a list of float rates),
-    checked as vLLM 0.26 checks it (SpeculativeConfig._resolve_synthetic_acceptance_rates)."""
+    checked as vLLM 0.26 checks it (SpeculativeConfig._resolve_synthetic_acceptance_rates). `{rates_from: DIR}`
+    replays a measured server cell's rates (rates_from)."""
     if value is None:
         return None
+    if isinstance(value, dict):
+        source, value = value["rates_from"], rates_from(value["rates_from"])
+        if len(value) != k:
+            raise ConfigError(f"config: sweep.set_acceptance rates_from {source} measured {len(value)} positions but "
+                              f"K={k}: replay it at sweep.num_speculative_tokens=[{len(value)}]")
     if not isinstance(value, list):
         if not 1 <= value <= k + 1:
             raise ConfigError(f"config: sweep.set_acceptance length {value} is outside [1, {k + 1}] for K={k}: a mean "
