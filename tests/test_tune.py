@@ -173,6 +173,12 @@ def test_tune_cli_writes_the_table_and_the_mapping(tmp_path, capsys):
     assert {(grid.servers[s].spec["num_speculative_tokens"], b.spec["concurrency"])
             for s in grid.servers if not grid.servers[s].is_baseline for b in grid.benches[s].values()} \
         == {(ks[0], c) for c, ks in mapping.items()}
+    # and as vLLM's dynamic K: the same Ks by batch size, one cell beside the fixed ones
+    schedule = yaml.safe_load((study / tune.MAPPING).read_text())["vllm"]["num_speculative_tokens_per_batch_size"]
+    assert schedule == [[1, 1, mapping[1][0]], [2, 4, mapping[4][0]]]
+    assert f"as vLLM's dynamic K (one cell beside the fixed Ks): {tune.schedule_override(mapping)}" in out
+    sched = expand(compose_jobs([tune.schedule_override(mapping)]))
+    assert [c.spec["k_schedule"] for c in sched.servers.values() if c.spec.get("k_schedule")] == [schedule]
 
 
 def test_tune_with_one_k_predicts_al_only_and_verify_refuses(tmp_path, capsys):

@@ -95,7 +95,8 @@ def annotate(rows: list[dict]) -> list[dict]:
     by_key = curves(rows)
     for row in rows:
         row.update(dict.fromkeys(COLUMNS))
-        points = by_key.get(curve_key(row)) if row.get("method") != "none" else None
+        # a K schedule's cell (sweep.k_schedule) runs several Ks: no one K's curve is its own
+        points = by_key.get(curve_key(row)) if row.get("method") != "none" and not row.get("k_schedule") else None
         if points is None:
             continue
         line = [(a, s) for a, s, _, _ in points]

@@ -30,6 +30,7 @@ ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False,     # bench spec: swe
                                       "server.sampler": "vllm",  # server spec: the local engine's verifier
                                       "set_acceptance": None,    # server spec: one sweep.set_acceptance entry
                                       "verification": "standard",  # server spec: one sweep.verification entry
+                                      "k_schedule": None,        # server spec: sweep.k_schedule (vLLM's dynamic K)
                                       # server spec: SGLang's sampling backend, CUDA-graph batch limit, and
                                       # multimodal feature transport (null: SGLang's own choice)
                                       "server.sampling_backend": None, "server.cuda_graph_max_bs": None,
@@ -78,7 +79,8 @@ class ServerCell:
         if self.spec["method"] == "none":
             return f"base{tag}-{_slug(self.spec['target'])}-{h}"
         return (f"{_slug(self.pair['name'])}{tag}-{self.spec['method']}-k{self.spec['num_speculative_tokens']}"
-                f"{_acceptance_tag(self.spec.get('set_acceptance'))}{_verification_tag(self.spec)}-{h}")
+                f"{_acceptance_tag(self.spec.get('set_acceptance'))}{_verification_tag(self.spec)}"
+                f"{'-sched' if self.spec.get('k_schedule') else ''}-{h}")
 
     @property
     def served_name(self) -> str:
@@ -126,6 +128,30 @@ def rates_from(path: str) -> list[float]:
                           "(results/<study>/<server cell>), from a study that has run")
     width = min(len(r) for r in measured)
     return [round(statistics.median(r[i] for r in measured), 4) for i in range(width)]
+
+
+def resolve_k_schedule(schedule) -> list[list[int]] | None:
+    """sweep.k_schedule as vLLM takes num_speculative_tokens_per_batch_size: [start, end, K] entries with
+    inclusive batch-size ranges, sorted, not overlapping, the first starting at 1 (as vLLM 0.26 and 0.32 check
+    it: v1/spec_decode/dynamic/utils.py); None where unset."""
+    if not schedule:
+        return None
+    example = "e.g. sweep.k_schedule=[[1,4,7],[5,64,3]]"
+    try:
+        entries = sorted([int(a), int(b), int(k)] for a, b, k in schedule)
+    except (TypeError, ValueError):
+        raise ConfigError(f"config: sweep.k_schedule {schedule} must be a list of [batch start, batch end, K] "
+                          f"entries, {example}") from None
+    previous = 0
+    for a, b, k in entries:
+        if not 0 < a <= b or k < 0:
+            raise ConfigError(f"config: sweep.k_schedule entry {[a, b, k]} needs 1 <= start <= end and K >= 0, {example}")
+        if a <= previous:
+            raise ConfigError(f"config: sweep.k_schedule ranges {entries} overlap: each batch size gets one K, {example}")
+        previous = b
+    if entries[0][0] != 1:
+        raise ConfigError(f"config: sweep.k_schedule {entries} must start at batch size 1 (vLLM requires it), {example}")
+    return entries
 
 
 def resolve_set_acceptance(value, k: int):
@@ -260,7 +286,8 @@ class Grid:
         return str(self.results_dir / "datasets" / f"{dataset['name']}-{stable_hash(dataset)[:8]}.jsonl")
 
 
-def _server_spec(cfg: dict, k: int | None, acceptance=None, verification: str = "standard") -> dict:
+def _server_spec(cfg: dict, k: int | None, acceptance=None, verification: str = "standard",
+                 schedule: list | None = None) -> dict:
     pair, server, kernel = cfg["pair"], cfg["server"], cfg["kernel"]
     spec = {
         "target": pair["target"],
@@ -274,11 +301,12 @@ def _server_spec(cfg: dict, k: int | None, acceptance=None, verification: str = 
         spec.update(method=pair["method"], num_speculative_tokens=k, drafter=pair["drafter"],
                     block_size=pair["block_size"], mask_token_id=pair["mask_token_id"],
                     speculative_extra=pair["speculative_extra"], set_acceptance=resolve_set_acceptance(acceptance, k),
-                    verification=verification)
+                    verification=verification, k_schedule=schedule)
     return spec
 
 
-def _server_cell(cfg: dict, k: int | None, acceptance=None, verification: str = "standard") -> ServerCell:
+def _server_cell(cfg: dict, k: int | None, acceptance=None, verification: str = "standard",
+                 schedule: list | None = None) -> ServerCell:
     server = cfg["server"]
     run = {k_: server[k_] for k_ in OPERATIONAL_SERVER_KEYS if k_ in server}
     pair = dict(cfg["pair"])
@@ -287,7 +315,8 @@ def _server_cell(cfg: dict, k: int | None, acceptance=None, verification: str = 
                 "trained_with_thinking": pair["trained_with_thinking"]}
     gpus = server.get("tensor_parallel_size", 1) * server.get("data_parallel_size", 1) \
         if server["device"] == "cuda" else 0
-    return ServerCell(study=cfg["study"], spec=_server_spec(cfg, k, acceptance, verification), run=run, pair=pair, gpus=gpus)
+    return ServerCell(study=cfg["study"], spec=_server_spec(cfg, k, acceptance, verification, schedule),
+                      run=run, pair=pair, gpus=gpus)
 
 
 def k_plan(cfg: dict) -> dict[int, list[int]]:
@@ -349,6 +378,10 @@ def expand(jobs: list[dict]) -> Grid:
                               "two studies, or drop one")
         cells = [(_server_cell(cfg, k, a, v), concs) for k, concs in plan.items() for a in acceptances
                  for v in verifications]
+        schedule = resolve_k_schedule(cfg["sweep"].get("k_schedule"))
+        if schedule and plan:      # one cell beside the fixed Ks: vLLM clamps each entry to K, so K is the largest
+            cells.append((_server_cell(cfg, max(k for _, _, k in schedule), None, "standard", schedule),
+                          aslist(cfg["sweep"]["concurrency"])))
         runs = [(cell, _bench_specs(cfg, concs, ignore_eos=cell.sets_acceptance)) for cell, concs in cells]
         if cfg["sweep"]["baseline"] or not plan:      # the baseline runs every bench cell its K cells run
             def concs_of(fixed: bool) -> list[int]:      # of the cells with real (False) or set (True) acceptance

