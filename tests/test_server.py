@@ -62,7 +62,7 @@ def shared_node_guard(srv, issued_keys):
         refused = httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers=headers, timeout=30)
         assert (refused.status_code, refused.json()) == (401, {"error": "Unauthorized"})
         assert httpx.get(f"{srv.url}/v1/models", headers=headers, timeout=30).status_code == 401
-        # vLLM's own check leaves these open; /invocations would run the request (specsweep.vllm_guard)
+        # vLLM's own check leaves these open; /invocations would run the request (specsweep.backends.vllm.guard)
         for path in ("/invocations", "/tokenize"):
             assert httpx.post(f"{srv.url}{path}", json=body, headers=headers, timeout=30).status_code == 401
     assert httpx.get(f"{srv.url}/health", timeout=30).status_code == 200
