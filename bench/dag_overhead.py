@@ -160,7 +160,7 @@ def breakdown(work: Path, results: Path, t0: float, t1: float) -> dict:
 # ---- import cost of each script -----------------------------------------------------------------------
 
 PREAMBLE = "import pickle; from snakemake.logging import logger; from snakemake.iocontainers import Snakemake"
-LAZY = {"serve_and_bench.py": "import specsweep.backends.vllm",   # backend_for imports the cell's backend
+LAZY = {"serve_and_bench.py": "import specsweep.backends.vllm.session",   # the runner imports the cell's backend session
         "ingest_mlflow.py": "from mlflow.tracking import MlflowClient"}
 
 

@@ -42,7 +42,7 @@ import psutil
 from scipy import stats
 
 from specsweep import metrics
-from specsweep.backends import vllm
+from specsweep.backends.vllm import session as vllm
 from specsweep.cells import expand
 from specsweep.client import ChatSettings
 from specsweep.config import compose_jobs

@@ -153,7 +153,7 @@ def main() -> None:
         print(json.dumps({name: {"seq_s": seq["wall_s"], "par_s": par["wall_s"],
                                  "ratio": info["ratio_par_over_seq"]}}), flush=True)
     (args.out / "two_gpu.json").write_text(json.dumps(report, indent=1))
-    from specsweep.backends.vllm import CACHE_DIR
+    from specsweep.backends.vllm.session import CACHE_DIR
 
     with tarfile.open(args.out / "results.tar.gz", "w:gz") as tar:
         for d in sorted(args.results.iterdir()):

@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from perreq_overhead import interval, server, verdict  # noqa: E402
 
-from specsweep.backends import vllm  # noqa: E402
+from specsweep.backends.vllm import session as vllm  # noqa: E402
 from specsweep.client import ChatSettings  # noqa: E402
 from specsweep.datasets import synthetic_rows  # noqa: E402
 from specsweep.results import atomic_write_json  # noqa: E402

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from specsweep import metrics, promstats
+from specsweep import metrics
 from specsweep.bench_cell import Measurement, run_bench_cell
 from specsweep.cells import expand
 from specsweep.config import compose_jobs
@@ -29,14 +29,14 @@ class FixedSession:
 
     def measure(self, prompts, bench, progress, desc):
         figures = metrics.request_figures(self.rows, 1.0)
-        figures["spec_decode"] = promstats.acceptance(self.counted) if self.counted else None
+        figures["spec_decode"] = metrics.acceptance(self.counted) if self.counted else None
         figures["per_request_spec_metrics"] = self.level
-        return Measurement(self.rows, figures)
+        return Measurement(self.rows, figures, per_request_asked=self.level)
 
 
 def counters(steps, k=3, extra_drafts=0):
     flat = [a for s in steps for a in s]
-    return promstats.SpecCounters(drafts=float(len(flat) + extra_drafts), draft_tokens=float(k * len(flat)),
+    return metrics.SpecCounters(drafts=float(len(flat) + extra_drafts), draft_tokens=float(k * len(flat)),
                                   accepted=float(sum(flat)),
                                   per_pos={p: float(sum(a > p for a in flat)) for p in range(k)})
 

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from specsweep import preflight
+from specsweep import checks
 from specsweep.config import ConfigError, compose_jobs
 from specsweep.datasets import jsonl_rows, load_prompt_rows, materialise, synthetic_rows
 from specsweep.results import atomic_write_text
@@ -21,7 +21,7 @@ def test_malformed_lines_are_skipped_and_counted(tmp_path):
     rows, bad = jsonl_rows(p, "skip")
     assert rows == [{"turns": ["a"]}, {"turns": ["b", "c"]}] and bad == 4
     [cfg] = compose_jobs(["dataset=jsonl", f"dataset.path={p}"])
-    c = preflight.check_dataset(cfg, {})
+    c = checks.check_dataset(cfg, {})
     assert c.status == "warn" and "4 malformed lines will be skipped" in c.message
 
 
@@ -30,18 +30,18 @@ def test_malformed_lines_fail_clearly_when_configured(tmp_path):
     with pytest.raises(ConfigError, match=r"prompts.jsonl:2 is not a JSON object .* set dataset.on_bad_line=skip"):
         jsonl_rows(p, "fail")
     [cfg] = compose_jobs(["dataset=jsonl", f"dataset.path={p}", "dataset.on_bad_line=fail"])
-    assert preflight.check_dataset(cfg, {}).status == "fail"
+    assert checks.check_dataset(cfg, {}).status == "fail"
 
 
 def test_an_empty_dataset_is_a_clear_failure(tmp_path):
     p = write(tmp_path, b"\n\n")
     [cfg] = compose_jobs(["dataset=jsonl", f"dataset.path={p}"])
-    c = preflight.check_dataset(cfg, {})
+    c = checks.check_dataset(cfg, {})
     assert c.status == "fail" and "has no usable prompts (0 malformed lines)" in c.message
     with pytest.raises(ConfigError, match="no usable prompts"):
         materialise(cfg["dataset"], tmp_path / "out.jsonl")
     [missing] = compose_jobs(["dataset=jsonl", f"dataset.path={tmp_path / 'nope.jsonl'}"])
-    assert "does not exist: set dataset.path" in preflight.check_dataset(missing, {}).message
+    assert "does not exist: set dataset.path" in checks.check_dataset(missing, {}).message
 
 
 def test_non_utf8_text_is_read_with_replacement(tmp_path):

@@ -201,7 +201,7 @@ def test_mlflow_down_keeps_results_and_a_later_run_ingests_once(tiny_results, tm
 def test_concurrency_64_and_256_account_for_every_request(tiny_results, tmp_path, lock_dir):
     import asyncio
 
-    from specsweep.backends import vllm
+    from specsweep.backends.vllm import session as vllm_session
     from specsweep.cells import expand
     from specsweep.client import ChatSettings
     from specsweep.config import compose_jobs
@@ -209,11 +209,11 @@ def test_concurrency_64_and_256_account_for_every_request(tiny_results, tmp_path
 
     grid = expand(compose_jobs([f"results_dir={tiny_results}", "pair.method=none", "server.max_model_len=256"]))
     [sid] = grid.servers
-    with vllm.server_for(grid, sid, tmp_path / "logs") as srv:
+    with vllm_session.server_for(grid, sid, tmp_path / "logs") as srv:
         for n in (64, 256):
             prompts = [r["turns"] for r in synthetic_rows(n, 0)]
             cpu0 = time.process_time()
-            rows, fig = asyncio.run(vllm.measure(srv.url, prompts, ChatSettings("target", 8, 0.0, 0, False, 300,
+            rows, fig = asyncio.run(vllm_session.measure(srv.url, prompts, ChatSettings("target", 8, 0.0, 0, False, 300,
                                                                                 api_key=srv.api_key),
                                                    concurrency=n, warmup=0, progress=False))
             cpu = time.process_time() - cpu0
@@ -234,14 +234,14 @@ def fake_server(tmp_path) -> Path:
 
 @pytest.mark.parametrize("ours", [True, False])
 def test_a_leftover_server_is_stopped_only_when_provably_ours(tmp_path, lock_dir, ours):
-    from specsweep.backends import vllm
+    from specsweep.backends.vllm import session as vllm_session
     from specsweep.cells import expand
     from specsweep.config import compose_jobs
     from specsweep.server import reap_leftover
 
     grid = expand(compose_jobs([f"results_dir={tmp_path}", "pair.method=none",
                                 f"server.executable={fake_server(tmp_path)}", "server.stop_grace_s=5"]))
-    left = vllm.server_for(grid, next(iter(grid.servers)), tmp_path / "logs")
+    left = vllm_session.server_for(grid, next(iter(grid.servers)), tmp_path / "logs")
     left.start()                       # then "the orchestrator is killed": its record stays behind
     info_path = tmp_path / "logs" / "server.json"
     info = json.loads(info_path.read_text())

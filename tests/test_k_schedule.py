@@ -5,7 +5,10 @@ import json
 
 import pytest
 
-from specsweep import preflight, summary, tracking, vllm_cmd
+from specsweep import checks, summary, tracking
+from specsweep.backends import parts
+from specsweep.backends.vllm import checks as vllm_checks
+from specsweep.backends.vllm import launch as vllm_cmd
 from specsweep.cells import expand
 from specsweep.config import ConfigError, compose_jobs
 
@@ -53,14 +56,15 @@ def test_a_bad_schedule_is_one_line(schedule, message):
 
 def test_preflight_refuses_a_schedule_with_data_parallel_and_on_other_backends():
     cfg = compose_jobs(["server=vllm_gpu", SCHEDULE, "server.data_parallel_size=2"])[0]
-    check = preflight.check_k_schedule(cfg, {})
+    check = vllm_checks.check_k_schedule(cfg, {})
     assert check.status == "fail" and "vLLM drops the schedule when data parallel is above 1" in check.message
-    assert preflight.check_k_schedule(compose_jobs(["server=vllm_gpu", SCHEDULE])[0], {}).status == "pass"
+    assert vllm_checks.check_k_schedule(compose_jobs(["server=vllm_gpu", SCHEDULE])[0], {}).status == "pass"
     old = {"server_env": {"vllm": "0.8.0", "k_schedule": False}}
-    assert preflight.check_k_schedule(compose_jobs(["server=vllm_gpu", SCHEDULE])[0], old).status == "fail"
+    assert vllm_checks.check_k_schedule(compose_jobs(["server=vllm_gpu", SCHEDULE])[0], old).status == "fail"
     local = compose_jobs(["server=local", "kernel=local_sdpa", SCHEDULE])[0]
-    assert preflight.check_k_schedule in preflight.CHECKS["local"]
-    assert preflight.check_k_schedule(local, {}).message.startswith("sweep.k_schedule [[5, 64, 3], [1, 4, 7]] is "
+    assert checks.check_k_schedule in parts.checks("local").CHECKS
+    assert vllm_checks.check_k_schedule in parts.checks("vllm").CHECKS
+    assert checks.check_k_schedule(local, {}).message.startswith("sweep.k_schedule [[5, 64, 3], [1, 4, 7]] is "
                                                                      "vLLM's num_speculative_tokens_per_batch_size")
 
 

@@ -1,6 +1,8 @@
-"""The package's shape: no import circle (imports inside functions count), backends that are peers, and which
-rules a cluster runs as jobs."""
+"""The package's shape: no import circle (imports inside functions count, and the backend registry's names),
+backends that are peers and that nothing outside backends/ imports, and which rules a cluster runs as jobs."""
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,7 +35,28 @@ def imports_of(path: Path) -> set[str]:
                 continue
             subs = {f"{mod}.{a.name}" for a in node.names} & known
             out |= subs or {mod}
-    return {m for m in out if m in known and m != name}
+    return {m for m in out | registry_imports(name) if m in known and m != name}
+
+
+def registry_imports(name: str) -> set[str]:
+    """What the registry imports by name (importlib): backends -> each backend package, backends.parts -> each
+    package's parts."""
+    from specsweep import backends
+    from specsweep.backends import parts
+
+    if name == "specsweep.backends":
+        return set(backends.BACKENDS.values())
+    if name == "specsweep.backends.parts":
+        return {f"{package}.{part}" for package in backends.BACKENDS.values() for part in parts.PARTS}
+    return set()
+
+
+def backend_of(module: str) -> str | None:
+    """The backend package a module belongs to (specsweep.backends.vllm.launch: specsweep.backends.vllm), or None
+    for the registry and everything outside backends/."""
+    parts = module.split(".")
+    return ".".join(parts[:3]) if parts[:2] == ["specsweep", "backends"] and len(parts) > 2 \
+        and parts[2] != "parts" else None
 
 
 def graph() -> dict[str, set[str]]:
@@ -60,20 +83,75 @@ def test_the_import_graph_has_no_cycle():
 
 
 def test_the_graph_sees_imports_inside_functions():
-    """The check is only worth something if it reads lazy imports: runner reaches the backends through one."""
+    """The check is only worth something if it reads lazy imports (config asks the registry inside a function)
+    and the registry's names: the runner reaches a backend's session through them."""
     g = graph()
+    assert "specsweep.backends" in g["specsweep.config"]
     assert "specsweep.backends.vllm" in g["specsweep.backends"]
-    assert "specsweep.backends" in g["specsweep.runner"]
+    assert "specsweep.backends.vllm.session" in g["specsweep.backends.parts"]
+    assert "specsweep.backends.parts" in g["specsweep.runner"]
 
 
 def test_backends_import_only_neutral_modules():
-    """A backend knows no other backend, nor the CLI or the Snakemake glue."""
-    forbidden = ("specsweep.backends", "specsweep.cli", "specsweep.snakejob", "specsweep.runner")
-    for path in (PKG / "backends").glob("*.py"):
-        if path.name == "__init__.py":
+    """A backend knows no other backend, nor the registry, the CLI, the Snakemake glue, the runner or preflight."""
+    forbidden = ("specsweep.backends.parts", "specsweep.cli", "specsweep.snakejob", "specsweep.runner",
+                 "specsweep.preflight")
+    for module, deps in graph().items():
+        own = backend_of(module)
+        if own is None:
             continue
-        bad = {m for m in imports_of(path) if any(m == f or m.startswith(f + ".") for f in forbidden)}
-        assert not bad, f"{path.name} imports {sorted(bad)}"
+        bad = {m for m in deps if m == "specsweep.backends" or m in forbidden or backend_of(m) not in (None, own)}
+        assert not bad, f"{module} imports {sorted(bad)}"
+
+
+def test_nothing_outside_backends_imports_a_backend():
+    """Everything else asks the registry (backends.get for a backend's facts, backends.parts for its session and
+    checks); the workflow's scripts too."""
+    for module, deps in graph().items():
+        if backend_of(module) is None and module not in ("specsweep.backends", "specsweep.backends.parts"):
+            bad = sorted(m for m in deps if backend_of(m))
+            assert not bad, f"{module} imports {bad}: ask the registry (specsweep.backends)"
+    for script in (PKG.parents[1] / "workflow" / "scripts").glob("*.py"):
+        for node in ast.walk(ast.parse(script.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(backend_of(n) for n in names), f"workflow/scripts/{script.name} imports {names}"
+
+
+def test_a_backends_facts_are_standard_library_only():
+    """config and cells read them, and vLLM's own process imports the guard through them: each package's
+    __init__ imports nothing but the standard library."""
+    from specsweep import backends
+
+    for package in backends.BACKENDS.values():
+        init = PKG.parent.joinpath(*package.split(".")) / "__init__.py"
+        for node in ast.walk(ast.parse(init.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                assert not getattr(node, "level", 0) and all(n.split(".")[0] in sys.stdlib_module_names
+                                                             for n in names), f"{init} imports {names}"
+
+
+def test_the_vllm_guard_imports_only_the_standard_library():
+    """`--middleware specsweep.backends.vllm.guard.RequireKey` is imported by vLLM's Python, with src/ first on
+    its path (backends/vllm/launch.py): on the way it must meet no specsweep module that imports a third party."""
+    from specsweep.backends.vllm import launch
+
+    module, _, attr = launch.GUARD.rpartition(".")
+    code = (f"import sys; sys.path.insert(0, {launch.GUARD_PATH!r}); import importlib; "
+            f"getattr(importlib.import_module({module!r}), {attr!r}); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) - {'__main__'}))")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['specsweep']", out.stdout + out.stderr
+
+
+def test_a_vllm_job_imports_no_torch():
+    """The registry is lazy: a vLLM server cell's job reaches vLLM's session and checks without torch."""
+    code = ("import sys; from specsweep import cells, preflight, runner; from specsweep.backends import parts; "
+            "parts.session('vllm'); parts.checks('vllm'); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PKG.parent)})
+    assert out.stdout.strip() == "False", out.stderr
 
 
 def test_on_a_cluster_only_server_cells_and_training_are_jobs():

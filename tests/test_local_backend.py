@@ -130,7 +130,7 @@ def test_the_static_step_decodes_like_the_hf_cache_engine(tiny_results):
     from specsweep.config import compose_jobs
     from specsweep.cells import expand
     from specsweep.datasets import synthetic_rows
-    from specsweep.backends.local import LocalPair
+    from specsweep.backends.local.session import LocalPair
 
     grid = expand(compose_jobs([f"results_dir={tiny_results}", "server=local", "kernel=local_sdpa",
                                 "sweep.num_speculative_tokens=7", "sweep.baseline=false"]))

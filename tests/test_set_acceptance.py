@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from conftest import run
-from specsweep import summary, vllm_cmd
+from specsweep import summary
+from specsweep.backends.vllm import launch
 from specsweep.bench_cell import run_bench_cell
 from specsweep.cells import expand
 from specsweep.config import ConfigError, compose_jobs
@@ -32,7 +33,7 @@ def test_speculative_config_carries_a_length_or_rates():
     configs = {}
     for acceptance, sid in by_acceptance(grid).items():
         cell = grid.servers[sid]
-        argv = vllm_cmd.build_argv(["vllm"], cell.spec, "127.0.0.1", 8000, cell.served_name)
+        argv = launch.build_argv(["vllm"], cell.spec, "127.0.0.1", 8000, cell.served_name)
         configs[acceptance] = json.loads(argv[argv.index("--speculative-config") + 1])
     plain = {"method": "dflash", "num_speculative_tokens": 3, "model": "z-lab/Qwen3-8B-DFlash-b16"}
     assert configs == {

@@ -16,7 +16,8 @@ import yaml
 
 from specsweep import preflight, runner
 from specsweep.bench_cell import PER_PROMPT_KEYS
-from specsweep.backends import sglang
+from specsweep.backends.sglang import checks as sglang_checks
+from specsweep.backends.sglang import launch, session
 from specsweep.cells import expand
 from specsweep.claims import port_is_free
 from specsweep.config import ConfigError, _spec_flag_fix, compose_jobs
@@ -52,7 +53,7 @@ def test_argv_maps_every_setting_to_sglangs_flag():
         "kernel.cuda_graphs=false", "server.extra_args=" + json.dumps(["--max-running-requests", "64"]),
         "+pair.speculative_extra.draft_attention_backend=triton", "+pair.speculative_extra.draft_window_size=2048"]))
     spec = next(c.spec for c in grid.servers.values() if not c.is_baseline)
-    argv = sglang.build_argv(PY, spec, "127.0.0.1", 18123, "Qwen3-8B")
+    argv = launch.build_argv(PY, spec, "127.0.0.1", 18123, "Qwen3-8B")
     assert argv == [
         PY, "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-8B", "--served-model-name", "Qwen3-8B",
         "--host", "127.0.0.1", "--port", "18123", "--device", "cuda", "--dtype", "bfloat16",
@@ -64,14 +65,14 @@ def test_argv_maps_every_setting_to_sglangs_flag():
         "--speculative-draft-attention-backend", "triton", "--speculative-draft-window-size", "2048",
         "--max-running-requests", "64"]
     base = next(c.spec for c in grid.servers.values() if c.is_baseline)
-    assert not [a for a in sglang.build_argv(PY, base, "h", 1, "m") if a.startswith("--speculative")]
+    assert not [a for a in launch.build_argv(PY, base, "h", 1, "m") if a.startswith("--speculative")]
     # the settings a user needs on SGLang, as keys: absent from the argv (and the id) until set
     assert not {"--sampling-backend", "--mm-feature-transport", "--cuda-graph-max-bs-decode"} & set(argv)
     set_grid = expand(compose_jobs(["results_dir=results", *SGLANG, "sweep.num_speculative_tokens=7",
                                     "server.sampling_backend=pytorch", "server.mm_feature_transport=cpu",
                                     "server.cuda_graph_max_bs=32"]))
     set_spec = next(c.spec for c in set_grid.servers.values() if not c.is_baseline)
-    set_argv = sglang.build_argv(PY, set_spec, "h", 1, "m")
+    set_argv = launch.build_argv(PY, set_spec, "h", 1, "m")
     for flag, value in (("--sampling-backend", "pytorch"), ("--mm-feature-transport", "cpu"),
                         ("--cuda-graph-max-bs-decode", "32")):
         assert set_argv[set_argv.index(flag) + 1] == value
@@ -80,7 +81,7 @@ def test_argv_maps_every_setting_to_sglangs_flag():
                                         *overrides])).servers)
     assert ids("server.sampling_backend=null", "server.cuda_graph_max_bs=null") == ids()   # unset: ids as before
     assert not ids("server.sampling_backend=pytorch") & ids()                            # set: a new cell
-    # every flag the backend passes is one server.extra_args may not set (config.SPEC_FLAGS["sglang"])
+    # every flag the backend passes is one server.extra_args may not set (the sglang package's SPEC_FLAGS)
     passed = {a for a in argv[3:-2] if a.startswith("--")}
     assert [flag for flag in sorted(passed) if not _spec_flag_fix("sglang", flag)] == []
     assert _spec_flag_fix("sglang", "--max-running-requests") is None
@@ -101,7 +102,7 @@ def test_argv_refuses_what_sglang_would_not_run_as_recorded(overrides, message):
     grid = expand(compose_jobs(["results_dir=results", *SGLANG, "sweep.num_speculative_tokens=3", *overrides]))
     spec = next(c.spec for c in grid.servers.values() if not c.is_baseline)
     with pytest.raises(ServerError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        sglang.build_argv(PY, spec, "h", 1, "m")
+        launch.build_argv(PY, spec, "h", 1, "m")
 
 
 def test_sglang_cells_are_named_apart_from_vllm_cells_of_the_same_pair():
@@ -125,7 +126,7 @@ def test_acceptance_is_the_sum_of_the_requests_own_stats():
     rows = [row(spec=details(3, 5, [1, 0, 1, 1])), row(spec=details(2, 1, [1, 1])),
             row(ok=False, spec=details(9, 9, [0, 0, 0, 9])),     # a failed request counts nowhere
             row(tokens=1)]                                         # one token: the prefill's, no verify step
-    fig = sglang.acceptance(rows, 3)
+    fig = session.acceptance(session.neutral_rows(rows), 3)
     assert fig["spec_decode"] == {
         "num_drafts": 5, "num_draft_tokens": 15, "num_accepted_tokens": 6, "mean_acceptance_length": 1 + 6 / 5,
         "acceptance_rate": 6 / 15, "per_position_acceptance": [3 / 5, 2 / 5, 1 / 5],
@@ -134,14 +135,14 @@ def test_acceptance_is_the_sum_of_the_requests_own_stats():
     assert fig["spec_request_sums"] == {"drafts": 5, "draft_tokens": 15, "accepted": 6,
                                         "per_pos": {0: 3.0, 1: 2.0, 2: 1.0}}
     assert fig["spec_requests_without_details"] == 0
-    assert sglang.acceptance([row()], 3)["spec_requests_without_details"] == 1
+    assert session.acceptance([row()], 3)["spec_requests_without_details"] == 1
 
 
 def test_verify_calls_are_read_for_the_served_model_only():
     text = ('# TYPE sglang:spec_verify_calls_total counter\n'
             'sglang:spec_verify_calls_total{engine_type="unified",model_name="target"} 12.0\n'
             'sglang:spec_verify_calls_total{engine_type="unified",model_name="other"} 5.0\n')
-    assert sglang.verify_calls(text, "target") == 12.0
+    assert session.verify_calls(text, "target") == 12.0
 
 
 def test_captured_0517_metrics_tell_a_baseline_by_its_missing_counter_not_by_its_gauges():
@@ -150,48 +151,50 @@ def test_captured_0517_metrics_tell_a_baseline_by_its_missing_counter_not_by_its
     base = (DATA / "base_metrics.txt").read_text()
     gauges = [line for line in base.splitlines() if line.startswith("sglang:spec_")]
     assert len(gauges) == 6 and all(line.endswith(" 0.0") for line in gauges)
-    assert sglang.VERIFY_CALLS not in base and sglang.verify_calls(base, "tiny") == 0.0
-    assert sglang.verify_calls((DATA / "dflash_metrics_before.txt").read_text(), "tiny") == 1.0
-    assert sglang.verify_calls((DATA / "dflash_metrics.txt").read_text(), "tiny") == 37.0
+    assert session.VERIFY_CALLS not in base and session.verify_calls(base, "tiny") == 0.0
+    assert session.verify_calls((DATA / "dflash_metrics_before.txt").read_text(), "tiny") == 1.0
+    assert session.verify_calls((DATA / "dflash_metrics.txt").read_text(), "tiny") == 37.0
     # the session keys on the method: a baseline's figures never read the gauges as acceptance
     rows = [row(tokens=24)]
-    assert sglang.acceptance_from_counters(rows, 0.0, 7)["spec_decode"] is None
+    assert session.acceptance_from_counters(rows, 0.0, 7)["spec_decode"] is None
 
 
 def test_captured_0517_request_stats_read_under_either_name():
     """0.5.17's meta_info (/generate, and a non-streamed chat with return_meta_info) sends each figure under
-    0.5.23's name and an alias; one shape comes out, and it agrees with SGLang's own per-request figures."""
+    0.5.23's name and an alias; one shape comes out, the neutral one (metrics.request_spec), and it agrees
+    with SGLang's own per-request figures."""
     for name in ("dflash_generate.json", "dflash_chat_meta_info.json"):
         d = json.loads((DATA / name).read_text())
         meta = d["meta_info"] if "meta_info" in d else d["choices"][0]["meta_info"]
-        stats = sglang.request_stats(meta)
-        assert stats["verify_steps"] == meta["spec_verify_ct"] and stats["histogram"] == meta["spec_accept_histogram"]
-        assert stats["accepted"] == meta["spec_accepted_drafts"] == meta["spec_num_correct_drafts"]
-        assert sum(stats["histogram"]) == stats["verify_steps"]
-        assert stats["proposed"] == stats["verify_steps"] * 7      # block 8: K = 7
-        assert meta["spec_accept_length"] == pytest.approx(meta["completion_tokens"] / stats["verify_steps"])
+        stats = session.request_spec(meta)
+        assert stats["num_spec_steps"] == meta["spec_verify_ct"]
+        assert stats["acceptance_histogram"] == meta["spec_accept_histogram"]
+        assert stats["num_accepted_draft_tokens"] == meta["spec_accepted_drafts"] == meta["spec_num_correct_drafts"]
+        assert sum(stats["acceptance_histogram"]) == stats["num_spec_steps"]
+        assert stats["num_draft_tokens"] == stats["num_spec_steps"] * 7      # block 8: K = 7
+        assert meta["spec_accept_length"] == pytest.approx(meta["completion_tokens"] / stats["num_spec_steps"])
         only_aliases = {k: v for k, v in meta.items() if k not in ("spec_num_correct_drafts",
                                                                   "spec_correct_drafts_histogram")}
-        assert sglang.request_stats(only_aliases) == stats
+        assert session.request_spec(only_aliases) == stats
 
 
 def test_captured_0517_server_info_resolves_the_block_and_names_its_release():
     info = json.loads((DATA / "dflash_server_info.json").read_text())
     assert info["version"] == "0.5.17" and info["speculative_num_draft_tokens"] == 8
-    assert sglang.release_of(info["version"]).details is None          # its chat stream carries no stats
-    assert sglang.release_of("0.5.23").details == ("sglext", "spec_tokens_details")
-    assert sglang.release_of("0.5.20") is None and sglang.release_of("0.5.17rc1") is sglang.RELEASES[(0, 5, 17)]
+    assert launch.release_of(info["version"]).details is None          # its chat stream carries no stats
+    assert launch.release_of("0.5.23").details == ("sglext", "spec_tokens_details")
+    assert launch.release_of("0.5.20") is None and launch.release_of("0.5.17rc1") is launch.RELEASES[(0, 5, 17)]
 
 
 def test_acceptance_from_the_counter_and_the_tokens():
     """0.5.17: steps from the counter's delta, accepted = the tokens past each request's first, less a bonus per step."""
     rows = [row(tokens=8), row(tokens=8), row(ok=False, tokens=5), row(tokens=0)]
-    fig = sglang.acceptance_from_counters(rows, 6.0, 3)
+    fig = session.acceptance_from_counters(rows, 6.0, 3)
     assert fig["spec_decode"] == {"num_drafts": 6.0, "num_draft_tokens": 18.0, "num_accepted_tokens": 8.0,
                                   "mean_acceptance_length": 1 + 8 / 6, "acceptance_rate": 8 / 18,
                                   "per_position_acceptance": None}
     assert fig["spec_decode_source"].startswith("sglang:spec_verify_calls_total")
-    assert sglang.acceptance_from_counters(rows, None, 3)["spec_decode"] is None     # no scrape, no figure
+    assert session.acceptance_from_counters(rows, None, 3)["spec_decode"] is None     # no scrape, no figure
 
 
 # a server cell end to end, against the stand-in ------------------------------------------------------
@@ -226,13 +229,15 @@ def test_a_server_cell_runs_end_to_end_against_the_stand_in(fake, tmp_path, issu
     assert len(rows) == 5 and all(r["ok"] and r["completion_tokens"] == 8 for r in rows)
     # the stand-in's script for 8 tokens at K = 3: prefill 1, then steps accepting 3, 1, 0 drafts (+ bonus each)
     for r in rows:
-        if version == "0.5.23":
-            assert r["spec"] == {"spec_accept_rate": 4 / 9, "spec_accept_length": 8 / 3, "spec_cap_length": 0.0,
-                                 "spec_block_accept_length": 0.0, "spec_num_correct_drafts": 4,
-                                 "spec_num_proposed_drafts": 9, "spec_verify_ct": 3,
-                                 "spec_correct_drafts_histogram": [1, 1, 0, 1], "spec_cap_lens_histogram": []}
+        if version == "0.5.23":         # the row's stats in the neutral shape, and as the server sent them
+            assert r["spec"] == {"num_spec_steps": 3, "num_draft_tokens": 9, "num_accepted_draft_tokens": 4,
+                                 "acceptance_histogram": [1, 1, 0, 1]}
+            assert r["sglang_spec"] == {"spec_accept_rate": 4 / 9, "spec_accept_length": 8 / 3, "spec_cap_length": 0.0,
+                                        "spec_block_accept_length": 0.0, "spec_num_correct_drafts": 4,
+                                        "spec_num_proposed_drafts": 9, "spec_verify_ct": 3,
+                                        "spec_correct_drafts_histogram": [1, 1, 0, 1], "spec_cap_lens_histogram": []}
         else:                                    # 0.5.17's chat stream carries no per-request stats
-            assert r["spec"] is None
+            assert r["spec"] is None and "sglang_spec" not in r
         assert r["chunk_tokens"] == [1, 4, 2, 1] and len(r["chunk_t_s"]) == 4   # continuous usage: one step a chunk
     m = json.loads((out / "metrics.json").read_text())
     # the same sums either way: per request (0.5.23), or the verify-call counter and the tokens (0.5.17)
@@ -330,7 +335,7 @@ def test_a_baseline_whose_chunks_come_in_one_burst_is_flagged_and_no_contradicti
 def test_the_server_takes_its_fresh_key_from_a_private_file_and_refuses_requests_without_it(fake, tmp_path,
                                                                                           issued_keys):
     grid, _, spec = fake()
-    srv, _, _ = sglang.server_for(grid, spec)
+    srv, _, _ = session.server_for(grid, spec)
     with srv:
         [key] = issued_keys
         assert srv.api_key == key and key not in " ".join(srv.info["argv"])        # not in `ps`
@@ -346,7 +351,7 @@ def test_the_server_takes_its_fresh_key_from_a_private_file_and_refuses_requests
         # readiness and scraping need no key, as in SGLang
         assert httpx.get(srv.url + "/health").status_code == 200 and httpx.get(srv.url + "/metrics").status_code == 200
     # a second launch gets another key
-    with sglang.server_for(grid, spec)[0]:
+    with session.server_for(grid, spec)[0]:
         assert len(issued_keys) == 2 and issued_keys[0] != issued_keys[1]
 
 
@@ -373,7 +378,7 @@ def test_a_port_taken_between_its_claim_and_the_bind_is_launched_again_on_anothe
 
     monkeypatch.setattr(claims, "port_is_free", free_once)
     try:
-        with sglang.server_for(grid, spec)[0] as srv:
+        with session.server_for(grid, spec)[0] as srv:
             assert srv.port != taken and httpx.get(srv.url + "/health").status_code == 200
     finally:
         holder.close()
@@ -383,7 +388,7 @@ def test_a_port_taken_between_its_claim_and_the_bind_is_launched_again_on_anothe
 
 
 def test_a_speculative_cell_without_spec_details_fails_rather_than_report_none(fake, tmp_path, monkeypatch):
-    monkeypatch.setattr(sglang, "SPEC_REQUEST", {"return_spec_tokens_details": False})   # a 0.5.23 that sends none
+    monkeypatch.setattr(session, "SPEC_REQUEST", {"return_spec_tokens_details": False})   # a 0.5.23 that sends none
     grid, _, spec = fake(version="0.5.23")
     with pytest.raises(CellError, match="no finished request carried sglext.spec_tokens_details"):
         runner.run_server_cell(grid, spec, tmp_path / "x.done", progress=False)
@@ -426,38 +431,38 @@ def test_server_python_is_required():
     with pytest.raises(ConfigError, match=r"^config: server.python is required: set it"):
         compose_jobs(["server=sglang"])
     cfg = job("server.python=null")
-    c = preflight.check_sglang_server(cfg, preflight.environment(cfg["server"]))
+    c = sglang_checks.check_sglang_server(cfg, preflight.environment(cfg["server"]))
     assert (c.status, c.message) == ("fail", "server.python is not set: SGLang runs in its own environment; set "
                                              "server.python to that environment's Python, e.g. "
                                              "server.python=/opt/sglang/bin/python")
     cfg = job("server.python=/nonexistent/bin/python")
-    c = preflight.check_sglang_server(cfg, preflight.environment(cfg["server"]))
+    c = sglang_checks.check_sglang_server(cfg, preflight.environment(cfg["server"]))
     assert c.status == "fail" and c.message.startswith("server.python '/nonexistent/bin/python' does not exist")
 
 
 def test_a_python_without_sglang(monkeypatch):
     cfg = job()
     env = env_for(cfg, monkeypatch)
-    c = preflight.check_sglang_server(cfg, env)
+    c = sglang_checks.check_sglang_server(cfg, env)
     assert (c.status, c.message) == ("fail", f"no SGLang under {env['server_env']['executable']}: pip install "
                                              "sglang==0.5.17 in that environment, or point server.python at the "
                                              "Python that has it")
-    assert preflight.check_sglang_dflash(cfg, env).status == "fail"
+    assert sglang_checks.check_sglang_dflash(cfg, env).status == "fail"
 
 
 def test_an_sglang_without_dflash(tmp_path, monkeypatch):
     cfg = job()
     env = env_for(cfg, monkeypatch, fake_install(tmp_path, "0.4.6", dflash=False))
     assert env["server_env"]["sglang"] == "0.4.6" and env["sglang_python"] == PY
-    c = preflight.check_sglang_dflash(cfg, env)
+    c = sglang_checks.check_sglang_dflash(cfg, env)
     assert (c.status, c.message) == ("fail", "SGLang 0.4.6 has no DFLASH (sglang/srt/speculative/dflash_worker_v2.py "
                                              "is missing): upgrade SGLang to 0.5.17 in the server environment, or "
                                              "choose pair.method=none")
-    c = preflight.check_sglang_server(cfg, env)
+    c = sglang_checks.check_sglang_server(cfg, env)
     assert (c.status, c.message) == ("fail", "SGLang 0.4.6 is not a release whose flags and response fields specsweep "
                                              "knows (0.5.17, 0.5.23): install sglang==0.5.17 in server.python's "
                                              "environment")
-    assert preflight.check_sglang_dflash(job("sweep.baseline=true", "pair.method=none"), env).status == "pass"
+    assert sglang_checks.check_sglang_dflash(job("sweep.baseline=true", "pair.method=none"), env).status == "pass"
 
 
 @pytest.mark.parametrize("version, stats", [("0.5.17", "acceptance from its verify-step counter"),
@@ -474,7 +479,7 @@ def test_sglang_with_dflash_passes_every_sglang_check(tmp_path, monkeypatch, ver
 
 
 def test_cpu_device_is_refused():
-    c = preflight.check_sglang_device(job("server.device=cpu"), {})
+    c = sglang_checks.check_sglang_device(job("server.device=cpu"), {})
     assert (c.status, c.message) == ("fail", "server.device=cpu: SGLang refuses DFLASH on CPU "
                                              "(speculative_hook.py takes cuda, npu or xpu) and has no supported CPU "
                                              "server: set server.device=cuda and run on a GPU host")
@@ -489,15 +494,15 @@ def test_cpu_device_is_refused():
     (["kernel.attention_backend=flashinfer"], [{"index": "1", "compute_capability": "10.0"}], "pass", "flashinfer"),
 ])
 def test_sglang_kernel_names(overrides, gpus, status, message):
-    c = preflight.check_sglang_kernel(job(*overrides), {"gpus": gpus})
+    c = sglang_checks.check_sglang_kernel(job(*overrides), {"gpus": gpus})
     assert c.status == status and message in c.message, c
 
 
 def test_float32_is_refused_as_sglangs_kernels_refused_it():
-    c = preflight.check_sglang_device(job("server.dtype=float32"), {})
+    c = sglang_checks.check_sglang_device(job("server.dtype=float32"), {})
     assert c.status == "fail" and "failed to dispatch data type Float" in c.message
     assert c.message.endswith("use server.dtype=bfloat16")
-    assert preflight.check_sglang_device(job(), {}).status == "pass"
+    assert sglang_checks.check_sglang_device(job(), {}).status == "pass"
 
 
 def test_fa3_on_a_kernel_without_its_library_names_the_triton_kernel(tmp_path, monkeypatch):
@@ -506,12 +511,12 @@ def test_fa3_on_a_kernel_without_its_library_names_the_triton_kernel(tmp_path, m
     (site / "sgl_kernel" / "__init__.py").write_text("raise ImportError('the probe must not import sgl_kernel')\n")
     env = env_for(job(), monkeypatch, site)
     assert env["server_env"]["sgl_kernel"] and not env["server_env"]["fa3"]
-    c = preflight.check_sglang_kernel(job(), env)
+    c = sglang_checks.check_sglang_kernel(job(), env)
     assert (c.status, c.message) == ("fail", "kernel.attention_backend=fa3 but this sgl_kernel has no FA3 library "
                                              "(flash_ops, which a trimmed bundle leaves out): use kernel=sglang_triton")
-    assert preflight.check_sglang_kernel(job("kernel=sglang_triton"), env).status == "pass"
+    assert sglang_checks.check_sglang_kernel(job("kernel=sglang_triton"), env).status == "pass"
     (site / "sgl_kernel" / "flash_ops.abi3.so").write_text("")
-    assert preflight.check_sglang_kernel(job(), env_for(job(), monkeypatch, site)).status == "pass"
+    assert sglang_checks.check_sglang_kernel(job(), env_for(job(), monkeypatch, site)).status == "pass"
 
 
 def mask_pair(tmp_path, dflash_config, mask_in_tokenizer="<|mask|>"):
@@ -542,17 +547,17 @@ def mask_pair(tmp_path, dflash_config, mask_in_tokenizer="<|mask|>"):
 def test_the_mask_token_as_sglang_resolves_it(tmp_path, dflash_config, mask_in_tokenizer, overrides, status,
                                               message):
     cfg = job(*mask_pair(tmp_path, dflash_config, mask_in_tokenizer), *overrides)
-    c = preflight.check_sglang_mask_token(cfg, {})
+    c = sglang_checks.check_sglang_mask_token(cfg, {})
     assert c.status == status and message in c.message, c
 
 
 def test_pair_options_and_concurrency_against_dflash(tmp_path, monkeypatch):
     env = env_for(job(), monkeypatch, fake_install(tmp_path, "0.5.23"))
-    c = preflight.check_sglang_dflash(job("+pair.speculative_extra.draft_tensor_parallel_size=1"), env)
+    c = sglang_checks.check_sglang_dflash(job("+pair.speculative_extra.draft_tensor_parallel_size=1"), env)
     assert c.status == "fail" and "keys ['draft_tensor_parallel_size'] are not SGLang DFLASH options" in c.message
-    c = preflight.check_sglang_dflash(job("+pair.speculative_extra.draft_attention_backend=torch_native"), env)
+    c = sglang_checks.check_sglang_dflash(job("+pair.speculative_extra.draft_attention_backend=torch_native"), env)
     assert c.status == "fail" and "would fall back to another" in c.message
-    c = preflight.check_sglang_dflash(job("sweep.concurrency=[4,64]"), env)
+    c = sglang_checks.check_sglang_dflash(job("sweep.concurrency=[4,64]"), env)
     assert c.status == "warn" and "--max-running-requests" in c.message
     ok = job("sweep.concurrency=[64]", "server.extra_args=" + json.dumps(["--max-running-requests", "64"]))
-    assert preflight.check_sglang_dflash(ok, env).status == "pass"
+    assert sglang_checks.check_sglang_dflash(ok, env).status == "pass"

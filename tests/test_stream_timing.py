@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from specsweep import metrics, stats
-from specsweep.backends import vllm
+from specsweep.backends.vllm import session as vllm_session
 from specsweep.client import ChatSettings
 
 
@@ -156,7 +156,7 @@ def standin():
 
 def measure(srv, n=4):
     s = ChatSettings(model="m", max_tokens=TOKENS, temperature=0.0, seed=0, thinking=False, timeout_s=10.0)
-    return asyncio.run(vllm.measure(f"http://127.0.0.1:{srv.server_port}", [[f"p{i}"] for i in range(n)], s, 2,
+    return asyncio.run(vllm_session.measure(f"http://127.0.0.1:{srv.server_port}", [[f"p{i}"] for i in range(n)], s, 2,
                                     warmup=0, progress=False))
 
 
@@ -195,12 +195,12 @@ def test_dflash_chunks_carry_several_tokens_and_their_counts_sum_to_the_completi
 
     grid = expand(compose_jobs([f"results_dir={tiny_results}", "sweep.num_speculative_tokens=3"]))
     sid = next(s for s, c in grid.servers.items() if not c.is_baseline)
-    with vllm.server_for(grid, sid, tmp_path / "logs") as srv:
-        settings = ChatSettings(srv.served_name, 24, 0.0, 0, False, 60, spec_field=vllm.SPEC_FIELD,
+    with vllm_session.server_for(grid, sid, tmp_path / "logs") as srv:
+        settings = ChatSettings(srv.served_name, 24, 0.0, 0, False, 60, spec_field=vllm_session.SPEC_FIELD,
                                 api_key=srv.api_key)
         prompts = [["Ada has 3 pens. Ada gets 2 more. How many pens does Ada have now?"],
                    ["Ben has 9 coins. Ben gives away 4. How many coins does Ben have now?"]] * 2   # as trained
-        rows, fig = asyncio.run(vllm.measure(srv.url, prompts, settings, 1, warmup=0, progress=False))
+        rows, fig = asyncio.run(vllm_session.measure(srv.url, prompts, settings, 1, warmup=0, progress=False))
     assert fig["requests_completed"] == 4
     for r in rows:
         assert sum(r["chunk_tokens"]) == r["completion_tokens"] > 1
@@ -221,7 +221,7 @@ def test_dflash_chunks_carry_several_tokens_and_their_counts_sum_to_the_completi
 
 # ---- the local engine: its steps as chunks ----------------------------------------------------------------
 def test_the_local_engine_records_its_steps_as_chunks(tiny_results):
-    from specsweep.backends.local import LocalPair, decode_rows
+    from specsweep.backends.local.session import LocalPair, decode_rows
     from specsweep.cells import expand
     from specsweep.config import compose_jobs
 

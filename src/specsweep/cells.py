@@ -15,6 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import backends
 from .config import ConfigError, aslist
 
 # Settings that change how a server is run here, or how its figures are recorded (per_request_spec_metrics),
@@ -70,12 +71,12 @@ class ServerCell:
     @property
     def id(self) -> str:
         h = spec_hash(self.spec)[:10]
-        if self.spec["server"]["backend"] == "local":      # the in-process engine: named by block size
+        backend = backends.backend_for(self.spec)
+        tag = backend.ID_TAG            # a server cell's name carries its backend's tag (vLLM's is empty)
+        if backend.ID_BY_BLOCK:         # e.g. the in-process engine: named by block size
             block = self.spec["num_speculative_tokens"] + 1
             name = "base" if self.spec["method"] == "none" else _slug(self.pair["name"])
-            return f"{name}-local-b{block}-{h}"
-        # a server's name carries its backend, except vLLM's (the first one: its ids stay as they were)
-        tag = "" if self.spec["server"]["backend"] == "vllm" else f"-{self.spec['server']['backend']}"
+            return f"{name}{tag}-b{block}-{h}"
         if self.spec["method"] == "none":
             return f"base{tag}-{_slug(self.spec['target'])}-{h}"
         return (f"{_slug(self.pair['name'])}{tag}-{self.spec['method']}-k{self.spec['num_speculative_tokens']}"

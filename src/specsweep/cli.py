@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shlex
@@ -10,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from . import backends
 from .config import REPO, ConfigError, compose_jobs
 from .errors import SpecsweepError
 
@@ -111,7 +111,7 @@ def cmd_ingest(args) -> int:
 
 def cmd_bench(args) -> int:
     """Benchmark a server the user already runs; writes requests.jsonl and metrics.json to --out."""
-    from .backends.vllm import SPEC_FIELD, measure
+    from .backends import parts
     from .client import ChatSettings
     from .datasets import jsonl_rows, synthetic_rows
     from .results import atomic_write_json, atomic_write_jsonl
@@ -123,15 +123,18 @@ def cmd_bench(args) -> int:
         prompts = [r["turns"] for r in rows[: args.num_prompts]]
     if not prompts:
         raise ConfigError(f"bench: {args.dataset} has no usable prompts: give a JSONL with 'prompt' or 'turns'")
-    from .preflight import check_base_url
+    from .checks import check_base_url
 
+    session = parts.session(args.backend)
+    if not hasattr(session, "bench_server"):
+        raise ConfigError(f"bench: the {args.backend} backend cannot measure a server it did not start: use --backend vllm")
     reachable = check_base_url(args.base_url, args.model)
     if reachable.status == "fail":
         raise ConfigError(f"bench: {reachable.message}")
     settings = ChatSettings(model=args.model, max_tokens=args.max_tokens, temperature=args.temperature,
-                            seed=0, thinking=args.thinking, timeout_s=args.timeout, spec_field=SPEC_FIELD)
-    rows, figures = asyncio.run(measure(args.base_url.rstrip("/"), prompts, settings, args.concurrency,
-                                               args.warmup, progress=True))
+                            seed=0, thinking=args.thinking, timeout_s=args.timeout)
+    rows, figures = session.bench_server(args.base_url.rstrip("/"), prompts, settings, args.concurrency,
+                                         args.warmup, progress=True)
     out = Path(args.out)
     atomic_write_jsonl(out / "requests.jsonl", rows)
     atomic_write_json(out / "metrics.json", figures)
@@ -214,26 +217,19 @@ def cmd_tune(args) -> int:
 def cmd_doctor(args) -> int:
     """Every preflight check on the composed config and this machine; env.json is written either way."""
     from . import preflight
+    from .checks import check_base_url
     from .results import atomic_write_json
 
     jobs = compose_jobs(args.overrides)
-    extra = (preflight.check_base_url(args.base_url, args.model or "model"),) if args.base_url else ()
+    extra = (check_base_url(args.base_url, args.model or "model"),) if args.base_url else ()
     env, checks = preflight.assess(jobs, extra)
     out = Path(jobs[0]["results_dir"]) / jobs[0]["study"] / "env.json"
     atomic_write_json(out, env)
-    se = env["server_env"]
     gpus = ", ".join(f"{g['index']}:{g.get('name', '?')} sm_{str(g.get('compute_capability', '?')).replace('.', '')} "
                      f"{g.get('memory_free_mib', '?')} MiB free" for g in env["gpus"])
     print(f"python {env['python']}  torch {env['torch']}  cuda {env['cuda']}  transformers {env['transformers']}  "
           f"flash-attn {env['flash_attn']}")
-    if jobs[0]["server"]["backend"] == "local":
-        print("backend: the in-process DFlash engine (no vLLM)")
-    elif jobs[0]["server"]["backend"] == "sglang":
-        print(f"sglang {se.get('sglang')} (DFLASH: {se.get('dflash_module')}) under "
-              f"{se.get('executable') or env['sglang_missing']}")
-    else:
-        print(f"vllm {se.get('vllm')} (DFlash: {se.get('dflash_module')}) via {' '.join(env['vllm_command']) or 'none'} "
-              f"under {se.get('executable')}")
+    print(backends.get(jobs[0]["server"]["backend"]).describe(env))
     print(f"GPUs: {gpus or 'none'}  CUDA_VISIBLE_DEVICES={env['cuda_visible_devices']}")
     print(f"wrote {out}")
     return 1 if any(c.status == "fail" for c in checks) else 0
@@ -241,7 +237,7 @@ def cmd_doctor(args) -> int:
 
 def cmd_drafter_inspect(args) -> int:
     """What a drafter checkpoint is: shapes, its config or the one they imply, and its fit to a target."""
-    from . import drafter_config, preflight
+    from . import checks, drafter_config
     from .results import atomic_write_json
 
     path = Path(args.path)
@@ -272,7 +268,7 @@ def cmd_drafter_inspect(args) -> int:
     if args.target:
         cfg = {"pair": {"method": "dflash", "drafter": str(path), "target": args.target, "tokenizer": None,
                         "mask_token_id": None}}
-        check = preflight.check_drafter(cfg, {})
+        check = checks.check_drafter(cfg, {})
         print(f"[{check.status:4}] matches {args.target}: {check.message}")
         return 1 if check.status == "fail" else 0
     return 0
@@ -346,6 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup", type=int, default=1)
     b.add_argument("--timeout", type=float, default=120.0)
     b.add_argument("--out", default="results/bench")
+    b.add_argument("--backend", default="vllm", choices=backends.names(), help="the server's backend, which says how to read its "
+                   "spec-decode figures (its /metrics, its responses): one whose session has bench_server (vllm)")
     b.set_defaults(fn=cmd_bench)
 
     ig = sub.add_parser("ingest", help="log finished studies copied from another host (tracking=off there) into MLflow")

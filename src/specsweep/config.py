@@ -165,61 +165,22 @@ def _k_by_concurrency(linked: dict) -> dict[int, list[int]]:
 
 
 _SPECULATIVE = "use pair.method, sweep.num_speculative_tokens and pair.speculative_extra"
-_TP, _DP = "use server.tensor_parallel_size", "use server.data_parallel_size"
-_NAME = "drop it: specsweep names the served model itself (after the target)"
-_SGLANG_ATTENTION = "use kernel.attention_backend (e.g. kernel=sglang_fa3, or kernel=sglang_triton without FA3)"
-_GRAPHS = "use kernel.cuda_graphs"
-_KEY = "drop it: each launch gets a fresh random API key of its own (docs/backends.md#api-keys)"
-_CONFIG = "pass each option in server.extra_args instead: a config file could set what the cell sets, unchecked"
-
-# Per server backend, the flags a server cell's spec sets, and the per-request metrics level it records (the
-# launcher passes them from the config, and an extra_args copy, coming later, would win): each with the config
-# key to use instead. Any --speculative-* flag counts too.
-SPEC_FLAGS = {
-    "vllm": {"--model": "use pair.target", "--tokenizer": "use pair.tokenizer", "--served-model-name": _NAME,
-             "--host": "use server.host", "--port": "use server.port", "--dtype": "use server.dtype",
-             "--max-model-len": "use server.max_model_len", "--tensor-parallel-size": _TP, "-tp": _TP,
-             "--data-parallel-size": _DP, "-dp": _DP, "--gpu-memory-utilization": "use server.gpu_memory_utilization",
-             "--attention-backend": "use kernel.attention_backend (e.g. kernel=flash_attn_graphs)",
-             "--enforce-eager": "use kernel.cuda_graphs", "--no-enforce-eager": "use kernel.cuda_graphs",
-             "--compilation-config": "use kernel.compilation_level",
-             "--per-request-spec-decode-metrics": "use server.per_request_spec_metrics",
-             "--api-key": _KEY, "--config": _CONFIG, "--middleware": "drop it: specsweep sets vLLM's middleware"},
-    # backends/sglang.build_argv's flags, their aliases (--model, --tensor-parallel-size, --data-parallel-size),
-    # and the spellings that would override them: per-phase attention backends win over --attention-backend,
-    # and the CUDA graph switches over --cuda-graph-backend-* (SGLang 0.5.23's srt/arg_groups/fields/).
-    "sglang": {"--model-path": "use pair.target", "--model": "use pair.target",
-               "--tokenizer-path": "use pair.tokenizer", "--served-model-name": _NAME, "--host": "use server.host",
-               "--port": "use server.port", "--device": "use server.device", "--dtype": "use server.dtype",
-               "--context-length": "use server.max_model_len", "--tp-size": _TP, "--tensor-parallel-size": _TP,
-               "--dp-size": _DP, "--data-parallel-size": _DP,
-               "--mem-fraction-static": "use server.gpu_memory_utilization",
-               "--attention-backend": _SGLANG_ATTENTION, "--prefill-attention-backend": _SGLANG_ATTENTION,
-               "--decode-attention-backend": _SGLANG_ATTENTION,
-               "--cuda-graph-backend-decode": _GRAPHS, "--cuda-graph-backend-prefill": _GRAPHS,
-               "--cuda-graph-config": _GRAPHS, "--disable-cuda-graph": _GRAPHS,
-               "--disable-decode-cuda-graph": _GRAPHS, "--disable-prefill-cuda-graph": _GRAPHS,
-               "--enable-metrics": "drop it: specsweep turns SGLang's metrics on itself",
-               "--sampling-backend": "use server.sampling_backend",
-               "--cuda-graph-max-bs": "use server.cuda_graph_max_bs",
-               "--cuda-graph-max-bs-decode": "use server.cuda_graph_max_bs",
-               "--mm-feature-transport": "use server.mm_feature_transport",
-               "--api-key": _KEY, "--config": _CONFIG},
-}
 
 
 def _spec_flag_fix(backend: str, item) -> str | None:
     """What to use instead when one extra_args item sets a spec flag: `--flag`, `--flag=value`, vLLM's
     `--flag_name` and `--flag.key=value`, or an argparse abbreviation (`--tensor-parallel`)."""
+    from . import backends
+
+    flags = backends.get(backend).SPEC_FLAGS      # the launch flags the backend's argv sets
     name = str(item).strip().split("=", 1)[0]
     if not name.startswith("--"):
-        return SPEC_FLAGS.get(backend, {}).get(name) if name.startswith("-") else None
+        return flags.get(name) if name.startswith("-") else None
     name = name.split(".", 1)[0].replace("_", "-")
     if len(name) == 2:                      # `--` ends the options
         return None
     if name.startswith("--speculative-") or "--speculative-".startswith(name):
         return _SPECULATIVE
-    flags = SPEC_FLAGS.get(backend, {})
     return flags.get(name) or next((fix for flag, fix in flags.items() if flag.startswith(name)), None)
 
 

@@ -12,6 +12,7 @@ MAX_BURSTY_SHARE of them (`streamed_figures_invalid`).
 from __future__ import annotations
 
 import statistics
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -140,6 +141,39 @@ def request_figures(records: list[dict], wall_s: float) -> dict:
     }
 
 
+@dataclass
+class SpecCounters:
+    """Spec-decode counts in one shape, whichever backend counted them: verify steps (drafts), draft tokens,
+    accepted tokens, and accepted tokens per draft position (0-based)."""
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
+    per_pos: dict[int, float] = field(default_factory=dict)
+
+    def __sub__(self, before: "SpecCounters") -> "SpecCounters":
+        positions = set(self.per_pos) | set(before.per_pos)
+        return SpecCounters(self.drafts - before.drafts, self.draft_tokens - before.draft_tokens,
+                            self.accepted - before.accepted,
+                            {p: self.per_pos.get(p, 0.0) - before.per_pos.get(p, 0.0) for p in sorted(positions)})
+
+
+def acceptance(delta: SpecCounters) -> dict:
+    """Token-weighted figures over every step in the delta (vLLM's convention, not a mean of prompt means)."""
+    d = delta.drafts
+    return {
+        "num_drafts": d,
+        "num_draft_tokens": delta.draft_tokens,
+        "num_accepted_tokens": delta.accepted,
+        "mean_acceptance_length": (1.0 + delta.accepted / d) if d else None,
+        "acceptance_rate": (delta.accepted / delta.draft_tokens) if delta.draft_tokens else None,
+        "per_position_acceptance": [delta.per_pos[p] / d for p in sorted(delta.per_pos)] if d else [],
+    }
+
+
+def counters_dict(c: SpecCounters) -> dict:
+    return asdict(c)
+
+
 def acceptance_from_lengths(lengths: list[int], block_size: int) -> dict:
     """vLLM's acceptance figures from per-step acceptance lengths (accepted drafts + 1, in 1..block_size),
     plus the histogram of lengths (index i counts steps of length i + 1)."""
@@ -159,13 +193,10 @@ def acceptance_from_lengths(lengths: list[int], block_size: int) -> dict:
 def request_spec(record: dict, num_spec_tokens: int) -> dict | None:
     """One request's own spec-decode figures in the neutral shape, vLLM's names: num_spec_steps,
     num_draft_tokens, num_accepted_draft_tokens and acceptance_histogram (index j: steps that accepted j
-    drafts). A server's come as the record's `spec` (SGLang's renamed); the local engine's come from its per-step
-    acceptance lengths. None when the request carries neither."""
+    drafts). A server's come as the record's `spec`, already in this shape (each backend's session translates its
+    server's names); the local engine's come from its per-step acceptance lengths. None when the request
+    carries neither."""
     spec = record.get("spec")
-    if spec is not None and "spec_verify_ct" in spec:     # SGLang's sglext.spec_tokens_details, renamed
-        return {"num_spec_steps": spec["spec_verify_ct"], "num_draft_tokens": spec["spec_num_proposed_drafts"],
-                "num_accepted_draft_tokens": spec["spec_num_correct_drafts"],
-                "acceptance_histogram": spec["spec_correct_drafts_histogram"]}
     if spec is not None:
         return spec
     lengths = record.get("acceptance_lengths")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .backends import backend_for
+from .backends import parts
 from .bench_cell import run_bench_cell
 from .cells import Grid
 from .errors import CellError, ServerError, SpecsweepError
@@ -22,7 +22,7 @@ def run_server_cell(grid: Grid, sid: str, marker: str | Path, progress: bool = T
     failures: list[str] = []
     if pending:
         try:
-            with backend_for(grid.servers[sid].spec).open_session(grid, sid, progress) as session:
+            with parts.session(grid.servers[sid].spec["server"]["backend"]).open_session(grid, sid, progress) as session:
                 for bid in pending:
                     try:
                         run_bench_cell(grid, sid, bid, session, progress)

@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from . import backends
 from .cells import Grid, stable_hash
 from .config import REPO
 from .errors import TrackingError
@@ -207,7 +208,8 @@ def config_id(row: dict[str, str]) -> str:
 
 def run_name(row: dict[str, str], pair: str | None = None) -> str:
     """`tiny · dflash K=7 · data=synthetic · c=4`; a baseline `tiny · baseline · ...`; a set acceptance adds
-    `AL set 3.0` (a length) or `AL set 3.4 (rates)`, block verification `block verification`; thinking adds `think`, a backend other than vLLM its name.
+    `AL set 3.0` (a length) or `AL set 3.4 (rates)`, block verification `block verification`; thinking adds
+    `think`, a backend whose cell ids carry a tag (all but vLLM) its name.
     `pair` names a baseline by the pairs it is the baseline of (its own pair is "baseline")."""
     parts = [pair or row["pair"]]
     if row["method"] == "none":
@@ -222,13 +224,21 @@ def run_name(row: dict[str, str], pair: str | None = None) -> str:
                          else f"AL set {round(float(value), 3)}")
         if row.get("verification") not in (None, "", "standard"):
             parts.append(f"{row['verification']} verification")
-    if row.get("backend") and row["backend"] != "vllm":
+    if row.get("backend") in backends.names() and backends.get(row["backend"]).ID_TAG:    # as its cell ids name it
         parts.append(row["backend"])
     parts.append(f"data={row['dataset']}")
     if _true(row.get("thinking")):
         parts.append("think")
     parts.append(f"c={row['concurrency']}")
     return " · ".join(parts)
+
+
+def server_versions(row: dict[str, str], repeats: dict[str, dict]) -> dict[str, str]:
+    """The server's versions over a configuration's repeats, as its backend names them (VERSION_FIELDS, e.g.
+    vllm_version), each tagged where a repeat recorded it."""
+    fields = backends.get(row["backend"]).VERSION_FIELDS if row.get("backend") in backends.names() else ()
+    found = {key: sorted({str(f[key]) for f in repeats.values() if f.get(key)}) for key in fields}
+    return {key: " ".join(values) for key, values in found.items() if values}
 
 
 def row_tags(row: dict[str, str]) -> dict[str, str]:
@@ -337,11 +347,8 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
             if old is not None:          # more repeats, a summary that moved, or an ingest cut short: made afresh
                 client.delete_run(old.info.run_id)
                 replaced += 1
-            vllm = sorted({str(f.get("vllm_version")) for f in repeats.values() if f.get("vllm_version")})
             tags = {STUDY_TAG: study, KIND_TAG: "configuration", CELL_TAG: cid,
-                    **row_tags(row), **vs, **versions, "git_commit": commit}
-            if vllm:
-                tags["vllm_version"] = " ".join(vllm)
+                    **row_tags(row), **vs, **versions, "git_commit": commit, **server_versions(row, repeats)}
             run = client.create_run(exp_id, run_name=run_name(row, "/".join(sorted(pairs_of.get(sid, ())))),
                                      tags=tags, start_time=span[0])
             run_id = runs[cid] = run.info.run_id

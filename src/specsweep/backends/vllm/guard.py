@@ -1,4 +1,4 @@
-"""Runs inside `vllm serve` (`--middleware specsweep.vllm_guard.RequireKey`), not in specsweep.
+"""Runs inside `vllm serve` (`--middleware specsweep.backends.vllm.guard.RequireKey`), not in specsweep.
 
 vLLM 0.32's own API-key check guards only paths under /v1, /v2, /inference and /cohere
 (entrypoints/serve/middleware/authenticate.py): `POST /invocations`, its SageMaker route, serves chat

@@ -1,4 +1,5 @@
-"""The `vllm serve` command line: which vLLM runs (the server's own Python), and the argv for a cell.
+"""vLLM's launch: which vLLM runs (the server's own Python), what that Python holds (the probe), and the
+`vllm serve` argv for a cell.
 
 The server may live in another Python environment than the orchestrator: `server.python` names it.
 """
@@ -7,16 +8,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-from .errors import ServerError
+from ...errors import ServerError
+from ...server import run_probe, shared_argv
 
 # The middleware that refuses requests without the launch's API key on every path but /health and /metrics
-# (vllm_guard.py says why vLLM's own check is not enough), and the directory its server's Python imports it from.
-GUARD = "specsweep.vllm_guard.RequireKey"
-GUARD_PATH = str(Path(__file__).resolve().parent.parent)
+# (guard.py says why vLLM's own check is not enough), and the directory its server's Python imports it from
+# (src/: on the way it imports specsweep/backends/__init__.py and this package's __init__.py, standard library only).
+GUARD = "specsweep.backends.vllm.guard.RequireKey"
+GUARD_PATH = str(Path(__file__).resolve().parents[3])
 
 
 def guarded_env(env: dict) -> dict:
@@ -101,12 +103,7 @@ def probe_python(python: str, env: dict | None = None) -> dict:
     """What the server's own Python has (its real executable, vLLM, DFlash, per-request spec-decode metrics,
     synthetic acceptance, the DFlash layer-id offset, flash-attn), without importing vLLM; run in the server's
     environment (server.env)."""
-    try:
-        out = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120,
-                             env=server_environ(env or {}))
-        return json.loads(out.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return {"executable": None, "error": f"could not run {python}"}
+    return run_probe(python, PROBE, server_environ(env or {}))
 
 
 def speculative_config(spec: dict) -> dict | None:
@@ -135,14 +132,8 @@ def build_argv(command: list[str], spec: dict, host: str, port: int, served_name
     argv = command + ["serve", spec["target"], "--served-model-name", served_name,
                       "--host", host, "--port", str(port), "--middleware", GUARD,
                       "--dtype", s["dtype"], "--max-model-len", str(s["max_model_len"])]
-    if spec["tokenizer"] != spec["target"]:
-        argv += ["--tokenizer", spec["tokenizer"]]
-    if s["tensor_parallel_size"] != 1:
-        argv += ["--tensor-parallel-size", str(s["tensor_parallel_size"])]
-    if s["data_parallel_size"] != 1:
-        argv += ["--data-parallel-size", str(s["data_parallel_size"])]
-    if s["gpu_memory_utilization"] is not None:
-        argv += ["--gpu-memory-utilization", str(s["gpu_memory_utilization"])]
+    argv += shared_argv(spec, "--tokenizer", "--tensor-parallel-size", "--data-parallel-size",
+                        "--gpu-memory-utilization")
     if k["attention_backend"]:
         argv += ["--attention-backend", k["attention_backend"]]
     if not k["cuda_graphs"]:

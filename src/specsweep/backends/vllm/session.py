@@ -1,8 +1,9 @@
-"""vLLM: one `vllm serve` per server cell; acceptance from the deltas of its Prometheus counters and, where
-its vLLM has them, from each response's own per-request figures (bench_cell checks that the two agree)."""
+"""vLLM's session: one `vllm serve` per server cell; acceptance from the deltas of its Prometheus counters and,
+where its vLLM has them, from each response's own per-request figures (bench_cell checks that the two agree)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 from contextlib import contextmanager
@@ -11,26 +12,27 @@ from typing import Iterator
 
 import httpx
 
-from .. import client, metrics, promstats, vllm_cmd
-from ..bench_cell import Measurement
-from ..cells import Grid
-from ..server import Server, ServerSession
+from ... import client, metrics
+from ...bench_cell import Measurement
+from ...cells import Grid
+from ...server import Server, ServerSession
+from . import launch, promstats
 
 
 def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> Server:
     """The `vllm serve` process of a server cell, not started yet."""
     cell = grid.servers[sid]
-    command = vllm_cmd.server_command(cell.run)
-    python = vllm_cmd.interpreter_of(command)
-    probe = vllm_cmd.probe_python(python, cell.spec["server"]["env"]) if python else {}
+    command = launch.server_command(cell.run)
+    python = launch.interpreter_of(command)
+    probe = launch.probe_python(python, cell.spec["server"]["env"]) if python else {}
     version = probe.get("vllm") or "unknown"
     wanted = "none" if cell.is_baseline else cell.run.get("per_request_spec_metrics", "none")
     level = wanted if probe.get("per_request_spec_metrics") else "none"
     name = cell.served_name
-    env = vllm_cmd.guarded_env(cell.spec["server"]["env"])
+    env = launch.guarded_env(cell.spec["server"]["env"])
     # one compile cache for every cell of the results_dir, set here and not in server.env, which the cell id hashes
     env.setdefault("VLLM_CACHE_ROOT", str(cache_root(grid)))
-    return Server(lambda port: vllm_cmd.build_argv(command, cell.spec, cell.run["host"], port, name, level), cell.run,
+    return Server(lambda port: launch.build_argv(command, cell.spec, cell.run["host"], port, name, level), cell.run,
                   log_dir or grid.server_dir(sid) / "logs", env=env, gpus_needed=cell.gpus, served_name=name,
                   kind="vLLM", key_env="VLLM_API_KEY", log_facts=startup_facts,
                   record={"python": python, "vllm_version": version, "per_request_spec_metrics": level,
@@ -94,9 +96,17 @@ async def measure(url: str, prompts: list[list[str]], settings: client.ChatSetti
         figures["scrape_error"] = f"{type(e).__name__}: {e}"
         return rows, figures
     delta = after - before
-    figures["spec_decode"] = promstats.acceptance(delta) if delta.drafts else None
-    figures["spec_counters_delta"] = promstats.counters_dict(delta)
+    figures["spec_decode"] = metrics.acceptance(delta) if delta.drafts else None
+    figures["spec_counters_delta"] = metrics.counters_dict(delta)
     return rows, figures
+
+
+def bench_server(url: str, prompts: list[list[str]], settings: client.ChatSettings, concurrency: int,
+                 warmup: int, progress: bool = True) -> tuple[list[dict], dict]:
+    """`specsweep bench`: measure a vLLM server the user runs, with each response's own figures where it
+    sends them."""
+    settings = dataclasses.replace(settings, spec_field=SPEC_FIELD)
+    return asyncio.run(measure(url, prompts, settings, concurrency, warmup, progress=progress))
 
 
 class VllmSession(ServerSession):
@@ -110,10 +120,10 @@ class VllmSession(ServerSession):
             rows, figures = [], {"scrape_error": f"{type(e).__name__}: {e}"}
         failure = "server died during the cell" if not self.srv.alive() else \
             f"/metrics failed: {figures['scrape_error']}" if "scrape_error" in figures else None
+        level = self.srv.info.get("per_request_spec_metrics")
         figures.update(backend="vllm", vllm_version=self.srv.info.get("vllm_version"),
-                       server_python=self.srv.info.get("python"),
-                       per_request_spec_metrics=self.srv.info.get("per_request_spec_metrics"))
-        return Measurement(rows, figures, failure)
+                       server_python=self.srv.info.get("python"), per_request_spec_metrics=level)
+        return Measurement(rows, figures, failure, per_request_asked=level)
 
 
 @contextmanager

@@ -1,0 +1,14 @@
+"""The local engine: bench cells decoded in-process by the DFlash engine (src/specsweep/dflash/), no server.
+Its session (session) and its preflight checks (checks).
+
+This file holds the backend's facts (backends/__init__.py) and imports nothing but the standard library:
+a vLLM job reads it and must not import torch.
+"""
+SPEC_FLAGS: dict[str, str] = {}      # no launch argv: server.extra_args is never passed anywhere
+ID_TAG = "-local"
+ID_BY_BLOCK = True                   # a server cell is one block size (K + 1; the baseline is block 1)
+VERSION_FIELDS: tuple[str, ...] = ()  # the engine is this checkout's (git_commit) on this torch (tagged)
+
+
+def describe(env: dict) -> str:
+    return "backend: the in-process DFlash engine (no vLLM)"

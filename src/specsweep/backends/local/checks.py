@@ -1,0 +1,36 @@
+"""The local engine's preflight checks (CHECKS, in order); it runs in this Python, so preflight records
+nothing more about another one (environment)."""
+from __future__ import annotations
+
+from ...checks import (check_dataset, check_drafter, check_max_tokens, check_memory, check_num_speculative_tokens,
+                       check_set_acceptance, check_thinking, check_verification, check_k_schedule, fail, ok)
+
+
+def environment(server_run: dict) -> dict:
+    return {}
+
+
+def check_local_engine(cfg, env):
+    """The in-process engine needs torch to see the device, and flash-attn for flash_attention_2."""
+    name = "local_engine"
+    s, impl = cfg["server"], cfg["kernel"]["attn_implementation"] or "sdpa"
+    if cfg["pair"]["method"] not in ("dflash", "none"):
+        return fail(name, f"pair.method={cfg['pair']['method']}: the local engine runs DFlash drafters only; "
+                          "use server=vllm_cpu or server=vllm_gpu for it")
+    if s["device"] == "cuda" and not env["cuda"]:
+        return fail(name, "server.device=cuda but this torch has no CUDA: install a CUDA build of torch or use "
+                          "server=local (cpu)")
+    if s["device"] == "cuda" and not env["gpus"]:
+        return fail(name, f"server.device=cuda but no GPU is visible (CUDA_VISIBLE_DEVICES="
+                          f"{env['cuda_visible_devices']}): expose a GPU or use server=local (cpu)")
+    if impl == "flash_attention_2" and (s["device"] != "cuda" or not env["flash_attn"]):
+        return fail(name, "kernel.attn_implementation=flash_attention_2 needs a GPU and flash-attn 2: "
+                          "pip install 'flash-attn<3', or use kernel=local_sdpa")
+    if cfg["kernel"]["cuda_graphs"] and s["device"] != "cuda":
+        return fail(name, "kernel.cuda_graphs=true needs server.device=cuda: use kernel=local_sdpa on CPU")
+    return ok(name, f"{impl} attention on {s['device']} ({s['dtype']})")
+
+
+CHECKS = [check_dataset, check_drafter, check_num_speculative_tokens, check_thinking, check_memory,
+          check_max_tokens, check_local_engine, check_set_acceptance, check_verification,
+          check_k_schedule]

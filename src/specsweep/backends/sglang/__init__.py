@@ -1,0 +1,45 @@
+"""SGLang: one `python -m sglang.launch_server` per server cell, run by the Python of SGLang's own environment
+(`server.python`). Its releases, probe and argv (launch), its session and acceptance figures (session), and
+its preflight checks (checks).
+
+This file holds the backend's facts (backends/__init__.py) and imports nothing but the standard library.
+"""
+_TP, _DP = "use server.tensor_parallel_size", "use server.data_parallel_size"
+_ATTENTION = "use kernel.attention_backend (e.g. kernel=sglang_fa3, or kernel=sglang_triton without FA3)"
+_GRAPHS = "use kernel.cuda_graphs"
+
+# launch.build_argv's flags, their aliases (--model, --tensor-parallel-size, --data-parallel-size), and the
+# spellings that would override them: per-phase attention backends win over --attention-backend, and the CUDA
+# graph switches over --cuda-graph-backend-* (SGLang 0.5.23's srt/arg_groups/fields/). Each with the config key
+# to use instead; any --speculative-* flag counts too (config._spec_flag_fix).
+SPEC_FLAGS = {
+    "--model-path": "use pair.target", "--model": "use pair.target",
+    "--tokenizer-path": "use pair.tokenizer",
+    "--served-model-name": "drop it: specsweep names the served model itself (after the target)",
+    "--host": "use server.host", "--port": "use server.port", "--device": "use server.device",
+    "--dtype": "use server.dtype", "--context-length": "use server.max_model_len",
+    "--tp-size": _TP, "--tensor-parallel-size": _TP, "--dp-size": _DP, "--data-parallel-size": _DP,
+    "--mem-fraction-static": "use server.gpu_memory_utilization",
+    "--attention-backend": _ATTENTION, "--prefill-attention-backend": _ATTENTION,
+    "--decode-attention-backend": _ATTENTION,
+    "--cuda-graph-backend-decode": _GRAPHS, "--cuda-graph-backend-prefill": _GRAPHS,
+    "--cuda-graph-config": _GRAPHS, "--disable-cuda-graph": _GRAPHS,
+    "--disable-decode-cuda-graph": _GRAPHS, "--disable-prefill-cuda-graph": _GRAPHS,
+    "--enable-metrics": "drop it: specsweep turns SGLang's metrics on itself",
+    "--sampling-backend": "use server.sampling_backend",
+    "--cuda-graph-max-bs": "use server.cuda_graph_max_bs",
+    "--cuda-graph-max-bs-decode": "use server.cuda_graph_max_bs",
+    "--mm-feature-transport": "use server.mm_feature_transport",
+    "--api-key": "drop it: each launch gets a fresh random API key of its own (docs/backends.md#api-keys)",
+    "--config": "pass each option in server.extra_args instead: a config file could set what the cell sets, unchecked",
+}
+
+ID_TAG = "-sglang"
+ID_BY_BLOCK = False
+VERSION_FIELDS = ("sglang_version",)
+
+
+def describe(env: dict) -> str:
+    se = env.get("server_env") or {}
+    return (f"sglang {se.get('sglang')} (DFLASH: {se.get('dflash_module')}) under "
+            f"{se.get('executable') or env.get('sglang_missing')}")

@@ -1,0 +1,223 @@
+"""SGLang's session: one `python -m sglang.launch_server` per server cell, run by the Python of SGLang's own
+environment (`server.python`: `pip install sglang` pins its own CUDA torch, so it never shares the
+orchestrator's venv).
+
+SGLang has no accepted/drafted counters to take deltas of. Where a release streams each request's own stats
+(0.5.23: `return_spec_tokens_details` asked, `sglext.spec_tokens_details` answered), a cell's acceptance is
+summed over its requests. 0.5.17 streams none in chat completions (only `/generate`'s `meta_info` and a
+non-streamed `return_meta_info` carry them): there the acceptance length comes from the verify-step counter
+and the requests' tokens, and per-position figures are not measurable. launch.RELEASES says which release does what;
+0.5.17 was run on an H200, 0.5.23 read in its source (docs/backends.md#sglang).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from ... import client, metrics
+from ...bench_cell import Measurement
+from ...cells import Grid
+from ...errors import ServerError
+from ...server import Server, ServerSession
+from .launch import KNOWN, Release, build_argv, launch_release, release_of, server_python, unknown_release
+
+
+SPEC_SOURCE = "per-request sums (SGLang has no counters)"
+COUNTER_SOURCE = ("sglang:spec_verify_calls_total and the requests' tokens (this SGLang streams no per-request "
+                  "stats: no per-position figures)")
+SPEC_REQUEST = {"return_spec_tokens_details": True}
+# A request's stats in the neutral shape (metrics.request_spec), each from the names the releases use
+# (tokenizer_manager.py, _calculate_spec_decoding_metrics): 0.5.17 also sends spec_accepted_drafts and
+# spec_accept_histogram, as aliases it says it will remove. The histogram's index j counts the steps that
+# accepted j drafts, as the neutral one.
+REQUEST_FIELDS = {"num_spec_steps": ("spec_verify_ct",), "num_draft_tokens": ("spec_num_proposed_drafts",),
+                  "num_accepted_draft_tokens": ("spec_num_correct_drafts", "spec_accepted_drafts"),
+                  "acceptance_histogram": ("spec_correct_drafts_histogram", "spec_accept_histogram")}
+RAW_FIELD = "sglang_spec"      # a row keeps what its server sent under this name, beside its neutral `spec`
+# Incremented by each finished request's verify steps (srt/observability/metrics_collector.py). A baseline's
+# /metrics has no such line, though it does carry the sglang:spec_* gauges, at 0.0 (seen on 0.5.17): a server
+# is told speculative by its method, never by the gauges.
+VERIFY_CALLS = "sglang:spec_verify_calls_total"
+
+
+# What /server_info reports as resolved (ServerArgs.resolved_dict, flat), recorded with every bench cell.
+RESOLVED = ("speculative_algorithm", "speculative_num_draft_tokens", "speculative_draft_attention_backend",
+            "attention_backend", "max_running_requests")
+
+
+def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> tuple[Server, str, Release]:
+    """The SGLang server of a server cell, not started yet, with the version and release it will run."""
+    cell = grid.servers[sid]
+    python = server_python(cell.run)
+    version, rel = launch_release(python, cell.spec["server"]["env"])
+    name = cell.served_name
+    srv = Server(lambda port: build_argv(python, cell.spec, cell.run["host"], port, name, rel), cell.run,
+                 log_dir or grid.server_dir(sid) / "logs", env=cell.spec["server"]["env"], gpus_needed=cell.gpus,
+                 served_name=name, kind="SGLang", key_config_flag="--config", record={"python": python})
+    return srv, version, rel
+
+
+def request_spec(raw: dict) -> dict:
+    """One request's stats in the neutral shape, from whichever names its release used (REQUEST_FIELDS)."""
+    def get(names):
+        return next((raw[n] for n in names if n in raw), None)
+    return {key: get(names) for key, names in REQUEST_FIELDS.items()}
+
+
+def neutral_rows(rows: list[dict]) -> list[dict]:
+    """The rows with each one's stats in the neutral shape (`spec`), and as its server sent them (RAW_FIELD)."""
+    for r in rows:
+        if r.get("spec"):
+            r[RAW_FIELD], r["spec"] = r["spec"], request_spec(r["spec"])
+    return rows
+
+
+def acceptance(rows: list[dict], k: int) -> dict:
+    """The cell's acceptance from its finished requests' own stats (neutral rows), in vLLM's figures
+    (metrics.acceptance).
+
+    Drafts are verify steps, draft tokens the drafts proposed (steps x K), accepted the correct drafts;
+    per-position acceptance and the acceptance-length histogram (index i: steps that accepted i drafts, so
+    length i + 1, as the local engine's) come from the correct-drafts histogram.
+    """
+    sums, hist, without = metrics.SpecCounters(), [0] * (k + 1), 0
+    for r in rows:
+        if not r["ok"]:
+            continue
+        if not r.get("spec"):
+            without += r["completion_tokens"] > 1        # a second token comes from a verify step
+            continue
+        s = r["spec"]
+        sums.drafts += s["num_spec_steps"]
+        sums.draft_tokens += s["num_draft_tokens"]
+        sums.accepted += s["num_accepted_draft_tokens"]
+        for i, steps in enumerate(s["acceptance_histogram"] or []):
+            hist += [0] * (i + 1 - len(hist))
+            hist[i] += steps
+    sums.per_pos = {p: float(sum(hist[p + 1:])) for p in range(k)}
+    spec = metrics.acceptance(sums) if sums.drafts else None
+    if spec:
+        spec["acceptance_length_histogram"] = hist
+    return {"spec_decode": spec, "spec_decode_source": SPEC_SOURCE,
+            "spec_request_sums": metrics.counters_dict(sums), "spec_requests_without_details": without}
+
+
+def acceptance_from_counters(rows: list[dict], verify_calls: float | None, k: int) -> dict:
+    """The cell's acceptance where the stream carries no stats: each verify step commits its accepted drafts
+    plus one token, and the prefill gives each request its first, so accepted = sum(tokens - 1) - steps.
+
+    Steps are the verify-call counter's delta over the measured requests. Drafts a step accepted past the
+    answer's end (its stop token, or max_tokens) are not committed, so not counted here, as in SGLang's own
+    per-request figures; vLLM's counters count them (docs/backends.md#sglang). No per-position figures: the
+    counter does not say which drafts were accepted.
+    """
+    done = [r for r in rows if r["ok"] and r["completion_tokens"] > 0]
+    steps = verify_calls or 0.0
+    sums = metrics.SpecCounters(drafts=steps, draft_tokens=steps * k,
+                                  accepted=sum(r["completion_tokens"] - 1 for r in done) - steps)
+    spec = metrics.acceptance(sums) if steps else None
+    if spec:
+        spec["per_position_acceptance"] = None
+    return {"spec_decode": spec, "spec_decode_source": COUNTER_SOURCE,
+            "spec_request_sums": None, "spec_requests_without_details": len(done)}
+
+
+def verify_calls(text: str, model: str) -> float:
+    """SGLang's verify-step counter for one served model, summed over its label sets."""
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == VERIFY_CALLS and s.labels.get("model_name", model) == model)
+
+
+async def scrape_verify_calls(url: str, model: str) -> tuple[float | None, str | None]:
+    """The verify-step counter now, or why /metrics did not give it."""
+    try:
+        return verify_calls(await client.scrape(url), model), None
+    except httpx.HTTPError as e:
+        return None, f"{type(e).__name__}: {e}"
+
+
+async def measure(url: str, prompts: list[list[str]], settings: client.ChatSettings, concurrency: int,
+                  warmup: int, k: int, progress: bool = True, desc: str = "requests",
+                  per_request: bool = True) -> tuple[list[dict], dict]:
+    """Warm up, send every prompt, and take the cell's acceptance: summed over the requests' own stats
+    (per_request), the verify-call counter's delta cross-checking it, or from that delta and the tokens."""
+    if warmup:
+        await client.run_requests(url, prompts[:warmup], settings, concurrency, progress=False)
+    before, error = await scrape_verify_calls(url, settings.model) if k else (None, None)
+    records, wall = await client.run_requests(url, prompts, settings, concurrency, progress=progress, desc=desc)
+    rows = neutral_rows([r.as_dict() for r in records])
+    figures = metrics.request_figures(rows, wall)
+    if not k:
+        figures["spec_decode"] = None
+        return rows, figures
+    after, error_after = await scrape_verify_calls(url, settings.model)
+    delta = after - before if before is not None and after is not None else None
+    figures.update(acceptance(rows, k) if per_request else acceptance_from_counters(rows, delta, k))
+    figures["spec_verify_calls_delta"] = delta
+    if error or error_after:                 # per request: only the cross-check is lost; else the figures
+        figures["scrape_error"] = error or error_after
+    return rows, figures
+
+
+def resolved_settings(url: str, headers: dict) -> dict:
+    """SGLang's version and the speculative settings it resolved, from /server_info (which its API key guards)."""
+    try:
+        info = httpx.get(f"{url}/server_info", headers=headers, timeout=30).raise_for_status().json()
+    except (httpx.HTTPError, ValueError) as e:
+        raise ServerError(f"{url}/server_info did not answer ({type(e).__name__}): is server.python's SGLang one "
+                          f"of {KNOWN}?") from None
+    return {"version": info.get("version"), **{key: info.get(key) for key in RESOLVED}}
+
+
+class SglangSession(ServerSession):
+    def __init__(self, srv: Server, spec: dict, run: dict, rel: Release):
+        super().__init__(srv, run)
+        self.k = spec["num_speculative_tokens"] if spec["method"] == "dflash" else 0
+        self.resolved = resolved_settings(srv.url, srv.auth)
+        self.rel = release_of(self.resolved["version"])
+        if self.rel is None or self.rel != rel:
+            raise ServerError(f"{unknown_release(self.resolved['version'])} (the server said so at /server_info, "
+                              f"the probe of server.python found a different one); see {self.log_path}")
+        block = self.resolved["speculative_num_draft_tokens"]
+        if self.k and block != self.k + 1:
+            raise ServerError(f"SGLang resolved speculative_num_draft_tokens={block}, not K + 1 = {self.k + 1}: "
+                              f"the cell would record one block and run another; see {self.log_path}")
+
+    def measure(self, prompts: list[list[str]], bench: dict, progress: bool, desc: str) -> Measurement:
+        per_request = self.rel.details is not None
+        settings = client.settings_for(bench, self.srv.served_name, self.run["request_timeout_s"],
+                                       extra_body=SPEC_REQUEST if self.k and per_request else None,
+                                       spec_field=self.rel.details or (), api_key=self.srv.api_key)
+        rows, figures = asyncio.run(measure(self.srv.url, prompts, settings, bench["concurrency"], bench["warmup"],
+                                            self.k, progress, desc, per_request))
+        failure = None
+        if not self.srv.alive():
+            failure = "server died during the cell"
+        elif self.k and per_request and figures["spec_requests_without_details"] and not figures["spec_decode"]:
+            failure = (f"no finished request carried {'.'.join(self.rel.details)}, so the cell has no acceptance "
+                       f"(SGLang {self.resolved['version']})")
+        elif self.k and not per_request and not figures["spec_decode"]:
+            failure = (f"SGLang {self.resolved['version']} streams no per-request stats and its "
+                       f"{VERIFY_CALLS} did not count (scrape: {figures.get('scrape_error') or 'no verify steps'}), "
+                       "so the cell has no acceptance")
+        figures.update(backend="sglang", sglang_version=self.resolved["version"], server_python=self.srv.info["python"],
+                       sglang_resolved=self.resolved)
+        return Measurement(rows, figures, failure, counted=False)     # its spec_decode is the rows' sums
+
+
+@contextmanager
+def open_session(grid: Grid, sid: str, progress: bool = True) -> Iterator[SglangSession]:
+    cell = grid.servers[sid]
+    t0 = time.monotonic()
+    srv, version, rel = server_for(grid, sid)
+    with srv:
+        session = SglangSession(srv, cell.spec, cell.run, rel)
+        print(f"[specsweep] {sid}: SGLang ready on {srv.url} in {time.monotonic() - t0:.0f} s "
+              f"(SGLang {session.resolved['version']}, {srv.info['python']})", flush=True)
+        yield session

