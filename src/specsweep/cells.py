@@ -143,6 +143,11 @@ class BenchCell:
                 f"-r{s['repeat']}-{spec_hash(s)[:8]}")
 
 
+def sweep_rounds(sweep: dict) -> int:
+    """The rounds a job's sweep runs its server cells in: sweep.rounds, at most one round per repeat."""
+    return min(int(sweep.get("rounds", 1)), int(sweep.get("repeats", 1)))
+
+
 def round_of_repeat(repeat: int, rounds: int, repeats: int) -> int:
     """Repeat r of R rounds over n repeats runs in round r * R // n, so each round holds a contiguous block of
     repeats (10 repeats in 3 rounds: 0-3, 4-6, 7-9)."""
@@ -187,8 +192,7 @@ class Grid:
     def rounds(self, sid: str) -> int:
         """How many rounds the server cell runs in: one server launch each, interleaved with the other
         cells of its group (round_order)."""
-        sweep = self.configs.get(sid, {}).get("sweep", {})
-        return min(int(sweep.get("rounds", 1)), int(sweep.get("repeats", 1)))   # at most one round per repeat
+        return sweep_rounds(self.configs.get(sid, {}).get("sweep", {}))
 
     def round_of(self, sid: str, bid: str) -> int:
         """The round a bench cell runs in (round_of_repeat)."""

