@@ -17,6 +17,7 @@ min_version("9.0")
 # params): 0.45 s of every run, a no-op's included. Frozen objects are out of the collector's reach.
 atexit.register(gc.freeze)
 
+from specsweep import layout
 from specsweep.cells import expand as expand_cells
 from specsweep.config import ConfigError, jobs_from_snakemake
 
@@ -27,6 +28,7 @@ except ConfigError as e:
 
 RESULTS = str(GRID.results_dir)
 STUDIES = GRID.studies()
+STUDY = layout.study_files(RESULTS, "{study}")   # a study's files, as patterns with the study as wildcard
 
 
 # Light steps run where Snakemake runs, also under a cluster profile (profiles/slurm): env_check checks what
@@ -49,9 +51,9 @@ report: "workflow/report/workflow.rst"
 
 rule all:
     input:
-        expand(f"{RESULTS}/{{study}}/summary.csv", study=STUDIES),
-        expand(f"{RESULTS}/{{study}}/plots", study=STUDIES),
-        expand(f"{RESULTS}/{{study}}/pages/summary.html", study=STUDIES),
+        expand(str(STUDY.summary), study=STUDIES),
+        expand(str(STUDY.plots), study=STUDIES),
+        expand(str(STUDY.summary_page), study=STUDIES),
         [rules.training_page.output[0]] if tiny_models_needed() else [],
         [mlflow_marker(GRID, s) for s in STUDIES if GRID.tracking[s]["enabled"]],
     default_target: True

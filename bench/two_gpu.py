@@ -153,11 +153,11 @@ def main() -> None:
         print(json.dumps({name: {"seq_s": seq["wall_s"], "par_s": par["wall_s"],
                                  "ratio": info["ratio_par_over_seq"]}}), flush=True)
     (args.out / "two_gpu.json").write_text(json.dumps(report, indent=1))
-    from specsweep.backends.vllm.session import CACHE_DIR
+    from specsweep.layout import VLLM_CACHE
 
     with tarfile.open(args.out / "results.tar.gz", "w:gz") as tar:
         for d in sorted(args.results.iterdir()):
-            if d.name != CACHE_DIR:        # vLLM's compile cache: only of use on the host that compiled it
+            if d.name != VLLM_CACHE:      # vLLM's compile cache: only of use on the host that compiled it
                 tar.add(d, arcname=d.name)
     with tarfile.open(args.out / "logs.tar.gz", "w:gz") as tar:
         tar.add(logs, arcname="logs")

@@ -156,18 +156,18 @@ def free_port() -> int:
 def verdict_store(tmp_path):
     """A study with CIs (the verdict tests' fake sessions: K=3 and K=7 at set speedups, 2 repeats, 12 prompts),
     summarised and ingested into its own SQLite store: no server, and figures the compare view can show."""
-    from test_verdicts import study
+    from test_verdicts import ingest_args, study, summarize
 
-    from specsweep import summary, tracking
+    from specsweep import tracking
+    from specsweep.study import Study
 
     results = tmp_path / "results"
     grid = study(results, {0: 1.0, 3: 1.4, 7: 1.8})
     out = results / "v"
-    summary.write_summary(grid, "v", str(out / "summary.csv"))
+    summarize(grid)
     (out / "plots").mkdir()
     (out / "env.json").write_text("{}")
-    tracking.ingest(grid, "v", str(out / "summary.csv"), str(out / "plots"), str(out / "env.json"),
-                    str(out / "mlflow.done"))
+    tracking.ingest(Study.load(out, grid), *ingest_args(grid))
     return results / "mlflow.db", out
 
 

@@ -46,8 +46,8 @@ def test_compare_refuses_a_missing_ignore_eos_against_true(tmp_path):
     """A bench spec from before sweep.ignore_eos existed counts as false."""
     study(tmp_path / "a", {0: 1.0, 3: 1.5})
     [b] = [p.parent for p in (tmp_path / "a" / "v").glob("*-k3-*/*/metrics.json")][:1]
-    a = compare.load_cell(b)
-    other = compare.Cell(a.path, {**a.config, "bench_spec": {**a.bench, "ignore_eos": True}}, a.metrics)
+    a = compare.Cell.load(b)
+    other = compare.Cell(a.path, a.metrics, {**a.config, "bench_spec": {**a.bench, "ignore_eos": True}})
     with pytest.raises(compare.ConfigError, match=r"differ in ignore_eos \(False vs True\)"):
         compare.check_same_work(a, other)
 

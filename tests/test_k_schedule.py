@@ -11,6 +11,7 @@ from specsweep.backends.vllm import checks as vllm_checks
 from specsweep.backends.vllm import launch as vllm_cmd
 from specsweep.cells import expand
 from specsweep.config import ConfigError, compose_jobs
+from specsweep.study import Study
 
 SCHEDULE = "sweep.k_schedule=[[5,64,3],[1,4,7]]"
 
@@ -71,10 +72,11 @@ def test_preflight_refuses_a_schedule_with_data_parallel_and_on_other_backends()
 def test_the_k_comparison_sets_the_schedule_against_each_fixed_k(tmp_path):
     from test_verdicts import study
     grid = study(tmp_path, {0: 1.0, 3: 1.4, 7: 1.6}, extra=[SCHEDULE])
-    statements = [k["statement"] for k in summary.k_comparison(grid, "v")]
+    loaded = Study.load(grid.study_files("v").dir, grid)
+    statements = [k["statement"] for k in summary.k_comparison(loaded)]
     assert any(s.startswith("K=7 vs K=3: ") for s in statements)
     assert any(s.startswith("K schedule 1-4:7,5-64:3 vs K=3: ") for s in statements)
     assert any(s.startswith("K schedule 1-4:7,5-64:3 vs K=7: ") for s in statements)
-    row = next(r for r in summary.rows(grid, "v") if r["k_schedule"])
+    row = next(r for r in summary.rows(loaded) if r["k_schedule"])
     assert tracking.run_name(row).startswith("tiny · dflash K schedule 1-4:7,5-64:3 · ")
     assert row["ceiling_na"] is None and row["break_even_al"] is None

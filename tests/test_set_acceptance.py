@@ -13,6 +13,7 @@ from specsweep.bench_cell import run_bench_cell
 from specsweep.cells import expand
 from specsweep.config import ConfigError, compose_jobs
 from specsweep.datasets import materialise
+from specsweep.study import Study
 from test_bench_cell import STEPS, FixedSession, counters, rows
 from test_metrics import rec
 
@@ -124,7 +125,7 @@ def test_greedy_agreement_is_na_with_its_reason_and_the_summary_takes_it(tmp_pat
     assert got["2.0"]["greedy_agreement"] is None
     assert got["2.0"]["greedy_agreement_na"].startswith("set acceptance: drafts are accepted at a set rate")
     assert got["2.0"]["speedup_e2e_geomean"] is not None        # the speedup still compares with the baseline
-    table = {r["server_cell"]: r for r in summary.rows(grid, "default")}
+    table = {r["server_cell"]: r for r in summary.rows(Study.load(grid.results_dir / "default", grid))}
     assert table[ids["2.0"]]["greedy_agreement"] is None and table[ids["2.0"]]["set_acceptance"] == "2.0"
     assert table[ids["null"]]["greedy_agreement"] == 1.0 and table[ids["null"]]["set_acceptance"] is None
 

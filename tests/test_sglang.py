@@ -284,6 +284,7 @@ def test_a_baseline_whose_chunks_come_in_one_burst_is_flagged_and_no_contradicti
     import pandas as pd
 
     from specsweep import compare, metrics, summary, tune
+    from specsweep.study import Study
 
     grid, base, spec = fake("+server.env.STANDIN_BURST_K0=1", "+server.env.STANDIN_STEP_S=0.02",
                             version="0.5.23")           # tune needs per-request acceptance
@@ -307,7 +308,8 @@ def test_a_baseline_whose_chunks_come_in_one_burst_is_flagged_and_no_contradicti
 
     study = grid.servers[spec].study
     out = grid.results_dir / study
-    table = summary.write_summary(grid, study, str(out / "summary.csv"))
+    f = grid.study_files(study)
+    table = summary.write_summary(Study.load(out, grid), f.summary, f.k_comparison, f.by_category)
     rows = {r["num_speculative_tokens"]: r for r in pd.read_csv(out / "summary.csv").to_dict("records")}
     assert rows[0]["streamed_figures_invalid"].startswith("repeat 1 of 1: 5 of 5 streams arrived in a burst")
     assert pd.isna(rows[0]["streamed_tpot_ms"]) and pd.isna(rows[0]["streamed_itl_ms_median"])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from specsweep import metrics, tune
+from specsweep import layout, metrics, tune
 from specsweep.cells import expand
 from specsweep.cli import main
 from specsweep.config import ConfigError, compose_jobs
@@ -165,16 +165,16 @@ def test_tune_cli_writes_the_table_and_the_mapping(tmp_path, capsys):
     study = _study(tmp_path)
     assert main(["tune", str(study)]) == 0
     out = capsys.readouterr().out
-    mapping = yaml.safe_load((study / tune.MAPPING).read_text())["sweep"]["k_by_concurrency"]
+    mapping = yaml.safe_load((study / layout.TUNE_MAPPING).read_text())["sweep"]["k_by_concurrency"]
     assert f"recommended: {tune.override(mapping)}" in out
-    assert (study / tune.TABLE).read_text().count("\n") == 1 + 14
+    assert (study / layout.TUNE_TABLE).read_text().count("\n") == 1 + 14
     # the written mapping is what a study takes: it composes and pairs each K with its concurrencies
     grid = expand(compose_jobs([tune.override(mapping)]))
     assert {(grid.servers[s].spec["num_speculative_tokens"], b.spec["concurrency"])
             for s in grid.servers if not grid.servers[s].is_baseline for b in grid.benches[s].values()} \
         == {(ks[0], c) for c, ks in mapping.items()}
     # and as vLLM's dynamic K: the same Ks by batch size, one cell beside the fixed ones
-    schedule = yaml.safe_load((study / tune.MAPPING).read_text())["vllm"]["num_speculative_tokens_per_batch_size"]
+    schedule = yaml.safe_load((study / layout.TUNE_MAPPING).read_text())["vllm"]["num_speculative_tokens_per_batch_size"]
     assert schedule == [[1, 1, mapping[1][0]], [2, 4, mapping[4][0]]]
     assert f"as vLLM's dynamic K (one cell beside the fixed Ks): {tune.schedule_override(mapping)}" in out
     sched = expand(compose_jobs([tune.schedule_override(mapping)]))

@@ -15,6 +15,7 @@ from specsweep.bench_cell import Measurement, run_bench_cell
 from specsweep.cells import expand
 from specsweep.config import compose_jobs
 from specsweep.metrics import acceptance_from_lengths, request_figures
+from specsweep.study import Study
 
 TWO_CATEGORIES = DATA / "two_categories.jsonl"
 
@@ -67,10 +68,22 @@ def study(results, speedup, noise=0.03, seed=0, extra=(), bursty=()):
     return grid
 
 
+def summarize(grid, name="v"):
+    """What the summarize rule does: the study's three tables, each at its place in the results tree."""
+    f = grid.study_files(name)
+    return summary.write_summary(Study.load(f.dir, grid), f.summary, f.k_comparison, f.by_category)
+
+
+def ingest_args(grid, name="v"):
+    """The ingest rule's inputs and output after the study, for tracking.ingest."""
+    f = grid.study_files(name)
+    return (f.summary, f.k_comparison, f.by_category, f.plots, f.env, f.dir / "mlflow.done")
+
+
 @pytest.fixture
 def verdict_study(tmp_path):
     grid = study(tmp_path / "results", {0: 1.0, 3: 1.5, 7: 1.5})
-    table = summary.write_summary(grid, "v", str(tmp_path / "results" / "v" / "summary.csv"))
+    table = summarize(grid)
     return grid, table, tmp_path / "results" / "v"
 
 
@@ -97,7 +110,7 @@ def test_summary_pools_repeats_into_one_verdict_per_cell(verdict_study):
 
 def test_a_cell_of_bursty_streams_has_no_streamed_figures_in_its_metrics_or_the_summary(tmp_path):
     grid = study(tmp_path / "results", {0: 1.0, 3: 1.5, 7: 1.5}, bursty=(3,))
-    table = summary.write_summary(grid, "v", str(tmp_path / "results" / "v" / "summary.csv")).set_index(
+    table = summarize(grid).set_index(
         "num_speculative_tokens")
     for sid, bid in grid.cells_of_study("v"):
         m = json.loads(grid.metrics_path(sid, bid).read_text())
@@ -116,13 +129,14 @@ def test_a_cell_of_bursty_streams_has_no_streamed_figures_in_its_metrics_or_the_
     assert table.loc[[0, 7], "streamed_figures_invalid"].isna().all()
     assert table.loc[7, "speedup_streamed_tpot_na"] != table.loc[7, "speedup_streamed_tpot_na"]     # NaN: shown
     # K=7 against K=3: K=3's streams fail, so the K comparison carries no TPOT ratio, only its reason
-    [k] = summary.k_comparison(grid, "v")
+    [k] = summary.k_comparison(Study.load(tmp_path / "results" / "v", grid))
     assert k["speedup_streamed_tpot_geomean"] is None and k["speedup_streamed_tpot_na"].startswith("K=3 repeat 1")
     summary.assert_consistent(table.reset_index())
     # the pages put the paired streamed TPOT beside the verdict, and the reason where it is blank
     from specsweep.pages import summary_page
 
-    summary_page(str(tmp_path / "results" / "v" / "summary.csv"), str(tmp_path / "summary.html"))
+    summary_page(tmp_path / "results" / "v" / "summary.csv", tmp_path / "results" / "v" / "k_comparison.csv",
+                 tmp_path / "summary.html")
     first = (tmp_path / "summary.html").read_text().split("</table>")[0]     # "The figures to read first"
     assert "<th>speedup_streamed_tpot_geomean</th>" in first and "<th>speedup_streamed_tpot_na</th>" in first
     assert "this cell repeat 1 of 2: 18 of 18 streams arrived in a burst" in first
@@ -139,10 +153,10 @@ def test_a_cell_of_bursty_streams_has_no_streamed_figures_in_its_metrics_or_the_
 
 def test_k_comparison_says_equal_ks_are_within_noise(verdict_study, capsys):
     grid, _, out = verdict_study
-    [k] = list(csv.DictReader(open(out / summary.K_COMPARISON)))
+    [k] = list(csv.DictReader(open(out / "k_comparison.csv")))
     assert (k["k_a"], k["k_b"], k["verdict"], k["resolved"]) == ("7", "3", "within noise", "False")
     assert k["statement"].startswith("K=7 vs K=3: ") and k["statement"].endswith("within noise")
-    summary.write_summary(grid, "v", str(out / "summary.csv"))      # the summarize job prints the verdicts
+    summarize(grid)      # the summarize job prints the verdicts
     printed = capsys.readouterr().out
     assert "e2e speedup 1.5" in printed and "faster (12 prompts, 2 repeat(s))" in printed
     assert printed.rstrip().endswith(k["statement"])
@@ -150,14 +164,14 @@ def test_k_comparison_says_equal_ks_are_within_noise(verdict_study, capsys):
 
 def test_k_comparison_resolves_a_real_difference(tmp_path, capsys):
     grid = study(tmp_path / "results", {0: 1.0, 3: 1.2, 7: 1.8})
-    [k] = summary.k_comparison(grid, "v")
+    [k] = summary.k_comparison(Study.load(tmp_path / "results" / "v", grid))
     assert k["resolved"] and k["verdict"] == "faster" and k["speedup_e2e_geomean"] == pytest.approx(1.5, rel=0.05)
     assert k["statement"].endswith("resolved (K=7 faster)")
 
 
 def test_per_category_acceptance_and_speedup(verdict_study):
     _, _, out = verdict_study
-    cats = {(r["num_speculative_tokens"], r["category"]): r for r in csv.DictReader(open(out / summary.BY_CATEGORY))}
+    cats = {(r["num_speculative_tokens"], r["category"]): r for r in csv.DictReader(open(out / "summary_by_category.csv"))}
     assert set(cats) == {("3", "math"), ("3", "writing"), ("7", "math"), ("7", "writing")}
     assert float(cats["3", "math"]["mean_acceptance_length"]) == pytest.approx(4.0)
     assert float(cats["7", "writing"]["mean_acceptance_length"]) == pytest.approx(2.0)
@@ -165,10 +179,10 @@ def test_per_category_acceptance_and_speedup(verdict_study):
 
 
 def test_plots_include_the_category_heatmap(verdict_study):
-    from specsweep.report import plot_study
+    from specsweep.plots import plot_study
 
     _, _, out = verdict_study
-    paths = plot_study(str(out / "summary.csv"), str(out / "plots"))
+    paths = plot_study(out / "summary.csv", out / "summary_by_category.csv", out / "plots")
     assert out / "plots" / "category_by_k.png" in paths and all(p.exists() for p in paths)
 
 
@@ -184,8 +198,8 @@ def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_st
 
     grid, _, out = verdict_study
     (out / "env.json").write_text("{}")
-    args = (str(out / "summary.csv"), str(out / "plots"), str(out / "env.json"), str(out / "mlflow.done"))
-    first = tracking.ingest(grid, "v", *args)
+    args = ingest_args(grid)
+    first = tracking.ingest(Study.load(out, grid), *args)
     client = MlflowClient(tracking_uri=tracking.tracking_uri(grid, "v"))
     exp = client.get_experiment_by_name("specsweep")
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
@@ -215,14 +229,14 @@ def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_st
     [study] = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.kind` = 'study'")
     assert {"k_comparison.csv", "summary_by_category.csv"} <= {a.path for a in client.list_artifacts(study.info.run_id)}
 
-    again = tracking.ingest(grid, "v", *args)
+    again = tracking.ingest(Study.load(out, grid), *args)
     assert (again["runs_added"], again["runs_replaced"]) == (0, 0)
     assert again["configurations"] == first["configurations"]
 
     table = (out / "summary.csv").read_text()          # a row that moved (say, more repeats) replaces its run
     k3 = next(x for x in rows if x["num_speculative_tokens"] == "3")
     (out / "summary.csv").write_text(table.replace(k3["speedup_e2e_ci_high"], "1.99", 1))
-    moved = tracking.ingest(grid, "v", *args)
+    moved = tracking.ingest(Study.load(out, grid), *args)
     assert (moved["runs_added"], moved["runs_replaced"]) == (1, 1)
     runs = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.kind` = 'configuration'")
     assert len(runs) == 3 and len({r.data.tags["specsweep.cell_id"] for r in runs}) == 3
@@ -231,7 +245,7 @@ def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_st
 
     client.create_run(exp.experiment_id, tags={"specsweep.kind": "bench_cell", "specsweep.study": "old"})
     with pytest.raises(TrackingError) as refused:
-        tracking.ingest(grid, "v", *args)
+        tracking.ingest(Study.load(out, grid), *args)
     message = str(refused.value)
     assert "this store was written by specsweep's per-repeat layout" in message and "\n" not in message
     assert f"delete {tracking.default_store(grid)}" in message

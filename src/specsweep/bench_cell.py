@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from . import metrics, stats
+from . import layout, metrics, stats
 from .cells import Grid
 from .datasets import load_prompt_rows, prompts_digest
 from .errors import CellError
@@ -78,7 +78,7 @@ def compare_with_baseline(grid: Grid, sid: str, bid: str, figures: dict, rows: l
                 "greedy_agreement_na": "no finished matched baseline", "baseline_cell": None,
                 **stats.paired_speedup([], [])}
     base_fig = read_json(grid.metrics_path(base, bid))
-    base_rows = read_jsonl(grid.bench_dir(base, bid) / "requests.jsonl")
+    base_rows = read_jsonl(grid.bench_dir(base, bid) / layout.REQUESTS)
     out = {"speedup_output_tok_s": metrics.speedup_output_tok_s(figures["output_tok_s"], base_fig["output_tok_s"])}
     out["greedy_agreement_na"] = greedy_agreement_na(grid, sid, bid)
     out["greedy_agreement"] = None if out["greedy_agreement_na"] else metrics.greedy_agreement(rows, base_rows)
@@ -130,20 +130,20 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     out.mkdir(parents=True, exist_ok=True)
     prompt_rows, skipped = load_prompt_rows(grid.dataset_file(bench["dataset"]), bench["dataset"])
     prompts = [p["turns"] for p in prompt_rows]
-    atomic_write_yaml(out / "config.yaml", cell_config(grid, sid, bid))
+    atomic_write_yaml(out / layout.CONFIG, cell_config(grid, sid, bid))
     started_at = time.time()                  # wall clock: the cell's MLflow run spans these
     m = session.measure(prompts, bench, progress, f"{sid}/{bid}")
     finished_at = time.time()
     if any("category" in p for p in prompt_rows):      # per-category figures in the summary
         for r in m.rows:
             r["category"] = prompt_rows[r["index"]].get("category")
-    atomic_write_jsonl(out / "requests.jsonl", m.rows)
+    atomic_write_jsonl(out / layout.REQUESTS, m.rows)
     if m.failure:
-        atomic_write_json(out / "failed.json", {"reason": m.failure, "requests_kept": len(m.rows),
+        atomic_write_json(out / layout.FAILED, {"reason": m.failure, "requests_kept": len(m.rows),
                                                 "server_log": str(session.log_path)})
         where = f"; log {session.log_path}, last lines:\n{session.log_tail()}" if session.log_path else ""
         raise CellError(f"bench cell {sid}/{bid}: {m.failure} ({sum(r['ok'] for r in m.rows)} of {len(m.rows)} "
-                        f"requests finished and are kept in {out / 'requests.jsonl'}){where}")
+                        f"requests finished and are kept in {out / layout.REQUESTS}){where}")
     figures = m.figures
     figures["dataset_lines_skipped"] = skipped
     figures["prompts_sha256"] = prompts_digest(prompts)
@@ -161,9 +161,9 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     figures.update(server_cell=sid, bench_cell=bid, started_at=started_at, finished_at=finished_at)
     if session.log_path:
         figures["server_log"] = str(session.log_path)
-        link = out / "server.log"
+        link = out / layout.SERVER_LOG_LINK
         link.unlink(missing_ok=True)
         link.symlink_to(os.path.relpath(session.log_path, out))
-    (out / "failed.json").unlink(missing_ok=True)
-    atomic_write_json(out / "metrics.json", figures)
+    (out / layout.FAILED).unlink(missing_ok=True)
+    atomic_write_json(out / layout.METRICS, figures)
     return figures

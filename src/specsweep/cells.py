@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import backends
+from . import backends, layout
 from .config import ConfigError, aslist
 
 # Settings that change how a server is run here, or how its figures are recorded (per_request_spec_metrics),
@@ -118,7 +118,7 @@ def rates_from(path: str) -> list[float]:
     bench cells under `path` (a server cell's directory), rounded to 4 places. The cell's id holds these rates,
     never the path, so the same rates from another copy of the study are the same cell."""
     measured = []
-    for metrics in sorted(Path(path).glob("*/metrics.json")):
+    for metrics in sorted(Path(path).glob(f"*/{layout.METRICS}")):
         m = json.loads(metrics.read_text())
         rates = (m.get("spec_decode") or {}).get("per_position_acceptance")
         if m.get("valid") and rates:
@@ -194,6 +194,17 @@ class BenchCell:
                 f"-r{s['repeat']}-{spec_hash(s)[:8]}")
 
 
+def sweep_rounds(sweep: dict) -> int:
+    """The rounds a job's sweep runs its server cells in: sweep.rounds, at most one round per repeat."""
+    return min(int(sweep.get("rounds", 1)), int(sweep.get("repeats", 1)))
+
+
+def round_of_repeat(repeat: int, rounds: int, repeats: int) -> int:
+    """Repeat r of R rounds over n repeats runs in round r * R // n, so each round holds a contiguous block of
+    repeats (10 repeats in 3 rounds: 0-3, 4-6, 7-9)."""
+    return repeat * rounds // repeats
+
+
 @dataclass
 class Grid:
     results_dir: Path
@@ -204,14 +215,22 @@ class Grid:
     tracking: dict[str, dict] = field(default_factory=dict)                  # study -> tracking config
 
     # ---- paths -------------------------------------------------------------------------------------
+    # ids are this grid's; where their files lie is layout's
+    def study_files(self, study: str) -> layout.StudyFiles:
+        return layout.study_files(self.results_dir, study)
+
     def server_dir(self, sid: str) -> Path:
-        return self.results_dir / self.servers[sid].study / sid
+        return layout.server_dir(self.results_dir, self.servers[sid].study, sid)
+
+    def log_dir(self, sid: str) -> Path:
+        """A server cell's logs: each launch's log and its launch record (layout.SERVER_RECORD)."""
+        return self.server_dir(sid) / layout.LOGS
 
     def bench_dir(self, sid: str, bid: str) -> Path:
-        return self.server_dir(sid) / bid
+        return layout.bench_dir(self.results_dir, self.servers[sid].study, sid, bid)
 
     def metrics_path(self, sid: str, bid: str) -> Path:
-        return self.bench_dir(sid, bid) / "metrics.json"
+        return self.bench_dir(sid, bid) / layout.METRICS
 
     def studies(self) -> list[str]:
         return sorted({c.study for c in self.servers.values()})
@@ -224,14 +243,12 @@ class Grid:
     def rounds(self, sid: str) -> int:
         """How many rounds the server cell runs in: one server launch each, interleaved with the other
         cells of its group (round_order)."""
-        sweep = self.configs.get(sid, {}).get("sweep", {})
-        return min(int(sweep.get("rounds", 1)), int(sweep.get("repeats", 1)))   # at most one round per repeat
+        return sweep_rounds(self.configs.get(sid, {}).get("sweep", {}))
 
     def round_of(self, sid: str, bid: str) -> int:
-        """The round a bench cell runs in: repeat r of R rounds over n repeats runs in round r * R // n, so
-        each round holds a contiguous block of repeats (10 repeats in 3 rounds: 0-3, 4-6, 7-9)."""
-        rounds, repeats = self.rounds(sid), int(self.configs[sid]["sweep"]["repeats"])
-        return int(self.benches[sid][bid].spec["repeat"]) * rounds // repeats
+        """The round a bench cell runs in (round_of_repeat)."""
+        return round_of_repeat(int(self.benches[sid][bid].spec["repeat"]), self.rounds(sid),
+                               int(self.configs[sid]["sweep"]["repeats"]))
 
     def round_cells(self, sid: str, rnd: int | None) -> list[str]:
         """The bench cells of one round of a server cell; rnd None: all of them."""
@@ -263,11 +280,11 @@ class Grid:
         """The server job's output: named after the bench cells it still has to run; a round's (rnd, with
         sweep.rounds > 1) starts with `round<rnd>-`."""
         todo = stable_hash(sorted(self.pending(sid, rnd)))[:12]
-        return self.server_dir(sid) / "runs" / (f"{todo}.done" if rnd is None else f"round{rnd}-{todo}.done")
+        return layout.run_marker(self.server_dir(sid), todo, rnd)
 
     def cells_done(self, sid: str) -> Path:
         """A marker that every bench cell of a server cell is finished; named after that set of cells."""
-        return self.server_dir(sid) / f"cells-{stable_hash(sorted(self.benches[sid]))[:12]}.done"
+        return layout.cells_done(self.server_dir(sid), stable_hash(sorted(self.benches[sid]))[:12])
 
     def subset(self, *sids: str) -> "Grid":
         """The part of the grid a job needs: some server cells, their baselines, and their bench cells."""
@@ -284,7 +301,7 @@ class Grid:
     def dataset_file(self, dataset: dict) -> str:
         if dataset["source"] == "jsonl":
             return dataset["path"]
-        return str(self.results_dir / "datasets" / f"{dataset['name']}-{stable_hash(dataset)[:8]}.jsonl")
+        return str(layout.dataset_file(self.results_dir, f"{dataset['name']}-{stable_hash(dataset)[:8]}"))
 
 
 def _server_spec(cfg: dict, k: int | None, acceptance=None, verification: str = "standard",

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import backends
+from . import backends, layout
 from .config import REPO, ConfigError, compose_jobs
 from .errors import SpecsweepError
 
@@ -49,7 +49,7 @@ def run_jobs(jobs: list[dict], cores: int, snakemake_args: list[str], what: str)
     from .results import atomic_write_yaml
 
     grid = expand(jobs)   # validates the whole grid before Snakemake starts
-    jobs_file = grid.results_dir / "sweeps" / f"{stable_hash(jobs)[:12]}.yaml"
+    jobs_file = layout.jobs_file(grid.results_dir, stable_hash(jobs)[:12])
     atomic_write_yaml(jobs_file, jobs)
     snakemake = Path(sys.executable).parent / "snakemake"
     # this Python's own Snakemake: its script, or the module where it was installed without one (--target)
@@ -76,26 +76,16 @@ def cmd_cells(args) -> int:
 
 def cmd_ingest(args) -> int:
     """Log finished studies into MLflow that ran elsewhere (a GPU host with tracking=off), copied here whole:
-    each bench cell's config.yaml holds the composed job it came from, so the grid is rebuilt from them."""
-    import yaml
-
-    from .cells import expand
+    each bench cell's config.yaml holds the composed job it came from, so Study.load rebuilds the grid from them."""
+    from .study import Study
     from .tracking import ingest, marker
 
     for study_dir in map(Path, args.study_dirs):
-        configs = sorted(study_dir.glob("*/*/config.yaml"))
-        if not configs:
-            raise ConfigError(f"{study_dir} holds no bench cells (*/*/config.yaml): give a results/<study> folder")
-        jobs = {}
-        for f in configs:
-            job = yaml.safe_load(f.read_text())["job_config"]
-            job.update(results_dir=str(study_dir.resolve().parent),
-                       tracking={"enabled": True, "uri": args.uri, "experiment": args.experiment})
-            jobs[json.dumps(job, sort_keys=True)] = job
-        grid = expand(list(jobs.values()))
-        [study] = grid.studies()
-        missing = [sid for sid in grid.servers if grid.pending(sid)]
-        files = [study_dir / "summary.csv", study_dir / "plots", study_dir / "env.json"]
+        results = Study.load(study_dir)
+        grid, study, sf = results.grid, results.name, results.files
+        grid.tracking[study] = {"enabled": True, "uri": args.uri, "experiment": args.experiment}
+        missing = results.unfinished()
+        files = [sf.summary, sf.k_comparison, sf.by_category, sf.plots, sf.env]
         if missing or not all(f.exists() for f in files):
             raise ConfigError(f"{study_dir} is not a finished study ({', '.join(missing) or 'no summary'}): finish it "
                               "with snakemake where it ran, then copy the whole results/<study> folder")
@@ -103,8 +93,9 @@ def cmd_ingest(args) -> int:
                           for cells in grid.benches.values() for b in cells.values()})
         absent = [p for p in prompts if not Path(p).exists()]
         if absent:     # MLflow's dataset input is the prompts file's digest
-            raise ConfigError(f"{absent[0]} is missing: copy results/datasets/ beside results/<study> too")
-        out = ingest(grid, study, str(files[0]), str(files[1]), str(files[2]), marker(grid, study))
+            raise ConfigError(f"{absent[0]} is missing: copy {Path(absent[0]).parent.name} (results/"
+                              f"{Path(absent[0]).parent.name}/) beside results/<study> too")
+        out = ingest(results, *files, marker(grid, study))
         print(f"specsweep: {study}: {json.dumps(out)}")
     return 0
 
@@ -136,8 +127,8 @@ def cmd_bench(args) -> int:
     rows, figures = session.bench_server(args.base_url.rstrip("/"), prompts, settings, args.concurrency,
                                          args.warmup, progress=True)
     out = Path(args.out)
-    atomic_write_jsonl(out / "requests.jsonl", rows)
-    atomic_write_json(out / "metrics.json", figures)
+    atomic_write_jsonl(out / layout.REQUESTS, rows)
+    atomic_write_json(out / layout.METRICS, figures)
     print(json.dumps({k: figures[k] for k in ("requests_sent", "requests_completed", "output_tok_s",
                                               "streamed_tpot_ms", "streamed_figures_invalid",
                                               "e2e_ms_per_output_token", "spec_decode")}, indent=2))
@@ -182,11 +173,12 @@ def cmd_tune(args) -> int:
     from .results import atomic_write_text
 
     study = Path(args.study)
+    files = layout.StudyFiles(study)
     rows, mapping, notes = tune.write_tune(study)
     _print_table(rows, TUNE_COLUMNS)
     for note in notes:
         print(f"note: {note}")
-    print(f"wrote {study / tune.TABLE} and {study / tune.MAPPING}")
+    print(f"wrote {files.tune_table} and {files.tune_mapping}")
     if mapping:
         print(f"recommended: {tune.override(mapping)}")
         print(f"as vLLM's dynamic K (one cell beside the fixed Ks): {tune.schedule_override(mapping)}")
@@ -208,9 +200,9 @@ def cmd_tune(args) -> int:
     if missing:
         raise ConfigError(f"tune: --verify ran, but {', '.join(missing)} have no finished cells in {study}: "
                           "see the Snakemake output above, fix the cause and rerun")
-    atomic_write_text(study / tune.VERIFY, pd.DataFrame(checked).to_csv(index=False))
+    atomic_write_text(files.tune_verify, pd.DataFrame(checked).to_csv(index=False))
     _print_table(checked, VERIFY_COLUMNS)
-    print(f"wrote {study / tune.VERIFY}")
+    print(f"wrote {files.tune_verify}")
     return 0
 
 
@@ -223,7 +215,7 @@ def cmd_doctor(args) -> int:
     jobs = compose_jobs(args.overrides)
     extra = (check_base_url(args.base_url, args.model or "model"),) if args.base_url else ()
     env, checks = preflight.assess(jobs, extra)
-    out = Path(jobs[0]["results_dir"]) / jobs[0]["study"] / "env.json"
+    out = layout.study_files(jobs[0]["results_dir"], jobs[0]["study"]).env
     atomic_write_json(out, env)
     gpus = ", ".join(f"{g['index']}:{g.get('name', '?')} sm_{str(g.get('compute_capability', '?')).replace('.', '')} "
                      f"{g.get('memory_free_mib', '?')} MiB free" for g in env["gpus"])
@@ -348,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ig = sub.add_parser("ingest", help="log finished studies copied from another host (tracking=off there) into MLflow")
     ig.add_argument("study_dirs", nargs="+", help="results/<study> folders, copied whole")
-    ig.add_argument("--uri", default=None, help="an MLflow tracking URI (default: sqlite:///<results>/mlflow.db)")
+    ig.add_argument("--uri", default=None, help=f"an MLflow tracking URI (default: sqlite:///<results>/{layout.MLFLOW_DB})")
     ig.add_argument("--experiment", default="specsweep")
     ig.set_defaults(fn=cmd_ingest)
 
@@ -374,8 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(fn=cmd_doctor)
 
     t = sub.add_parser("trace", help="one prompt, block by block: drafted tokens against the target's")
-    t.add_argument("--target", default="results/models/tiny/target")
-    t.add_argument("--drafter", default="results/models/tiny/drafter")
+    t.add_argument("--target", default=str(layout.tiny_pair("results").target))
+    t.add_argument("--drafter", default=str(layout.tiny_pair("results").drafter))
     t.add_argument("--prompt", default="Ada has 12 apples. Ada gets 3 more. How many apples does Ada have now?")
     t.add_argument("--block-size", type=int, default=None, help="default: the drafter's")
     t.add_argument("--max-new-tokens", type=int, default=48)

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import httpx
 
+from .nested import at
 from .progress import progress_bar
 
 
@@ -67,15 +68,6 @@ def _payload(messages: list[dict], s: ChatSettings) -> dict:
                                **({"continuous_usage_stats": True} if s.per_chunk_usage else {})},
             "chat_template_kwargs": {"enable_thinking": s.thinking},
             **({"ignore_eos": True} if s.ignore_eos else {}), **(s.extra_body or {})}
-
-
-def _at(chunk: dict, path: tuple[str, ...]):
-    """The value at a key path in a chunk, or None where any step is missing."""
-    for key in path:
-        if not isinstance(chunk, dict):
-            return None
-        chunk = chunk.get(key)
-    return chunk
 
 
 def _reason_for_body(status: int, body: bytes, content_type: str) -> str:
@@ -163,7 +155,7 @@ async def chat_once(http: httpx.AsyncClient, url: str, messages: list[dict], s: 
                         rec.prompt_tokens = usage.get("prompt_tokens")
                         rec.completion_tokens = usage.get("completion_tokens")
                     counted = count_chunk(rec, now - start, content, usage, counted)
-                    spec = _at(chunk, s.spec_field) if s.spec_field else None
+                    spec = at(chunk, s.spec_field) if s.spec_field else None
                     if spec is not None:
                         rec.spec = spec
                 if not done:

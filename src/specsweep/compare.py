@@ -12,75 +12,61 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
-from . import stats
+from . import layout, stats
 from .cells import Grid
 from .datasets import load_prompt_rows, prompts_digest
 from .errors import ConfigError
 from .metrics import median_mad
-from .results import atomic_write_text, read_json, read_jsonl
+from .results import atomic_write_text
+from .study import Cell, Study
 
 # What must match for two cells' requests to be the same requests: (bench spec key, the config key to set).
 SAME_WORK = (("temperature", "sweep.temperature"), ("seed", "sweep.seed"), ("max_tokens", "sweep.max_tokens"),
              ("ignore_eos", "sweep.ignore_eos"), ("thinking", "sweep.thinking"))
 
 
+def prompts_sha256(cell: Cell) -> str:
+    """The digest recorded at the cell's end, or (a cell from before it was recorded) the digest of its dataset
+    file, found the way the grid names it under the cell's results_dir."""
+    if cell.metrics.get("prompts_sha256"):
+        return cell.metrics["prompts_sha256"]
+    ds = cell.bench["dataset"]
+    path = Path(Grid(results_dir=cell.path.parents[2]).dataset_file(ds))
+    if not path.exists():
+        raise ConfigError(f"compare: cannot check the prompts of {cell.path}: its dataset file {path} is gone: "
+                          f"restore it, or rerun the cell so {layout.METRICS} records prompts_sha256")
+    return prompts_digest([r["turns"] for r in load_prompt_rows(path, ds)[0]])
+
+
 @dataclass
-class Cell:
-    """One finished bench cell on disk."""
-    path: Path
-    config: dict
-    metrics: dict
+class Side:
+    """What one side of a comparison is: one bench cell, or a study's cells."""
+    kind: str                        # "cell" or "study"
+    cells: list[Cell]
+    study: Study | None = None
 
-    @property
-    def bench(self) -> dict:
-        return self.config["bench_spec"]
-
-    @property
-    def key(self) -> tuple:
-        s, b = self.config["server_spec"], self.bench
-        return (s["method"], s["num_speculative_tokens"], b["dataset"]["name"], b["thinking"], b["concurrency"],
-                b["repeat"])
-
-    def requests(self) -> list[dict]:
-        return read_jsonl(self.path / "requests.jsonl")
-
-    def baseline_requests(self) -> list[dict] | None:
-        """The matched baseline's requests: the same bench id under the baseline server cell."""
-        base = self.metrics.get("baseline_cell")
-        if not base or base == self.config["server_cell"]:
-            return None
-        path = self.path.parent.parent / base / self.path.name / "requests.jsonl"
-        return read_jsonl(path) if path.exists() else None
-
-    def prompts_sha256(self) -> str:
-        """The digest recorded at the cell's end, or (a cell from before it was recorded) the digest of
-        its dataset file, found the way the grid names it under the cell's results_dir."""
-        if self.metrics.get("prompts_sha256"):
-            return self.metrics["prompts_sha256"]
-        ds = self.bench["dataset"]
-        path = Path(Grid(results_dir=self.path.parents[2]).dataset_file(ds))
-        if not path.exists():
-            raise ConfigError(f"compare: cannot check the prompts of {self.path}: its dataset file {path} is gone: "
-                              "restore it, or rerun the cell so metrics.json records prompts_sha256")
-        return prompts_digest([r["turns"] for r in load_prompt_rows(path, ds)[0]])
+    def baseline(self, cell: Cell) -> Cell | None:
+        """The cell's matched baseline, finished: the study's own, or for a lone cell the one beside it."""
+        return cell.baseline() if self.study is None else self.study.baseline(cell)
 
 
-def load_cell(path: Path) -> Cell:
-    return Cell(path, yaml.safe_load((path / "config.yaml").read_text()), read_json(path / "metrics.json"))
+def rounds_of(cells: list[Cell]) -> list[int] | None:
+    """The round each cell ran in (sweep.rounds), or None where none ran in more than one."""
+    rounds = [c.round for c in cells]
+    return None if all(r is None for r in rounds) else [r or 0 for r in rounds]
 
 
-def cells_of(path: str | Path) -> tuple[str, list[Cell]]:
-    """('cell', [one]) for a finished bench cell, ('study', [...]) for a study directory."""
+def side_of(path: str | Path) -> Side:
+    """A finished bench cell, or a study directory (read by Study.load)."""
     p = Path(path)
-    if (p / "metrics.json").exists() and (p / "config.yaml").exists():
-        return "cell", [load_cell(p)]
-    found = sorted(m.parent for m in p.glob("*/*/metrics.json"))
-    if not found:
+    if Cell.finished(p):
+        return Side("cell", [Cell.load(p)])
+    if not p.is_dir() or not any(p.glob(f"*/*/{layout.METRICS}")):
         raise ConfigError(f"compare: {p} is neither a study directory (results/<study>) nor a finished bench cell "
-                          "(results/<study>/<server cell>/<bench cell> with metrics.json): give one of those")
-    return "study", [load_cell(c) for c in found]
+                          f"(results/<study>/<server cell>/<bench cell> with {layout.METRICS}): give one of those")
+    study = Study.load(p)
+    return Side("study", [study.cells[k] for k in sorted(study.cells)], study)
 
 
 def check_same_work(a: Cell, b: Cell) -> None:
@@ -90,21 +76,21 @@ def check_same_work(a: Cell, b: Cell) -> None:
         if va != vb:
             raise ConfigError(f"compare: {a.path} and {b.path} differ in {key} ({va} vs {vb}), so their requests are "
                               f"not the same: compare cells run with the same {setting}")
-    da, db = a.prompts_sha256(), b.prompts_sha256()
+    da, db = prompts_sha256(a), prompts_sha256(b)
     if da != db:
         raise ConfigError(f"compare: {a.path} and {b.path} ran different prompts (prompt digests {da[:12]} vs "
                           f"{db[:12]}): compare cells of the same dataset file and dataset.num_prompts")
 
 
-def _pairs(kind_a: str, a: list[Cell], kind_b: str, b: list[Cell]) -> list[tuple[Cell, Cell]]:
-    if kind_a != kind_b:
-        raise ConfigError(f"compare: A is a {kind_a} and B a {kind_b}: give two studies or two bench cells")
-    if kind_a == "cell":
-        return [(a[0], b[0])]
+def _pairs(a: Side, b: Side) -> list[tuple[Cell, Cell]]:
+    if a.kind != b.kind:
+        raise ConfigError(f"compare: A is a {a.kind} and B a {b.kind}: give two studies or two bench cells")
+    if a.kind == "cell":
+        return [(a.cells[0], b.cells[0])]
     by_key = []
     for side in (a, b):
         keyed: dict[tuple, Cell] = {}
-        for c in side:
+        for c in side.cells:
             if c.key in keyed:
                 raise ConfigError(f"compare: {keyed[c.key].path} and {c.path} are the same kind of cell in one study "
                                   "(they differ in a setting compare does not match on): compare bench cells directly")
@@ -117,10 +103,23 @@ def _pairs(kind_a: str, a: list[Cell], kind_b: str, b: list[Cell]) -> list[tuple
     return [(by_key[0][k], by_key[1][k]) for k in common]
 
 
+def _own_baseline(side: Side, cells: list[Cell]) -> dict:
+    """A side's cells against their own matched baselines, paired as the summary pairs them (with rounds,
+    the rounds resampled first)."""
+    own = [(c, base) for c in cells if (base := side.baseline(c)) is not None]
+    mine, theirs = rounds_of([c for c, _ in own]), rounds_of([base for _, base in own])
+    rounds = (mine, theirs) if own and mine is not None and theirs is not None else None
+    return stats.paired_speedup([c.requests() for c, _ in own], [base.requests() for _, base in own],
+                                rounds=rounds)
+
+
 def compare(path_a: str | Path, path_b: str | Path) -> list[dict]:
     """One row per matched grid point, repeats pooled: each side's acceptance and speedup over its own
-    baseline, and B against A (latency ratios A / B: above 1, B is faster)."""
-    pairs = _pairs(*cells_of(path_a), *cells_of(path_b))
+    baseline, and B against A (latency ratios A / B: above 1, B is faster). Where both studies ran their
+    cells in several rounds (sweep.rounds), the paired CIs resample rounds first, as the summary's do; B
+    against A pairs round i of B with round i of A."""
+    side_a, side_b = side_of(path_a), side_of(path_b)
+    pairs = _pairs(side_a, side_b)
     for a, b in pairs:
         check_same_work(a, b)
     groups: dict[tuple, list[tuple[Cell, Cell]]] = {}
@@ -134,20 +133,21 @@ def compare(path_a: str | Path, path_b: str | Path) -> list[dict]:
                "b_num_speculative_tokens": b_spec["num_speculative_tokens"], "dataset": dataset,
                "thinking": thinking, "concurrency": conc, "repeats": len(matched),
                "cell_a": str(matched[0][0].path), "cell_b": str(matched[0][1].path)}
-        for side, cells in (("a", [a for a, _ in matched]), ("b", [b for _, b in matched])):
-            row[f"{side}_mean_acceptance_length"] = median_mad([(c.metrics.get("spec_decode") or {})
+        for side, (name, cells) in ((side_a, ("a", [a for a, _ in matched])), (side_b, ("b", [b for _, b in matched]))):
+            row[f"{name}_mean_acceptance_length"] = median_mad([(c.metrics.get("spec_decode") or {})
                                                                 .get("mean_acceptance_length") for c in cells])[0]
-            row[f"{side}_output_tok_s"] = median_mad([c.metrics.get("output_tok_s") for c in cells])[0]
-            own = [(c.requests(), c.baseline_requests()) for c in cells]
-            own = [(c, r) for c, r in own if r is not None]
-            vs_base = stats.paired_speedup([c for c, _ in own], [r for _, r in own])
-            row.update({f"{side}_{name}": vs_base[name] for name in
+            row[f"{name}_output_tok_s"] = median_mad([c.metrics.get("output_tok_s") for c in cells])[0]
+            vs_base = _own_baseline(side, cells)
+            row.update({f"{name}_{figure}": vs_base[figure] for figure in
                         ("speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "verdict")})
         acc = stats.acceptance_ratio(b_runs, a_runs)
         row.update(b_vs_a_acceptance_ratio=acc["ratio"], b_vs_a_acceptance_ci_low=acc["ci_low"],
                    b_vs_a_acceptance_ci_high=acc["ci_high"])
         # the streamed-TPOT ratio only where every repeat of both sides passes its own stream check
-        row.update({f"b_vs_a_{name}": v for name, v in stats.paired_speedup(b_runs, a_runs, sides=("B", "A")).items()})
+        rounds_b, rounds_a = rounds_of([b for _, b in matched]), rounds_of([a for a, _ in matched])
+        rounds = (rounds_b, rounds_a) if rounds_b is not None and rounds_a is not None else None
+        row.update({f"b_vs_a_{name}": v for name, v in
+                    stats.paired_speedup(b_runs, a_runs, sides=("B", "A"), rounds=rounds).items()})
         tok = stats.ratio_of_medians([b.metrics.get("output_tok_s") for _, b in matched],
                                      [a.metrics.get("output_tok_s") for a, _ in matched])
         row.update(b_vs_a_output_tok_s_ratio=tok["ratio"], b_vs_a_output_tok_s_ci_low=tok["ci_low"],

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 import yaml
 
 from .errors import ConfigError  # noqa: F401 - re-exported: most modules take it from here
+from .nested import flatten
 
 REPO = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO / "conf"
@@ -51,19 +52,9 @@ def overrides_from_snakemake(config: dict) -> list[str]:
         if key == "overrides":
             out += shlex.split(value) if isinstance(value, str) else [str(v) for v in value]
         elif isinstance(value, dict):
-            out += [f"{key}.{k}={format_override_value(v)}" for k, v in _flat(value).items()]
+            out += [f"{key}.{k}={format_override_value(v)}" for k, v in flatten(value).items()]
         else:
             out.append(f"{key}={format_override_value(value)}")
-    return out
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
     return out
 
 

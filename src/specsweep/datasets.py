@@ -11,6 +11,7 @@ import json
 import random
 from pathlib import Path
 
+from . import layout
 from .config import ConfigError
 from .results import atomic_write_jsonl, read_jsonl
 
@@ -80,7 +81,7 @@ def hub_rows(cfg: dict) -> list[dict]:
         ds = hf.load_dataset(hub["path"], hub.get("name"), split=hub["split"])
     except Exception as e:  # the hub client raises many types; all mean "not reachable or not there"
         raise ConfigError(f"dataset {cfg['name']}: could not load {hub['path']} from the hub "
-                          f"({type(e).__name__}): run where the hub is reachable once to fill results/datasets/, "
+                          f"({type(e).__name__}): run where the hub is reachable once to fill results/{layout.DATASETS}/, "
                           "or use dataset=jsonl dataset.path=FILE") from None
     fields, template = cfg["fields"], cfg.get("template", "{prompt}")
     rows = []

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from .cells import Grid
+from . import layout
+from .nested import flatten
 from .results import atomic_write_text, read_json
-from .summary import K_COMPARISON
-from .tracking import flatten
+from .study import Study
 
 STYLE = """<style>
 body { font-family: sans-serif; font-size: 13px; margin: 1em; }
@@ -46,35 +46,32 @@ def table(frame: pd.DataFrame, caption: str = "") -> str:
 
 def key_values(record: dict, caption: str = "") -> str:
     """A nested record as one two-column table of its flattened keys."""
-    rows = [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in flatten(record).items()]
+    rows = [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in flatten(record, split_lists=True).items()]
     return table(pd.DataFrame(rows, columns=["key", "value"]), caption)
 
 
-def summary_page(summary_csv: str, out: str) -> None:
+def summary_page(summary_csv: str | Path, k_comparison_csv: str | Path, out: str | Path) -> None:
     """The summary, one row per cell, and the K-against-K statements."""
     summary = pd.read_csv(summary_csv)
     sections = [table(summary[[c for c in KEY_COLUMNS if c in summary]], "The figures to read first"),
-                table(summary, "summary.csv: one row per cell over its repeats")]
-    ks = Path(summary_csv).with_name(K_COMPARISON)
-    if ks.exists() and not (k := pd.read_csv(ks)).empty:
+                table(summary, f"{layout.SUMMARY}: one row per cell over its repeats")]
+    if not (k := pd.read_csv(k_comparison_csv)).empty:
         sections.append(table(k[[c for c in K_KEY_COLUMNS if c in k]], "K against K"))
     atomic_write_text(out, page("Summary", *sections))
 
 
-def env_page(env_json: str, out: str) -> None:
-    atomic_write_text(out, page("Environment check (env.json)", key_values(read_json(env_json))))
+def env_page(env_json: str | Path, out: str | Path) -> None:
+    atomic_write_text(out, page(f"Environment check ({layout.ENV})", key_values(read_json(env_json))))
 
 
-def launch_page(grid: Grid, sid: str, out: str) -> None:
+def launch_page(study: Study, sid: str, out: str | Path) -> None:
     """A server cell's launch record (server.json: argv, PID, process group, versions) and its bench cells. The
     local engine backend starts no server, so its cells have none."""
-    path = grid.server_dir(sid) / "logs" / "server.json"
-    record = read_json(path) if path.exists() else {"server": "none: the local engine ran inside the job"}
+    record = study.server_record(sid) or {"server": "none: the local engine ran inside the job"}
     argv = " ".join(record.get("argv") or [])
     cells = []
-    for bid in grid.benches[sid]:
-        path = grid.metrics_path(sid, bid)
-        m = read_json(path) if path.exists() else {}
+    for bid in study.grid.benches[sid]:
+        m = study.metrics(sid, bid) or {}
         cells.append({"bench cell": bid, "valid": m.get("valid"), "requests": m.get("requests_completed"),
                       "output tok/s": m.get("output_tok_s"), "server log": m.get("server_log")})
     atomic_write_text(out, page(f"Server cell {sid}", f"<h3>argv</h3><pre>{html.escape(argv)}</pre>",
@@ -83,16 +80,16 @@ def launch_page(grid: Grid, sid: str, out: str) -> None:
 
 
 def training_page(reports: dict[str, str], out: str) -> None:
-    """The tiny pair's train.json files (losses, held-out accuracy and acceptance, times)."""
+    """The tiny pair's training records (losses, held-out accuracy and acceptance, times)."""
     atomic_write_text(out, page("Tiny pair: training", *(key_values(read_json(p), f"{name}: {p}")
                                                           for name, p in reports.items())))
 
 
-def write_pages(grid: Grid, study: str, summary_csv: str, env_json: str, out: dict) -> None:
+def write_pages(study: Study, summary_csv: str | Path, k_comparison_csv: str | Path, env_json: str | Path,
+                out: dict) -> None:
     """Every page of one study: out names the summary and env pages and the launches directory."""
-    summary_page(summary_csv, out["summary"])
+    summary_page(summary_csv, k_comparison_csv, out["summary"])
     env_page(env_json, out["env"])
     Path(out["launches"]).mkdir(parents=True, exist_ok=True)
-    for sid, cell in grid.servers.items():
-        if cell.study == study:
-            launch_page(grid, sid, f"{out['launches']}/{sid}.html")
+    for sid in study.grid.servers:
+        launch_page(study, sid, layout.launch_page(out["launches"], sid))

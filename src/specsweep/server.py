@@ -19,6 +19,7 @@ from typing import Callable
 import httpx
 import psutil
 
+from . import layout
 from .claims import Claim, claim_port, listeners, lock_dir, port_is_free, port_owner, take_gpus
 from .errors import ServerError
 from .progress import progress_bar
@@ -109,7 +110,7 @@ class Server:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%S")
-        self.log_path = self.log_dir / f"server-{stamp}-{os.getpid()}-{uuid.uuid4().hex[:6]}.log"
+        self.log_path = layout.server_log(self.log_dir, stamp, os.getpid(), uuid.uuid4().hex[:6])
         with open(self.log_path, "xb") as log:   # a fresh file per launch, never appended
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=env, start_new_session=True)
@@ -120,7 +121,7 @@ class Server:
                      # the kernel's own start time: what reap_leftover compares against, whatever the load
                      "started_at": psutil.Process(self.proc.pid).create_time(),
                      "orchestrator_pid": os.getpid()}
-        atomic_write_json(self.log_dir / "server.json", self.info)
+        atomic_write_json(self.log_dir / layout.SERVER_RECORD, self.info)
 
     def _hand_over_key(self, argv: list[str], env: dict) -> tuple[list[str], dict]:
         """A fresh random key for this launch, so nobody else on a shared node can send traffic into it."""
@@ -189,7 +190,7 @@ class Server:
         self.info["ready_s"] = round(time.time() - self.info["started_at"], 1)
         if self.log_facts:
             self.info.update(self.log_facts(self.log_path.read_text(encoding="utf-8", errors="replace")))
-        atomic_write_json(self.log_dir / "server.json", self.info)
+        atomic_write_json(self.log_dir / layout.SERVER_RECORD, self.info)
 
     def _answers(self, http: httpx.Client) -> bool:
         try:
@@ -225,7 +226,7 @@ class Server:
                     raise ServerError(f"port {self.port} is still held after stopping {self.kind}: "
                                       f"see {port_owner(self.port)}")
                 self.info["stopped_at"] = time.time()
-                atomic_write_json(self.log_dir / "server.json", self.info)
+                atomic_write_json(self.log_dir / layout.SERVER_RECORD, self.info)
         finally:
             self._drop_key_file()
             if self.proc is None or self.proc.poll() is not None:
@@ -327,7 +328,7 @@ def reap_leftover(log_dir: Path, grace_s: float = 30, kind: str = "vLLM") -> str
     """
 
     try:
-        info = json.loads((Path(log_dir) / "server.json").read_text())
+        info = json.loads((Path(log_dir) / layout.SERVER_RECORD).read_text())
     except (OSError, ValueError):
         return None
     pgid = info.get("pgid")
@@ -340,11 +341,11 @@ def reap_leftover(log_dir: Path, grace_s: float = 30, kind: str = "vLLM") -> str
     except (psutil.Error, KeyError):
         same_start = same_argv = False
     if not (same_start and same_argv):
-        return (f"process group {pgid} recorded in {log_dir}/server.json is alive but is not the server we started "
+        return (f"process group {pgid} recorded in {Path(log_dir) / layout.SERVER_RECORD} is alive but is not the server we started "
                 "(its start time or command differ): left alone")
     owner = info.get("orchestrator_pid")
     if owner and owner != os.getpid() and psutil.pid_exists(owner):
-        raise ServerError(f"the {kind} server recorded in {log_dir}/server.json (pid {pgid}) belongs to a run that is "
+        raise ServerError(f"the {kind} server recorded in {Path(log_dir) / layout.SERVER_RECORD} (pid {pgid}) belongs to a run that is "
                           f"still going (pid {owner}): wait for it, or stop that run first")
     stop_group(pgid, None, grace_s)
     return f"stopped a leftover {kind} server (pid {pgid}, port {info.get('port')}) from a killed run"

@@ -13,9 +13,11 @@ from pathlib import Path
 import pandas as pd
 
 from . import ceiling, stats
-from .cells import Grid, stable_hash
+from .cells import stable_hash
 from .metrics import length_shares, median_mad
-from .results import atomic_write_text, read_json, read_jsonl
+from .nested import at
+from .results import atomic_write_text
+from .study import Study
 
 # summary column -> its path in metrics.json: the median over valid repeats, with `<column>_mad` beside it
 FIGURES = {
@@ -31,63 +33,19 @@ STREAMED = ("streamed_tpot_ms", "streamed_itl_ms_median")   # blank where a repe
 PAIRED = ["speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "speedup_streamed_tpot_geomean",
           "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high", "speedup_streamed_tpot_na",
           "paired_prompts", "paired_requests", "verdict"]
-K_COMPARISON = "k_comparison.csv"
-BY_CATEGORY = "summary_by_category.csv"
 K_COLUMNS = ["study", "pair", "method", "dataset", "thinking", "concurrency", "k_a", "k_b", "server_cell_a",
              "server_cell_b", "repeats_a", "repeats_b", *PAIRED, "schedule_a", "resolved", "statement"]
 CATEGORY_COLUMNS = ["study", "server_cell", "pair", "method", "num_speculative_tokens", "dataset", "thinking",
                     "concurrency", "category", "prompts", "mean_acceptance_length", *PAIRED]
 
 
-def _get(d: dict, path: tuple):
-    for key in path:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(key)
-    return d
-
-
-class _Cells:
-    """One study's finished bench cells, grouped over repeats, with their request rows read once."""
-
-    def __init__(self, grid: Grid, study: str):
-        self.grid, self.metrics, self._requests = grid, {}, {}
-        self.groups: dict[tuple, list[str]] = {}      # (server cell, dataset, thinking, concurrency) -> bench ids
-        for sid, bid in grid.cells_of_study(study):
-            path = grid.metrics_path(sid, bid)
-            if path.exists():
-                bench = grid.benches[sid][bid].spec
-                self.metrics[sid, bid] = read_json(path)
-                self.groups.setdefault((sid, bench["dataset"]["name"], bench["thinking"], bench["concurrency"]),
-                                       []).append(bid)
-
-    def valid(self, sid: str, bid: str) -> bool:
-        return bool(self.metrics.get((sid, bid), {}).get("valid"))
-
-    def requests(self, sid: str, bid: str) -> list[dict]:
-        if (sid, bid) not in self._requests:
-            self._requests[sid, bid] = read_jsonl(self.grid.bench_dir(sid, bid) / "requests.jsonl")
-        return self._requests[sid, bid]
-
-    def runs(self, sid: str, bids: list[str]) -> list[list[dict]]:
-        """Request rows of the cell's valid repeats among these bench ids."""
-        return [self.requests(sid, b) for b in sorted(bids) if self.valid(sid, b)]
-
-    def rounds(self, pairs: tuple[tuple[str, list[str]], tuple[str, list[str]]]):
-        """The round of each run `runs` gives, per side ((sid, bids) of the cell and of its reference), for the
-        paired bootstrap (stats.speedup_ci); None where neither side ran in more than one round."""
-        if all(self.grid.rounds(sid) == 1 for sid, _ in pairs):
-            return None
-        return tuple([self.grid.round_of(sid, b) for b in sorted(bids) if self.valid(sid, b)] for sid, bids in pairs)
-
-
-def rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
-    cells = cells or _Cells(grid, study)
-    out = []
+def rows(study: Study) -> list[dict]:
+    """One row per server cell and bench settings (dataset, thinking, concurrency), over its repeats."""
+    grid, cells, out = study.grid, study, []
     for (sid, dataset, thinking, conc), bids in sorted(cells.groups.items()):
         cell = grid.servers[sid]
-        valid = [cells.metrics[sid, b] for b in bids if cells.valid(sid, b)]
-        row = {"study": study, "server_cell": sid, "backend": cell.spec["server"]["backend"],
+        valid = [cells.metrics(sid, b) for b in bids if cells.valid(sid, b)]
+        row = {"study": study.name, "server_cell": sid, "backend": cell.spec["server"]["backend"],
                "pair": cell.pair["name"], "method": cell.spec["method"],
                "num_speculative_tokens": cell.spec["num_speculative_tokens"],
                "set_acceptance": json.dumps(cell.spec["set_acceptance"]) if cell.sets_acceptance else None,
@@ -101,7 +59,7 @@ def rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
                                                 for i, m in enumerate(valid) if m.get("streamed_figures_invalid")), None)
         for name, path in FIGURES.items():
             row[name], row[f"{name}_mad"] = (None, None) if row["streamed_figures_invalid"] and name in STREAMED \
-                else median_mad([_get(m, path) for m in valid])
+                else median_mad([at(m, path) for m in valid])
         row.update(_against_baseline(cells, sid, bids, valid))
         row["figures_disagree"] = "; ".join(disagreements(row)) or None
         # None where the server does not say which drafts it accepted (SGLang 0.5.17: a counter alone)
@@ -114,14 +72,14 @@ def rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
     return ceiling.annotate(out)
 
 
-def _against_baseline(cells: _Cells, sid: str, bids: list[str], valid: list[dict]) -> dict:
+def _against_baseline(cells: Study, sid: str, bids: list[str], valid: list[dict]) -> dict:
     """Output tok/s as a ratio of medians over repeats (a CI from 3 repeats), and the paired speedup."""
     base = cells.grid.baseline_of.get(sid)
     out = {"speedup_output_tok_s": 1.0 if cells.grid.servers[sid].is_baseline else None,
            "speedup_output_tok_s_ci_low": None, "speedup_output_tok_s_ci_high": None, **dict.fromkeys(PAIRED)}
     if base is None:
         return out
-    ref_metrics = [cells.metrics[base, b] for b in bids if cells.valid(base, b)]
+    ref_metrics = [cells.metrics(base, b) for b in bids if cells.valid(base, b)]
     ref = [m["output_tok_s"] for m in ref_metrics]
     tok = stats.ratio_of_medians([m["output_tok_s"] for m in valid], ref)
     out.update(speedup_output_tok_s=tok["ratio"], speedup_output_tok_s_ci_low=tok["ci_low"],
@@ -199,13 +157,13 @@ def schedule_label(schedule) -> str:
     return "K schedule " + ",".join(f"{a}-{b}:{k}" for a, b, k in schedule) if schedule else ""
 
 
-def k_comparison(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
+def k_comparison(study: Study) -> list[dict]:
     """Each two speculative cells that differ only in K, on the same bench cells: the paired speedup of
     the larger K over the smaller, and whether the difference is resolved (its CI excludes 1)."""
-    cells = cells or _Cells(grid, study)
+    grid, cells = study.grid, study
     families: dict[str, list[str]] = {}
     for sid, cell in grid.servers.items():
-        if cell.study == study and not cell.is_baseline:
+        if cell.study == study.name and not cell.is_baseline:
             rest = {k: v for k, v in cell.spec.items() if k not in ("num_speculative_tokens", "k_schedule")}
             families.setdefault(stable_hash(rest), []).append(sid)
 
@@ -233,7 +191,7 @@ def k_comparison(grid: Grid, study: str, cells: _Cells | None = None) -> list[di
                           stats.SLOWER: f"resolved ({lb} faster)"}[stats.direction(paired["verdict"])]
                 if paired["verdict"] in (stats.FASTER_BORDERLINE, stats.SLOWER_BORDERLINE):
                     result += ", borderline"
-                out.append({"study": study, "pair": grid.servers[hi].pair["name"],
+                out.append({"study": study.name, "pair": grid.servers[hi].pair["name"],
                             "method": grid.servers[hi].spec["method"], "dataset": dataset, "thinking": thinking,
                             "concurrency": conc, "k_a": ka, "k_b": kb, "server_cell_a": hi, "server_cell_b": lo,
                             "repeats_a": len(hi_runs), "repeats_b": len(lo_runs), **paired,
@@ -243,11 +201,10 @@ def k_comparison(grid: Grid, study: str, cells: _Cells | None = None) -> list[di
     return out
 
 
-def category_rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[dict]:
+def category_rows(study: Study) -> list[dict]:
     """Per prompt category (where the dataset has categories), each speculative cell's acceptance and
     paired speedup, pooled over valid repeats."""
-    cells = cells or _Cells(grid, study)
-    out = []
+    grid, cells, out = study.grid, study, []
     for (sid, dataset, thinking, conc), bids in sorted(cells.groups.items()):
         cell, base = grid.servers[sid], grid.baseline_of.get(sid)
         if cell.is_baseline:
@@ -256,7 +213,7 @@ def category_rows(grid: Grid, study: str, cells: _Cells | None = None) -> list[d
         for cat in sorted({r["category"] for run in cell_runs for r in run if r.get("category")}):
             pick = lambda runs: [[r for r in run if r.get("category") == cat] for run in runs]  # noqa: E731
             in_cat = [r for run in pick(cell_runs) for r in run]
-            out.append({"study": study, "server_cell": sid, "pair": cell.pair["name"], "method": cell.spec["method"],
+            out.append({"study": study.name, "server_cell": sid, "pair": cell.pair["name"], "method": cell.spec["method"],
                         "num_speculative_tokens": cell.spec["num_speculative_tokens"], "dataset": dataset,
                         "thinking": thinking, "concurrency": conc, "category": cat,
                         "prompts": len({r["index"] for r in in_cat}),
@@ -286,15 +243,15 @@ def verdict_lines(table: list[dict], ks: list[dict]) -> list[str]:
     return lines
 
 
-def write_summary(grid: Grid, study: str, out: str) -> pd.DataFrame:
-    """summary.csv at `out`, k_comparison.csv and summary_by_category.csv beside it; prints the verdicts."""
-    cells = _Cells(grid, study)
-    table, ks, cats = rows(grid, study, cells), k_comparison(grid, study, cells), category_rows(grid, study, cells)
+def write_summary(study: Study, summary_csv: str | Path, k_comparison_csv: str | Path,
+                  by_category_csv: str | Path) -> pd.DataFrame:
+    """The study's three tables, each at the path given (the summarize rule's outputs); prints the verdicts."""
+    table, ks, cats = rows(study), k_comparison(study), category_rows(study)
     frame = pd.DataFrame(table)
-    atomic_write_text(out, frame.to_csv(index=False))
-    atomic_write_text(Path(out).parent / K_COMPARISON, pd.DataFrame(ks, columns=K_COLUMNS).to_csv(index=False))
-    atomic_write_text(Path(out).parent / BY_CATEGORY,
-                      pd.DataFrame(cats, columns=CATEGORY_COLUMNS).to_csv(index=False))
-    print(f"summary: {len(frame)} rows -> {out}; {len(ks)} K comparisons, {len(cats)} category rows beside it")
+    atomic_write_text(summary_csv, frame.to_csv(index=False))
+    atomic_write_text(k_comparison_csv, pd.DataFrame(ks, columns=K_COLUMNS).to_csv(index=False))
+    atomic_write_text(by_category_csv, pd.DataFrame(cats, columns=CATEGORY_COLUMNS).to_csv(index=False))
+    print(f"summary: {len(frame)} rows -> {summary_csv}; {len(ks)} K comparisons -> {k_comparison_csv}, "
+          f"{len(cats)} category rows -> {by_category_csv}")
     print("\n".join(verdict_lines(table, ks)))
     return frame

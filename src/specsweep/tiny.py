@@ -18,6 +18,7 @@ import random
 import time
 from pathlib import Path
 
+from . import layout
 from .datasets import synthetic_problem
 from .results import atomic_write_json
 
@@ -154,7 +155,7 @@ def train_target(tokenizer_dir: str | Path, out: str | Path, seed: int = 0, step
     report = {"train_s": round(time.monotonic() - t0, 1), "steps": steps, "batch": batch, "lr": lr,
               "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4),
               "params": sum(p.numel() for p in model.parameters()), **evaluate_target(model, tok)}
-    atomic_write_json(out / "train.json", report)
+    atomic_write_json(out / layout.TRAIN_REPORT, report)
     return report
 
 
@@ -206,7 +207,7 @@ def train_drafter_for(target_dir: str | Path, out: str | Path, seed: int = 0, pr
               "prompts": prompts, "loss_first": round(losses[0], 3), "loss_last": round(losses[-1], 3),
               "params": sum(p.numel() for p in drafter.parameters()),
               **evaluate_drafter(target, drafter, tok)}
-    atomic_write_json(out / "train.json", report)
+    atomic_write_json(out / layout.TRAIN_REPORT, report)
     return report
 
 

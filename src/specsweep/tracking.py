@@ -22,13 +22,15 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from . import backends
+from . import backends, layout
 from .cells import Grid, stable_hash
 from .config import REPO
 from .errors import TrackingError
+from .nested import flatten
 from .results import atomic_write_json, read_json
 from .stats import format_ratio
-from .summary import BY_CATEGORY, K_COMPARISON, schedule_label
+from .study import Study
+from .summary import schedule_label
 
 CELL_TAG = "specsweep.cell_id"          # a configuration's id (server cell / bench settings), or study:<study>
 STUDY_TAG = "specsweep.study"
@@ -68,7 +70,7 @@ def tracking_uri(grid: Grid, study: str) -> str:
 
 
 def default_store(grid: Grid) -> Path:
-    return (grid.results_dir / "mlflow.db").resolve()
+    return layout.mlflow_db(grid.results_dir).resolve()
 
 
 def create_store_in_memory(db: Path, shm: Path = Path("/dev/shm")) -> None:
@@ -83,10 +85,11 @@ def create_store_in_memory(db: Path, shm: Path = Path("/dev/shm")) -> None:
 
     db.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=shm, prefix="specsweep-mlflow-") as tmp:
-        MlflowClient(tracking_uri=f"sqlite:///{tmp}/mlflow.db").search_experiments()
+        made = Path(tmp) / db.name
+        MlflowClient(tracking_uri=f"sqlite:///{made}").search_experiments()
         staged = db.with_name(f".{db.name}.{os.getpid()}.tmp")
         try:
-            with open(staged, "xb") as out, open(f"{tmp}/mlflow.db", "rb") as src:
+            with open(staged, "xb") as out, open(made, "rb") as src:
                 shutil.copyfileobj(src, out)
                 out.flush()
                 os.fsync(out.fileno())
@@ -99,23 +102,8 @@ def create_store_in_memory(db: Path, shm: Path = Path("/dev/shm")) -> None:
 
 def marker(grid: Grid, study: str) -> str:
     """The ingest rule's output, one per tracking store: a store that was down is ingested on a later run."""
-    from .cells import stable_hash
-
     key = stable_hash([tracking_uri(grid, study), grid.tracking[study]["experiment"]])[:10]
-    return str(grid.results_dir / study / f"mlflow-{key}.done")
-
-
-def flatten(obj, prefix: str = "") -> dict:
-    out = {}
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-    elif isinstance(obj, list) and obj and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in obj):
-        for i, v in enumerate(obj):
-            out[f"{prefix}{i}"] = v
-    else:
-        out[prefix.rstrip(".")] = obj
-    return out
+    return str(grid.study_files(study).mlflow_marker(key))
 
 
 def git_commit() -> str:
@@ -127,16 +115,8 @@ def git_commit() -> str:
 
 
 def _numeric(d: dict) -> dict:
-    return {k: float(v) for k, v in flatten(d).items()
+    return {k: float(v) for k, v in flatten(d, split_lists=True).items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and k not in TIMES}
-
-
-def cell_times_ms(figures: dict, cell_dir: Path) -> tuple[int, int]:
-    """A bench cell's start and end in epoch ms: metrics.json's own, or for a cell measured before it recorded
-    them, the times of its first file written (config.yaml) and its last (metrics.json)."""
-    start = figures.get("started_at") or (cell_dir / "config.yaml").stat().st_mtime
-    end = figures.get("finished_at") or (cell_dir / "metrics.json").stat().st_mtime
-    return int(start * 1000), int(end * 1000)
 
 
 @functools.lru_cache(maxsize=None)
@@ -287,7 +267,7 @@ def k_tags(k_comparison_csv: Path) -> dict[str, dict[str, str]]:
 def old_layout_refusal(uri: str, grid: Grid, study: str) -> str:
     """The one line for a store that holds the per-repeat layout's runs, which would sit beside the new ones."""
     if not grid.tracking[study]["uri"]:
-        what = f"{default_store(grid)} and {grid.results_dir / 'mlartifacts'}"
+        what = f"{default_store(grid)} and {layout.mlartifacts(grid.results_dir)}"
     elif uri.startswith("sqlite:///"):
         what = uri[len("sqlite:///"):]
     else:
@@ -297,7 +277,11 @@ def old_layout_refusal(uri: str, grid: Grid, study: str) -> str:
             "then ingest again; results/ is complete")
 
 
-def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: str, out: str) -> dict:
+def ingest(results: Study, summary_csv: str | Path, k_comparison_csv: str | Path, by_category_csv: str | Path,
+           plots_dir: str | Path, env_json: str | Path, out: str | Path) -> dict:
+    """Log a study's configurations (summary_csv's rows, with k_comparison_csv's statements as tags) and its own
+    run (the tables, env_json and the plots in plots_dir); write the marker `out`."""
+    grid, study = results.grid, results.name
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
     from mlflow.entities import Metric, Param
@@ -312,7 +296,7 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
         name = grid.tracking[study]["experiment"]
         exp = client.get_experiment_by_name(name)
         # With the default SQLite store, artifacts go under results/ too (MLflow's own default is ./mlruns).
-        artifacts = None if grid.tracking[study]["uri"] else (grid.results_dir / "mlartifacts").resolve().as_uri()
+        artifacts = None if grid.tracking[study]["uri"] else layout.mlartifacts(grid.results_dir).resolve().as_uri()
         exp_id = exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifacts)
         if client.search_runs([exp_id], filter_string=f"tags.`{KIND_TAG}` = '{OLD_KIND}'", max_results=1):
             raise TrackingError(old_layout_refusal(uri, grid, study))
@@ -326,13 +310,14 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
         pairs_of = {}                    # a baseline server cell -> the pairs it is the baseline of
         for spec, base in grid.baseline_of.items():
             pairs_of.setdefault(base, set()).add(grid.servers[spec].pair["name"])
-        spans, ks = [], k_tags(Path(summary_csv).parent / K_COMPARISON)
+        spans, ks = [], k_tags(Path(k_comparison_csv))
         for row in summary_rows(summary_csv):
             cid, sid = config_id(row), row["server_cell"]
             bids = sorted(row.get("bench_cells", "").split(),
                           key=lambda b: grid.benches[sid][b].spec["repeat"] if b in grid.benches.get(sid, {}) else 0)
-            repeats = {b: read_json(grid.metrics_path(sid, b)) for b in bids if grid.metrics_path(sid, b).exists()}
-            times = {b: cell_times_ms(f, grid.bench_dir(sid, b)) for b, f in repeats.items()}
+            cells = {b: results.cells[sid, b] for b in bids if (sid, b) in results.cells}
+            repeats = {b: c.metrics for b, c in cells.items()}
+            times = {b: c.times_ms() for b, c in cells.items()}
             steps = {b: grid.benches[sid][b].spec["repeat"] if b in grid.benches.get(sid, {}) else i
                      for i, b in enumerate(repeats)}
             span = (min((t[0] for t in times.values()), default=None),
@@ -357,8 +342,7 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
                 client.log_inputs(run_id, [dataset_input(bench["dataset"]["name"],
                                                          grid.dataset_file(bench["dataset"]))])
             # params: the repeats' resolved config, less what differs between repeats (the repeat index, its id)
-            configs = [flatten(read_yaml(grid.bench_dir(sid, b) / "config.yaml")) for b in repeats
-                       if (grid.bench_dir(sid, b) / "config.yaml").exists()]
+            configs = [flatten(c.config, split_lists=True) for c in cells.values()]
             common = {k: v for k, v in (configs[0] if configs else {}).items()
                       if all(c.get(k) == v for c in configs[1:])}
             params = [Param(k[:250], str(v)[:6000]) for k, v in common.items()]
@@ -370,11 +354,9 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
                 metrics += [Metric(REPEAT + k, v, times[b][1], steps[b]) for k, v in values.items()]
             for i in range(0, len(metrics), 500):
                 client.log_batch(run_id, metrics=metrics[i:i + 500])
-            for b in repeats:
-                for art in ("metrics.json", "requests.jsonl", "config.yaml", "server.log"):
-                    if (grid.bench_dir(sid, b) / art).exists():
-                        client.log_artifact(run_id, str((grid.bench_dir(sid, b) / art).resolve()),
-                                            artifact_path=f"repeats/r{steps[b]}-{b}")
+            for b, c in cells.items():
+                for art in c.files():
+                    client.log_artifact(run_id, str(art.resolve()), artifact_path=f"repeats/r{steps[b]}-{b}")
             client.set_terminated(run_id, end_time=span[1])
             client.set_tag(run_id, DIGEST_TAG, digest)       # last: a run cut short has none, and is made again
             added += 1
@@ -385,14 +367,13 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
                                        tags={STUDY_TAG: study, KIND_TAG: "study", CELL_TAG: f"study:{study}",
                                              **versions, "git_commit": commit})
         parent_id = parent.info.run_id
-        client.log_artifact(parent_id, summary_csv)
+        client.log_artifact(parent_id, str(summary_csv))
         log_summary_table(client, parent_id, summary_csv)
-        for table in (K_COMPARISON, BY_CATEGORY):
-            if (Path(summary_csv).parent / table).exists():
-                client.log_artifact(parent_id, str(Path(summary_csv).parent / table))
-        client.log_artifact(parent_id, env_json)
-        for png in sorted(Path(plots_dir).glob("*.png")):
-            client.log_artifact(parent_id, str(png), artifact_path="plots")
+        for table in (k_comparison_csv, by_category_csv):
+            client.log_artifact(parent_id, str(table))
+        client.log_artifact(parent_id, str(env_json))
+        for png in sorted(Path(plots_dir).glob(f"*{layout.PLOT_SUFFIX}")):
+            client.log_artifact(parent_id, str(png), artifact_path=layout.PLOTS)
         client.set_terminated(parent_id, end_time=max((s[1] for s in spans if s[1]), default=None))
     except (MlflowException, OSError) as e:
         raise TrackingError(f"MLflow at {uri} could not be written ({type(e).__name__}: "
@@ -408,8 +389,3 @@ def ingest(grid: Grid, study: str, summary_csv: str, plots_dir: str, env_json: s
           f"{uri}; open {record['url']}{serve}")
     return record
 
-
-def read_yaml(path: Path) -> dict:
-    import yaml
-
-    return yaml.safe_load(path.read_text())

@@ -22,19 +22,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import metrics, stats
-from .compare import Cell, cells_of
+from . import layout, metrics, stats
 from .errors import ConfigError
 from .metrics import request_spec
 from .results import atomic_write_text, atomic_write_yaml
+from .study import Cell, Study
 
 N_RESAMPLES = 2000
 SEED = 0
-TABLE = "tune.csv"
 STREAMED, E2E = "streamed_tpot_ms", "e2e_ms_per_output_token"     # the time per token a group's model uses
 PAIRED_OF = {STREAMED: "speedup_streamed_tpot_geomean", E2E: "speedup_e2e_geomean"}
-MAPPING = "tune.yaml"
-VERIFY = "tune_verify.csv"
 
 
 # ---- pure: acceptance -----------------------------------------------------------------------------------
@@ -177,11 +174,10 @@ class Measured:
 
 def load_study(path: str | Path) -> dict[tuple, dict[int, Measured]]:
     """(pair, dataset, thinking, concurrency) -> K -> its valid repeats; K = 0 is the baseline."""
-    kind, cells = cells_of(path)
-    if kind != "study":
+    if Cell.finished(path):
         raise ConfigError(f"tune: {path} is one bench cell: give a study directory (results/<study>)")
     groups: dict[tuple, dict[int, list[Cell]]] = {}
-    for c in cells:
+    for c in sorted(Study.load(path).cells.values(), key=lambda c: c.path):
         if not c.metrics.get("valid"):
             continue
         s, b = c.config["server_spec"], c.config["bench_spec"]
@@ -205,7 +201,7 @@ def tune_rows(study: dict[tuple, dict[int, Measured]]) -> tuple[list[dict], list
         hist = by_k[kmax].histograms()
         if not hist.size:
             raise ConfigError(f"tune: K={kmax} at concurrency {conc} has no per-request acceptance figures: rerun it "
-                              "with server.per_request_spec_metrics=detailed (vLLM) so requests.jsonl carries them")
+                              f"with server.per_request_spec_metrics=detailed (vLLM) so {layout.REQUESTS} carries them")
         na = next((why for m in by_k.values() if (why := m.streamed_na())), None)
         figure = E2E if na else STREAMED
         if na:
@@ -284,13 +280,15 @@ def schedule_override(mapping: dict[int, list[int]]) -> str:
 
 
 def write_tune(study_dir: str | Path) -> tuple[list[dict], dict[int, list[int]], list[str]]:
-    """tune.csv and tune.yaml in the study directory: the mapping a study takes (sweep.k_by_concurrency) and
-    the same recommendation as vLLM's own dynamic K schedule (vllm.num_speculative_tokens_per_batch_size)."""
+    """The tune table and the mapping a study takes (layout.TUNE_TABLE, TUNE_MAPPING) in the study directory: the
+    mapping as sweep.k_by_concurrency, and the same recommendation as vLLM's own dynamic K schedule
+    (vllm.num_speculative_tokens_per_batch_size)."""
     rows, notes = tune_rows(load_study(study_dir))
-    atomic_write_text(Path(study_dir) / TABLE, pd.DataFrame(rows).to_csv(index=False))
+    files = layout.StudyFiles(Path(study_dir))
+    atomic_write_text(files.tune_table, pd.DataFrame(rows).to_csv(index=False))
     mapping = k_by_concurrency(rows)
-    atomic_write_yaml(Path(study_dir) / MAPPING, {"sweep": {"k_by_concurrency": mapping},
-                                                  "vllm": {"num_speculative_tokens_per_batch_size": k_schedule(mapping)}})
+    atomic_write_yaml(files.tune_mapping, {"sweep": {"k_by_concurrency": mapping},
+                                           "vllm": {"num_speculative_tokens_per_batch_size": k_schedule(mapping)}})
     return rows, mapping, notes
 
 
@@ -298,10 +296,9 @@ def write_tune(study_dir: str | Path) -> tuple[list[dict], dict[int, list[int]],
 def verify_jobs(study_dir: str | Path, mapping: dict[int, list[int]]) -> list[dict]:
     """The study's own jobs (already done: nothing reruns) plus each with the mapping, in the same study and
     results directory, so the DAG runs only the new cells and the study's summary keeps every cell."""
-    _, cells = cells_of(study_dir)
     jobs: dict[str, dict] = {}
     results_dir = str(Path(study_dir).resolve().parent)
-    for c in cells:
+    for c in sorted(Study.load(study_dir).cells.values(), key=lambda c: c.path):
         job = dict(c.config["job_config"], results_dir=results_dir)
         jobs.setdefault(repr(job), job)
     linked = [dict(j, sweep=dict(j["sweep"], k_by_concurrency={c: list(ks) for c, ks in mapping.items()}))

@@ -43,7 +43,7 @@ def previous_launch(sid, rnd):
     for s, r in reversed(order[:order.index((sid, rnd))]):
         r = None if GRID.rounds(s) == 1 else r
         if run_marker(s, r):
-            return f"{GRID.server_dir(s)}/runs/{run_marker(s, r)}.done"
+            return str(layout.run_marker(GRID.server_dir(s), run_marker(s, r), None))
     return None
 
 
@@ -57,14 +57,14 @@ def serve_inputs(wildcards):
         inputs += [before] if before else []
     elif base:   # a speculative cell is compared with its matched baseline, so the baseline runs first
         inputs.append(str(GRID.cells_done(base)))
-    return inputs + [f"{RESULTS}/{wildcards.study}/env.json"]   # env.json comes after the pair is built
+    return inputs + [str(GRID.study_files(wildcards.study).env)]   # env.json comes after the pair is built
 
 
 def dataset_cfg(wildcards):
     for cells in GRID.benches.values():
         for cell in cells.values():
             ds = cell.spec["dataset"]
-            if GRID.dataset_file(ds) == f"{RESULTS}/datasets/{wildcards.name}.jsonl":
+            if GRID.dataset_file(ds) == str(layout.dataset_file(RESULTS, wildcards.name)):
                 return ds
     raise ValueError(f"no dataset in the grid writes {wildcards.name}.jsonl")
 

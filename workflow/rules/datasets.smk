@@ -1,8 +1,8 @@
 rule dataset:
     output:
-        f"{RESULTS}/datasets/{{name}}.jsonl",
+        layout.dataset_file(RESULTS, "{name}"),
     log:
-        f"{RESULTS}/datasets/{{name}}.log",
+        layout.dataset_log(RESULTS, "{name}"),
     params:
         cfg=dataset_cfg,
     script:

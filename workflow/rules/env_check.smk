@@ -3,9 +3,9 @@ rule env_check:
     input:
         lambda w: [rules.tiny_target.output.config, rules.tiny_drafter.output.config] if tiny_models_needed() else [],
     output:
-        f"{RESULTS}/{{study}}/env.json",
+        STUDY.env,
     log:
-        f"{RESULTS}/{{study}}/logs/env_check.log",
+        STUDY.log("env_check"),
     params:
         configs=lambda w: [GRID.configs[sid] for sid in server_cells_of(w.study)],
     script:

@@ -5,14 +5,17 @@ from specsweep.tracking import marker as mlflow_marker
 
 rule ingest_mlflow:
     input:
-        summary=f"{RESULTS}/{{study}}/summary.csv",
-        plots=f"{RESULTS}/{{study}}/plots",
-        env=f"{RESULTS}/{{study}}/env.json",
+        summary=STUDY.summary,
+        k_comparison=STUDY.k_comparison,
+        by_category=STUDY.by_category,
+        plots=STUDY.plots,
+        env=STUDY.env,
     output:
-        f"{RESULTS}/{{study}}/mlflow-{{store}}.done",
+        STUDY.mlflow_marker("{store}"),
     log:
-        f"{RESULTS}/{{study}}/logs/ingest_mlflow-{{store}}.log",
+        STUDY.log("ingest_mlflow-{store}"),
     params:
         grid=lambda w: GRID.of_study(w.study),
+        dir=lambda w: GRID.study_files(w.study).dir,
     script:
         "../scripts/ingest_mlflow.py"

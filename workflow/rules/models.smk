@@ -1,13 +1,13 @@
 # The embedded default pair, made here in three cached steps: nothing is downloaded. Changing how the
 # drafter is trained retrains only the drafter.
-TINY = f"{RESULTS}/models/tiny"
+TINY = layout.tiny_pair(RESULTS)
 
 
 rule tiny_tokenizer:
     output:
-        f"{TINY}/tokenizer/tokenizer.json",
+        TINY.tokenizer_file,
     log:
-        f"{TINY}/logs/tokenizer.log",
+        TINY.log("tokenizer"),
     params:
         out=lambda w, output: os.path.dirname(output[0]),
     script:
@@ -18,10 +18,10 @@ rule tiny_target:
     input:
         rules.tiny_tokenizer.output,
     output:
-        config=f"{TINY}/target/config.json",
-        report=f"{TINY}/target/train.json",
+        config=TINY.config(TINY.target),
+        report=TINY.train_report(TINY.target),
     log:
-        f"{TINY}/logs/target.log",
+        TINY.log("target"),
     params:
         tokenizer=lambda w, input: os.path.dirname(input[0]),
         out=lambda w, output: os.path.dirname(output.config),
@@ -33,10 +33,10 @@ rule tiny_drafter:
     input:
         rules.tiny_target.output.config,
     output:
-        config=f"{TINY}/drafter/config.json",
-        report=f"{TINY}/drafter/train.json",
+        config=TINY.config(TINY.drafter),
+        report=TINY.train_report(TINY.drafter),
     log:
-        f"{TINY}/logs/drafter.log",
+        TINY.log("drafter"),
     params:
         target=lambda w, input: os.path.dirname(input[0]),
         out=lambda w, output: os.path.dirname(output.config),

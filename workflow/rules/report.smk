@@ -6,21 +6,22 @@
 rule report_pages:
     input:
         cells=lambda w: [str(GRID.cells_done(sid)) for sid in server_cells_of(w.study)],
-        summary=f"{RESULTS}/{{study}}/summary.csv",
-        k_comparison=f"{RESULTS}/{{study}}/k_comparison.csv",
-        env=f"{RESULTS}/{{study}}/env.json",
+        summary=STUDY.summary,
+        k_comparison=STUDY.k_comparison,
+        env=STUDY.env,
     output:
-        summary=report(f"{RESULTS}/{{study}}/pages/summary.html", caption="../report/summary.rst",
+        summary=report(STUDY.summary_page, caption="../report/summary.rst",
                        category="Summary", subcategory="{study}", labels=lambda w: study_labels(w.study)),
-        env=report(f"{RESULTS}/{{study}}/pages/env.html", caption="../report/env.rst",
+        env=report(STUDY.env_page, caption="../report/env.rst",
                    category="Environment", subcategory="{study}", labels=lambda w: study_labels(w.study)),
-        launches=report(directory(f"{RESULTS}/{{study}}/pages/launches"), patterns=["{server}.html"],
+        launches=report(directory(STUDY.launches), patterns=[layout.launch_page_pattern()],
                         caption="../report/launch.rst", category="Server launches", subcategory="{study}",
                         labels=launch_labels),
     log:
-        f"{RESULTS}/{{study}}/logs/report_pages.log",
+        STUDY.log("report_pages"),
     params:
         grid=lambda w: GRID.of_study(w.study),
+        dir=lambda w: GRID.study_files(w.study).dir,
     script:
         "../scripts/report_pages.py"
 
@@ -30,9 +31,9 @@ rule training_page:
         target=rules.tiny_target.output.report,
         drafter=rules.tiny_drafter.output.report,
     output:
-        report(f"{TINY}/training.html", caption="../report/training.rst", category="Tiny pair",
+        report(TINY.training_page, caption="../report/training.rst", category="Tiny pair",
                labels={"pair": "tiny", "figure": "training"}),
     log:
-        f"{TINY}/logs/training_page.log",
+        TINY.log("training_page"),
     script:
         "../scripts/training_page.py"

@@ -11,9 +11,9 @@ checkpoint serve_and_bench:
     input:
         serve_inputs,
     output:
-        f"{RESULTS}/{{study}}/{{server}}/runs/{{todo}}.done",
+        layout.run_marker(layout.server_dir(RESULTS, "{study}", "{server}"), "{todo}"),
     log:
-        f"{RESULTS}/{{study}}/{{server}}/logs/job-{{todo}}.log",
+        layout.log(layout.server_dir(RESULTS, "{study}", "{server}"), "job-{todo}"),
     params:
         pending=lambda w: GRID.pending(w.server, GRID.marker_round(w.todo)),
         round=lambda w: GRID.marker_round(w.todo),   # None: the whole server cell (sweep.rounds 1)
@@ -38,6 +38,6 @@ rule server_cell_done:
     input:
         cell_metrics,
     output:
-        touch(f"{RESULTS}/{{study}}/{{server}}/cells-{{cellset}}.done"),
+        touch(layout.cells_done(layout.server_dir(RESULTS, "{study}", "{server}"), "{cellset}")),
     log:
-        f"{RESULTS}/{{study}}/{{server}}/logs/cells-{{cellset}}.log",
+        layout.log(layout.server_dir(RESULTS, "{study}", "{server}"), "cells-{cellset}"),

@@ -4,13 +4,14 @@ rule summarize:
     input:
         lambda w: [str(GRID.cells_done(sid)) for sid in server_cells_of(w.study)],
     output:
-        summary=f"{RESULTS}/{{study}}/summary.csv",
-        k_comparison=f"{RESULTS}/{{study}}/k_comparison.csv",
-        by_category=f"{RESULTS}/{{study}}/summary_by_category.csv",
+        summary=STUDY.summary,
+        k_comparison=STUDY.k_comparison,
+        by_category=STUDY.by_category,
     log:
-        f"{RESULTS}/{{study}}/logs/summarize.log",
+        STUDY.log("summarize"),
     params:
         grid=lambda w: GRID.of_study(w.study),
+        dir=lambda w: GRID.study_files(w.study).dir,
     script:
         "../scripts/summarize.py"
 
@@ -19,12 +20,12 @@ rule summarize:
 # only for a dataset with categories), with its caption from plots.rst.
 rule plots:
     input:
-        summary=f"{RESULTS}/{{study}}/summary.csv",
-        by_category=f"{RESULTS}/{{study}}/summary_by_category.csv",
+        summary=STUDY.summary,
+        by_category=STUDY.by_category,
     output:
-        report(directory(f"{RESULTS}/{{study}}/plots"), patterns=["{name}.png"], caption="../report/plots.rst",
+        report(directory(STUDY.plots), patterns=[layout.plot_pattern()], caption="../report/plots.rst",
                category="Plots", subcategory="{study}", labels=plot_labels),
     log:
-        f"{RESULTS}/{{study}}/logs/plots.log",
+        STUDY.log("plots"),
     script:
         "../scripts/plots.py"

@@ -2,10 +2,11 @@ import json
 import sys
 
 from specsweep import snakejob, tracking
+from specsweep.study import Study
 
 snakejob.run(snakemake.log[0], lambda: tracking.ingest(
-    snakemake.params.grid, snakemake.wildcards.study, snakemake.input.summary,
-    snakemake.input.plots, snakemake.input.env, snakemake.output[0]))
+    Study.load(snakemake.params.dir, snakemake.params.grid), snakemake.input.summary, snakemake.input.k_comparison,
+    snakemake.input.by_category, snakemake.input.plots, snakemake.input.env, snakemake.output[0]))
 # the job's output went to its log: the link to the runs table goes where Snakemake's user sees it
 with open(snakemake.output[0]) as marker:
     print(f"specsweep: MLflow runs of {snakemake.wildcards.study}: {json.load(marker)['url']}", file=sys.stderr)

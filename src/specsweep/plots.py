@@ -1,11 +1,18 @@
-"""Plots of one study's summary. Every plot gives a K the same colour and label (`k_styles`): speedup
+"""The plots of one study, from its tables. Every plot gives a K the same colour and label (`k_styles`): speedup
 against K with its paired 95% CI, acceptance length against K beside the per-position acceptance, the
 acceptance-length histogram, throughput against concurrency, the throughput Pareto plot (as `vllm bench
-sweep plot_pareto` draws it), and, for a dataset with categories, category x K heatmaps."""
+sweep plot_pareto` draws it), and, for a dataset with categories, category x K heatmaps.
+
+A plot is one function registered with `@plot(name)` (PLOTS, in drawing order; its file is `plots/<name>.png`).
+`plot_study` hands each the table it draws and the study's styles (`k_styles`, one per K); each draws the rows
+`shown` picks, the one filter.
+"""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import matplotlib
 
@@ -15,9 +22,35 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from . import layout  # noqa: E402
+
 BASELINE_COLOUR = "black"
-NAMES = ("speedup_vs_k.png", "acceptance_vs_k.png", "acceptance_length_histogram.png",
-         "throughput_vs_concurrency.png", "pareto.png")
+
+
+@dataclass(frozen=True)
+class Plot:
+    name: str                                  # its file in plots/ (layout.plot_file)
+    draw: Callable                             # draw(table, styles, path), or draw(categories, path)
+    source: str = "summary"                    # the table it draws: "summary" or "by_category"
+
+
+PLOTS: list[Plot] = []
+
+
+def plot(name: str, source: str = "summary"):
+    """Register a plot: `@plot("speedup_vs_k")` over `def f(table, styles, path)`; a `by_category` one is
+    `def f(categories, path)` and returns whether it drew anything (the table is empty without categories)."""
+    def register(draw):
+        PLOTS.append(Plot(name, draw, source))
+        return draw
+    return register
+
+
+def shown(table: pd.DataFrame, speculative: bool = True) -> pd.DataFrame:
+    """The rows the plots draw: the valid ones, and with speculative (the default) only the speculative cells.
+    `_left_out` says in a title how many invalid ones are missing."""
+    keep = table.valid.astype(bool)
+    return table[keep & (table.method != "none")] if speculative else table[keep]
 
 
 def set_acceptance(row) -> str:
@@ -77,7 +110,7 @@ def _left_out(table: pd.DataFrame) -> str:
 def _by_k(ax, table: pd.DataFrame, styles: dict, column: str, err) -> None:
     """`column` against K: one grey line per bench group and acceptance source (real, or each set value), each
     point in its style's colour with error bars `err(g)`."""
-    spec = table[(table.method != "none") & table.valid]
+    spec = shown(table)
     spec = spec.assign(source=[set_acceptance(r) for r in spec.itertuples(index=False)])
     groups = spec.groupby(["dataset", "thinking", "concurrency"])
     for marker, ((dataset, thinking, conc), group) in zip("osD^v<>p" * 8, groups):
@@ -99,7 +132,7 @@ def _by_k(ax, table: pd.DataFrame, styles: dict, column: str, err) -> None:
 def _streamed_tpot(ax, table: pd.DataFrame, styles: dict) -> list[str]:
     """The paired streamed-TPOT speedup as hollow markers just right of each K, only where both cells' streams
     passed their check; returns, for each valid cell without one, its label and why (speedup_streamed_tpot_na)."""
-    spec = table[(table.method != "none") & table.valid]
+    spec = shown(table)
     if "speedup_streamed_tpot_geomean" not in spec:      # a summary from before the column
         return []
     missing, labelled = [], False
@@ -118,6 +151,7 @@ def _streamed_tpot(ax, table: pd.DataFrame, styles: dict) -> list[str]:
     return missing
 
 
+@plot("speedup_vs_k")
 def speedup_vs_k(table: pd.DataFrame, styles: dict, path: Path) -> None:
     """The verdict's figure, the paired e2e speedup, per K; the paired streamed-TPOT speedup beside it only where
     it passed its check, and below the plot the reason for each cell where it did not."""
@@ -131,19 +165,20 @@ def speedup_vs_k(table: pd.DataFrame, styles: dict, path: Path) -> None:
     bottom = 0.0
     if missing:
         shown = [m.split(" (first to last chunk")[0] for m in missing[:4]] + \
-            ([f"... and {len(missing) - 4} more (summary.csv)"] if len(missing) > 4 else [])
+            ([f"... and {len(missing) - 4} more ({layout.SUMMARY})"] if len(missing) > 4 else [])
         fig.text(0.01, 0.01, "streamed TPOT not shown:\n" + "\n".join(shown), fontsize=6, va="bottom")
         bottom = 0.04 * (len(shown) + 1)
     _save(fig, path, integer_x=False, bottom=bottom)     # _by_k set the ticks: the Ks
 
 
+@plot("acceptance_vs_k")
 def acceptance_vs_k(table: pd.DataFrame, styles: dict, path: Path) -> None:
     """Left: mean acceptance length against K (error bars: MAD over repeats). Right: per-position acceptance."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     _by_k(left, table, styles, "mean_acceptance_length",
           lambda g: (g.mean_acceptance_length_mad.fillna(0), g.mean_acceptance_length_mad.fillna(0)))
     left.set(ylabel="mean acceptance length", title="Acceptance length" + _left_out(table))
-    spec = table[(table.method != "none") & table.valid].sort_values("num_speculative_tokens")
+    spec = shown(table).sort_values("num_speculative_tokens")
     several = spec.groupby(["dataset", "thinking", "concurrency"]).ngroups > 1
     seen = set()
     for _, row in spec.iterrows():
@@ -160,9 +195,10 @@ def acceptance_vs_k(table: pd.DataFrame, styles: dict, path: Path) -> None:
     _save(fig, path, integer_x=False)
 
 
+@plot("acceptance_length_histogram")
 def histogram(table: pd.DataFrame, styles: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
-    spec = table[(table.method != "none") & table.valid].sort_values("num_speculative_tokens")
+    spec = shown(table).sort_values("num_speculative_tokens")
     width = 0.8 / max(len(spec), 1)
     for i, (_, row) in enumerate(spec.iterrows()):
         shares = json.loads(row.acceptance_length_shares)
@@ -176,10 +212,11 @@ def histogram(table: pd.DataFrame, styles: dict, path: Path) -> None:
 
 def _curves(table: pd.DataFrame):
     """Per server cell and bench group (all but concurrency), its valid rows sorted by concurrency."""
-    for _, g in table[table.valid].groupby(["server_cell", "dataset", "thinking"]):
+    for _, g in shown(table, speculative=False).groupby(["server_cell", "dataset", "thinking"]):
         yield g.sort_values("concurrency")
 
 
+@plot("throughput_vs_concurrency")
 def throughput(table: pd.DataFrame, styles: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     several = table.dataset.nunique() * table.thinking.nunique() > 1
@@ -191,6 +228,7 @@ def throughput(table: pd.DataFrame, styles: dict, path: Path) -> None:
     _save(fig, path)
 
 
+@plot("pareto")
 def pareto(table: pd.DataFrame, styles: dict, path: Path) -> None:
     """Per-user output tok/s (total / concurrency) against total output tok/s, one curve per K and the baseline,
     each point labelled with its concurrency: up and right is better, and the curve shows the trade."""
@@ -208,22 +246,11 @@ def pareto(table: pd.DataFrame, styles: dict, path: Path) -> None:
     _save(fig, path, integer_x=False)
 
 
-def plot_study(summary_csv: str, out_dir: str) -> list[Path]:
-    table = pd.read_csv(summary_csv)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    styles = k_styles(table)
-    paths = [out / n for n in NAMES]
-    for draw, path in zip((speedup_vs_k, acceptance_vs_k, histogram, throughput, pareto), paths):
-        draw(table, styles, path)
-    categories = Path(summary_csv).with_name("summary_by_category.csv")
-    if categories.exists():
-        paths += _category_heatmaps(pd.read_csv(categories), out)
-    return paths
-def _category_heatmaps(cats: pd.DataFrame, out: Path) -> list[Path]:
+@plot("category_by_k", source="by_category")
+def category_heatmaps(cats: pd.DataFrame, path: Path) -> bool:
     """Category x K: mean acceptance length and paired e2e speedup, one row of panels per bench group."""
     if cats.empty:
-        return []
+        return False
     groups = list(cats.groupby(["dataset", "thinking", "concurrency"]))
     fig, axes = plt.subplots(len(groups), 2, figsize=(10, 0.4 * cats.category.nunique() * len(groups) + 2),
                              squeeze=False)
@@ -239,8 +266,24 @@ def _category_heatmaps(cats: pd.DataFrame, out: Path) -> list[Path]:
                     ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w", fontsize=8)
             ax.set_title(f"{label}\n{dataset} think={thinking} c={conc}", fontsize=9)
             fig.colorbar(image, ax=ax)
-    path = out / "category_by_k.png"
     fig.tight_layout()      # not _save: its integer ticks are for numeric axes, these are labels
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return [path]
+    return True
+
+
+def plot_study(summary_csv: str | Path, by_category_csv: str | Path, out_dir: str | Path) -> list[Path]:
+    """Every registered plot of one study, from its summary and per-category tables, into out_dir."""
+    tables = {"summary": pd.read_csv(summary_csv), "by_category": pd.read_csv(by_category_csv)}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    styles = k_styles(tables["summary"])
+    paths = []
+    for p in PLOTS:
+        path = layout.plot_file(out, p.name)
+        if p.source == "summary":
+            p.draw(tables["summary"], styles, path)
+        elif not p.draw(tables[p.source], path):
+            continue
+        paths.append(path)
+    return paths
