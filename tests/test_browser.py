@@ -124,6 +124,7 @@ METRIC_GRID = """() => {
   return {x: r.x + r.width / 2, y: r.y + r.height / 2};
 }"""
 
+
 def metric_row(page, name: str) -> list[str] | None:
     """The compare view's values of one metric, wheeling its grid down until the row is in view (metrics are
     in name order: look them up in that order)."""

@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 from specsweep import preflight, runner
-from specsweep.bench_cell import PER_PROMPT_KEYS
 from specsweep.backends import sglang
 from specsweep.cells import expand
 from specsweep.claims import port_is_free
@@ -75,6 +74,7 @@ def test_argv_maps_every_setting_to_sglangs_flag():
     for flag, value in (("--sampling-backend", "pytorch"), ("--mm-feature-transport", "cpu"),
                         ("--cuda-graph-max-bs-decode", "32")):
         assert set_argv[set_argv.index(flag) + 1] == value
+
     def ids(*overrides):
         return set(expand(compose_jobs(["results_dir=results", *SGLANG, "sweep.num_speculative_tokens=7",
                                         *overrides])).servers)

@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from conftest import BIN, REPO, SMOKE, run, smk_config, snakemake
+from conftest import BIN, SMOKE, run, smk_config, snakemake
 
 pytestmark = pytest.mark.server
 

@@ -220,6 +220,8 @@ def plot_study(summary_csv: str, out_dir: str) -> list[Path]:
     if categories.exists():
         paths += _category_heatmaps(pd.read_csv(categories), out)
     return paths
+
+
 def _category_heatmaps(cats: pd.DataFrame, out: Path) -> list[Path]:
     """Category x K: mean acceptance length and paired e2e speedup, one row of panels per bench group."""
     if cats.empty:

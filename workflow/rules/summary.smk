@@ -22,8 +22,14 @@ rule plots:
         summary=f"{RESULTS}/{{study}}/summary.csv",
         by_category=f"{RESULTS}/{{study}}/summary_by_category.csv",
     output:
-        report(directory(f"{RESULTS}/{{study}}/plots"), patterns=["{name}.png"], caption="../report/plots.rst",
-               category="Plots", subcategory="{study}", labels=plot_labels),
+        report(
+            directory(f"{RESULTS}/{{study}}/plots"),
+            patterns=["{name}.png"],
+            caption="../report/plots.rst",
+            category="Plots",
+            subcategory="{study}",
+            labels=plot_labels,
+        ),
     log:
         f"{RESULTS}/{{study}}/logs/plots.log",
     script:
