@@ -2,7 +2,7 @@
 before and after 8 requests (tests/data)."""
 import pytest
 
-from conftest import DATA
+from helpers import DATA
 from specsweep.promstats import SpecCounters, acceptance, log_totals, parse_counters
 
 BEFORE = (DATA / "vllm_metrics_before.txt").read_text()

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import run
+from helpers import run
 from specsweep import summary, vllm_cmd
 from specsweep.bench_cell import run_bench_cell
 from specsweep.cells import expand

@@ -22,7 +22,7 @@ from specsweep.config import ConfigError, _spec_flag_fix, compose_jobs
 from specsweep.datasets import materialise
 from specsweep.errors import CellError
 
-from conftest import files_holding, standin_site
+from helpers import files_holding, standin_site
 
 FAKE = Path(__file__).parent / "fake_sglang"
 DATA = Path(__file__).parent / "data" / "sglang0517"
