@@ -7,7 +7,6 @@ import atexit
 import gc
 import os
 import sys
-import threading
 
 from snakemake.utils import min_version
 
@@ -28,12 +27,21 @@ except ConfigError as e:
 
 RESULTS = str(GRID.results_dir)
 STUDIES = GRID.studies()
-STUDY = layout.study_files(RESULTS, "{study}")   # a study's files, as patterns with the study as wildcard
+STUDY = layout.study_files(RESULTS, "{study}")  # a study's files, as patterns with the study as wildcard
 
 
 # Light steps run where Snakemake runs, also under a cluster profile (profiles/slurm): env_check checks what
 # it sees there, datasets may need the hub, the rest reads files. Server cells and model training are jobs.
-localrules: all, env_check, dataset, server_cell_done, summarize, plots, report_pages, training_page, ingest_mlflow
+localrules:
+    all,
+    env_check,
+    dataset,
+    server_cell_done,
+    summarize,
+    plots,
+    report_pages,
+    training_page,
+    ingest_mlflow,
 
 
 include: "workflow/rules/common.smk"
@@ -50,22 +58,13 @@ report: "workflow/report/workflow.rst"
 
 
 rule all:
+    default_target: True
     input:
         expand(str(STUDY.summary), study=STUDIES),
         expand(str(STUDY.plots), study=STUDIES),
         expand(str(STUDY.summary_page), study=STUDIES),
         [rules.training_page.output[0]] if tiny_models_needed() else [],
         [mlflow_marker(GRID, s) for s in STUDIES if GRID.tracking[s]["enabled"]],
-    default_target: True
-
-
-def cancel_timers():
-    """Snakemake's job-rate limiter re-checks the schedule 1 s after each scheduling round with a
-    threading.Timer, and Python waits for pending timers at exit: up to 1 s of every run that ran a job.
-    Once the workflow has ended they have nothing left to check."""
-    for thread in threading.enumerate():
-        if isinstance(thread, threading.Timer):
-            thread.cancel()
 
 
 onsuccess:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, snakemake, wait_for
+from helpers import BIN, popen_group, snakemake, wait_for
 from specsweep.server import stop_group
 
 pytestmark = pytest.mark.browser
@@ -124,6 +124,7 @@ METRIC_GRID = """() => {
   return {x: r.x + r.width / 2, y: r.y + r.height / 2};
 }"""
 
+
 def metric_row(page, name: str) -> list[str] | None:
     """The compare view's values of one metric, wheeling its grid down until the row is in view (metrics are
     in name order: look them up in that order)."""
@@ -181,8 +182,7 @@ def mlflow_ui(verdict_store, tmp_path):
     argv = [str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{db}",
             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     log = open(tmp_path / "mlflow-server.log", "wb")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = popen_group(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
 
     def healthy():

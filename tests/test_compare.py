@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import run
+from helpers import run
 from specsweep import compare
 from test_verdicts import study
 

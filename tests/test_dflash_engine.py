@@ -1,5 +1,6 @@
 """The DFlash engine is lossless: greedy output equals transformers' generate, token for token up to the
-target's first near-tie (near_ties.py); a proposer that knows the answer makes acceptance exact."""
+target's first near-tie (near_ties.py); a proposer that knows the answer makes acceptance exact. On an untrained
+pair: none of this needs trained weights."""
 import re
 
 import pytest
@@ -15,11 +16,13 @@ N = 24
 
 
 @pytest.fixture(scope="module")
-def pair(tiny_results):
+def pair(random_results):
+    """An untrained pair of the tiny pair's shapes (conftest's random_results): losslessness and the commits
+    hold for any weights; its drafts are mostly wrong, the oracle's are right by construction."""
     torch.manual_seed(0)
-    target = AutoModelForCausalLM.from_pretrained(tiny_results / "models" / "tiny" / "target",
+    target = AutoModelForCausalLM.from_pretrained(random_results / "models" / "tiny" / "target",
                                                   dtype=torch.float32).eval()
-    drafter = DFlashDrafter.from_pretrained(tiny_results / "models" / "tiny" / "drafter")
+    drafter = DFlashDrafter.from_pretrained(random_results / "models" / "tiny" / "drafter")
     return target, drafter
 
 
@@ -107,12 +110,12 @@ def test_checkpoint_round_trip(pair, tmp_path):
     assert all(torch.equal(again.state_dict()[k], v) for k, v in drafter.state_dict().items())
 
 
-def test_trace_prints_every_block(tiny_results):
+def test_trace_prints_every_block(random_results):
     """One drafted and one target line per step, as many steps as the summary counts: how many there are
-    depends on what the trained pair accepts and where it stops."""
-    from conftest import BIN, run
+    depends on what the pair accepts and where it stops."""
+    from helpers import BIN, run
 
-    models = tiny_results / "models" / "tiny"
+    models = random_results / "models" / "tiny"
     out = run([str(BIN / "specsweep"), "trace", "--target", str(models / "target"), "--drafter",
                str(models / "drafter"), "--max-new-tokens", "10", "--block-size", "4"], timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

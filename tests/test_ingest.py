@@ -3,7 +3,7 @@ import shutil
 
 import pytest
 
-from conftest import BIN, run
+from helpers import BIN, run
 
 pytestmark = pytest.mark.server
 

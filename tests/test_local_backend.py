@@ -6,7 +6,7 @@ import json
 import pytest
 import yaml
 
-from conftest import run, snakemake_argv
+from helpers import run, snakemake_argv
 from near_ties import assert_same_greedy, clear_steps
 from specsweep.datasets import synthetic_rows
 
@@ -63,6 +63,7 @@ def assert_answers_are_greedy(tiny_results, records, bench, questions) -> bool:
     return all_clear
 
 
+@pytest.mark.dag
 def test_block_size_by_thinking_sweep_in_process(tiny_results):
     work = tiny_results.parent / "work"            # the session's pair is already built there: nothing retrains
     out = run(snakemake_argv(work, tiny_results, *LOCAL, study="local"))
@@ -117,6 +118,7 @@ def test_block_size_by_thinking_sweep_in_process(tiny_results):
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
 
 
+@pytest.mark.dag
 def test_local_preflight_names_a_missing_gpu(tiny_results, tmp_path):
     out = run(snakemake_argv(tmp_path, tiny_results, "server=local_cuda", *SWEEP, study="local-gpu"))
     err = out.stdout + out.stderr
@@ -124,7 +126,7 @@ def test_local_preflight_names_a_missing_gpu(tiny_results, tmp_path):
     assert "server.device=cuda but this torch has no CUDA" in err
 
 
-def test_the_static_step_decodes_like_the_hf_cache_engine(tiny_results):
+def test_the_static_step_decodes_like_the_hf_cache_engine(random_results):
     """The kernel choice that selects the static-cache step (CUDA graphs on a GPU) gives the same tokens;
     here on CPU without the graph, a short last batch padded to the fixed batch shape."""
     from specsweep.config import compose_jobs
@@ -132,7 +134,7 @@ def test_the_static_step_decodes_like_the_hf_cache_engine(tiny_results):
     from specsweep.datasets import synthetic_rows
     from specsweep.backends.local.session import LocalPair
 
-    grid = expand(compose_jobs([f"results_dir={tiny_results}", "server=local", "kernel=local_sdpa",
+    grid = expand(compose_jobs([f"results_dir={random_results}", "server=local", "kernel=local_sdpa",
                                 "sweep.num_speculative_tokens=7", "sweep.baseline=false"]))
     [cell] = grid.servers.values()
     pair = LocalPair(cell.spec)

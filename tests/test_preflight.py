@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import BIN, REPO, run
+from helpers import BIN, REPO, run
 from specsweep import checks, preflight
 from specsweep.backends import parts
 from specsweep.backends.local import checks as local_checks
@@ -159,16 +159,17 @@ def test_vllm_without_per_request_spec_metrics_warns_and_keeps_the_counters(tmp_
 
 
 # 5 -------------------------------------------------------------------------------------------------
-def broken_drafter(tiny_results, tmp_path, edit):
+def broken_drafter(results, tmp_path, edit):
+    """The pair's drafter copied and edited (an untrained pair will do: preflight reads configs and shapes)."""
     d = tmp_path / "drafter"
-    shutil.copytree(tiny_results / "models" / "tiny" / "drafter", d)
+    shutil.copytree(results / "models" / "tiny" / "drafter", d)
     cfg = json.loads((d / "config.json").read_text())
     if edit == "no-config":
         (d / "config.json").unlink()
     else:
         edit(cfg)
         (d / "config.json").write_text(json.dumps(cfg))
-    target = tiny_results / "models" / "tiny" / "target"
+    target = results / "models" / "tiny" / "target"
     return job(f"pair.drafter={d}", f"pair.target={target}", "pair.built_by_workflow=false"), d
 
 
@@ -182,17 +183,17 @@ def broken_drafter(tiny_results, tmp_path, edit):
     (lambda c: c.update(num_target_layers=36), "drafter num_target_layers 36 != the target's 4 layers"),
     (lambda c: c.update(vocab_size=151936), "drafter vocab_size 151936 != target's"),
 ])
-def test_drafter_problems(tiny_results, tmp_path, monkeypatch, edit, message):
-    cfg, _ = broken_drafter(tiny_results, tmp_path, edit)
+def test_drafter_problems(random_results, tmp_path, monkeypatch, edit, message):
+    cfg, _ = broken_drafter(random_results, tmp_path, edit)
     c = checks.check_drafter(cfg, {})
     assert c.status == "fail" and message in c.message, c.message
 
 
-def test_a_good_drafter_passes_and_inference_recovers_its_config(tiny_results, tmp_path):
-    cfg, d = broken_drafter(tiny_results, tmp_path, lambda c: None)
+def test_a_good_drafter_passes_and_inference_recovers_its_config(random_results, tmp_path):
+    cfg, d = broken_drafter(random_results, tmp_path, lambda c: None)
     assert checks.check_drafter(cfg, {}).status == "pass"
     out = run([str(BIN / "specsweep"), "drafter", "inspect", str(d), "--target",
-               str(tiny_results / "models" / "tiny" / "target")])
+               str(random_results / "models" / "tiny" / "target")])
     assert out.returncode == 0 and "[pass] matches" in out.stdout
 
 
@@ -286,8 +287,8 @@ def test_float32_needs_an_attention_backend_with_a_float32_kernel():
 
 
 # 10 ------------------------------------------------------------------------------------------------
-def test_weights_against_free_gpu_memory(tiny_results, monkeypatch):
-    cfg = job("server=vllm_gpu", results=str(tiny_results))
+def test_weights_against_free_gpu_memory(random_results, monkeypatch):
+    cfg = job("server=vllm_gpu", results=str(random_results))
     env = env_for(cfg, monkeypatch, [gpu(0, memory_free_mib=1)])
     c = checks.check_memory(cfg, env)
     assert c.status == "fail" and "offers 0.0 GiB at server.gpu_memory_utilization=0.85" in c.message
@@ -296,13 +297,14 @@ def test_weights_against_free_gpu_memory(tiny_results, monkeypatch):
 
 
 # the rule ------------------------------------------------------------------------------------------
-def test_broken_pair_stops_the_dag_at_env_check_before_any_server(tiny_results, tmp_path):
-    cfg, d = broken_drafter(tiny_results, tmp_path, lambda c: c["dflash_config"].pop("mask_token_id"))
+@pytest.mark.dag
+def test_broken_pair_stops_the_dag_at_env_check_before_any_server(random_results, tmp_path):
+    cfg, d = broken_drafter(random_results, tmp_path, lambda c: c["dflash_config"].pop("mask_token_id"))
     results = tmp_path / "results"
     out = run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--cores", "2",
                "--config", f"results_dir={results}",
                f"overrides=pair.drafter={d} pair.built_by_workflow=false dataset.num_prompts=2 "
-               f"pair.target={tiny_results / 'models' / 'tiny' / 'target'}"], timeout=300)
+               f"pair.target={random_results / 'models' / 'tiny' / 'target'}"], timeout=300)
     err = out.stdout + out.stderr
     assert out.returncode != 0
     assert f"specsweep: drafter: {d}/config.json has no mask_token_id: add dflash_config.mask_token_id" in err

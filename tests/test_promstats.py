@@ -2,7 +2,7 @@
 before and after 8 requests (tests/data)."""
 import pytest
 
-from conftest import DATA
+from helpers import DATA
 from specsweep.backends.vllm.promstats import log_totals, parse_counters
 from specsweep.metrics import SpecCounters, acceptance
 

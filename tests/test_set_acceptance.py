@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import run
+from helpers import run
 from specsweep import summary
 from specsweep.backends.vllm import launch
 from specsweep.bench_cell import run_bench_cell

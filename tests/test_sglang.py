@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 from specsweep import preflight, runner
-from specsweep.bench_cell import PER_PROMPT_KEYS
 from specsweep.backends.sglang import checks as sglang_checks
 from specsweep.backends.sglang import launch, session
 from specsweep.cells import expand
@@ -24,7 +23,7 @@ from specsweep.config import ConfigError, _spec_flag_fix, compose_jobs
 from specsweep.datasets import materialise
 from specsweep.errors import CellError
 
-from conftest import files_holding, standin_site
+from helpers import files_holding, standin_site
 
 FAKE = Path(__file__).parent / "fake_sglang"
 DATA = Path(__file__).parent / "data" / "sglang0517"
@@ -76,6 +75,7 @@ def test_argv_maps_every_setting_to_sglangs_flag():
     for flag, value in (("--sampling-backend", "pytorch"), ("--mm-feature-transport", "cpu"),
                         ("--cuda-graph-max-bs-decode", "32")):
         assert set_argv[set_argv.index(flag) + 1] == value
+
     def ids(*overrides):
         return set(expand(compose_jobs(["results_dir=results", *SGLANG, "sweep.num_speculative_tokens=7",
                                         *overrides])).servers)

@@ -17,9 +17,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import BIN, REPO, SMOKE_OVERRIDES, prebuilt_pair, standin_site, wait_for
+from helpers import BIN, REPO, SMOKE_OVERRIDES, popen_group, prebuilt_pair, standin_site, wait_for
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.dag]
 
 PLUGIN = Path(os.environ.get("SPECSWEEP_SLURM_PLUGIN", REPO / ".slurm-plugin"))
 PROFILE = REPO / "profiles" / "slurm"
@@ -65,8 +65,7 @@ def slurm_argv(workdir, results, *overrides, study="smoke", sweep="smoke", extra
 def start(argv, log: Path, *paths, **env) -> subprocess.Popen:
     """A snakemake run in the background, its own session and log, so a test stops only what it started."""
     with open(log, "wb") as out:
-        return subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env_with_plugin(*paths, **env),
-                                start_new_session=True)
+        return popen_group(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env_with_plugin(*paths, **env))
 
 
 def finish(proc: subprocess.Popen, log: Path, timeout_s: float) -> int:

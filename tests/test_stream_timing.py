@@ -220,12 +220,12 @@ def test_dflash_chunks_carry_several_tokens_and_their_counts_sum_to_the_completi
 
 
 # ---- the local engine: its steps as chunks ----------------------------------------------------------------
-def test_the_local_engine_records_its_steps_as_chunks(tiny_results):
+def test_the_local_engine_records_its_steps_as_chunks(random_results):
     from specsweep.backends.local.session import LocalPair, decode_rows
     from specsweep.cells import expand
     from specsweep.config import compose_jobs
 
-    grid = expand(compose_jobs([f"results_dir={tiny_results}", "server=local", "kernel=local_sdpa",
+    grid = expand(compose_jobs([f"results_dir={random_results}", "server=local", "kernel=local_sdpa",
                                 "sweep.num_speculative_tokens=3", "sweep.baseline=false"]))
     [cell] = grid.servers.values()
     prompts = [["Ada has 3 pens. Ada gets 2 more. How many pens does Ada have now?"],

@@ -9,7 +9,7 @@ import random
 import pandas as pd
 import pytest
 
-from conftest import DATA
+from helpers import DATA
 from specsweep import summary
 from specsweep.bench_cell import Measurement, run_bench_cell
 from specsweep.cells import expand

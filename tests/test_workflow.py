@@ -5,9 +5,9 @@ import json
 import pytest
 import yaml
 
-from conftest import BIN, REPO, SMOKE, run, smk_config, snakemake
+from helpers import BIN, SMOKE, run, smk_config, snakemake
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.dag]
 
 
 def clear_answers_agree(results_dir, study) -> bool:

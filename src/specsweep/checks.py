@@ -14,17 +14,21 @@ from .config import aslist
 
 THINKING_MIN_TOKENS, THINKING_WARN_TOKENS = 512, 2048
 
+
 @dataclass
 class Check:
     name: str
     status: str      # pass | warn | fail
     message: str
 
+
 def ok(name, message="ok"):
     return Check(name, "pass", message)
 
+
 def warn(name, message):
     return Check(name, "warn", message)
+
 
 def fail(name, message):
     return Check(name, "fail", message)
@@ -52,6 +56,7 @@ def check_dataset(cfg, env):
                           "dataset.on_bad_line=fail to stop on them instead")
     return ok(name, f"{ds['path']}: {len(rows)} prompts")
 
+
 def check_parallel(cfg, env):
     s = cfg["server"]
     name = "parallel_layout"
@@ -72,6 +77,7 @@ def check_parallel(cfg, env):
         return warn(name, f"each server cell needs {need} GPUs and {len(gpus)} are visible: {len(gpus) % need} will "
                           f"idle when cells run side by side; pick parallel sizes whose product divides {len(gpus)}")
     return ok(name, f"{need} GPU(s) per server cell, {len(gpus)} visible")
+
 
 def check_drafter(cfg, env):
     name = "drafter"
@@ -123,6 +129,7 @@ def check_drafter(cfg, env):
                               f"{target['vocab_size']}: use the target's own tokenizer (pair.tokenizer=null)")
     return ok(name, f"{ddir.name}: {cfg_d.get('num_hidden_layers')} layers, ids {ids}, mask {mask}")
 
+
 def check_num_speculative_tokens(cfg, env):
     name = "num_speculative_tokens"
     pair = cfg["pair"]
@@ -140,6 +147,7 @@ def check_num_speculative_tokens(cfg, env):
                               f"K = {pair['block_size'] - 1}")
     return ok(name, f"K in {ks}")
 
+
 def check_thinking(cfg, env):
     name = "thinking_mode"
     pair = cfg["pair"]
@@ -155,6 +163,7 @@ def check_thinking(cfg, env):
                           "set sweep.thinking=true, or +pair.allow_thinking_mismatch=true")
     return ok(name, f"thinking {thinking} matches the drafter's training")
 
+
 def check_port(cfg, env):
     name = "port"
     s = cfg["server"]
@@ -164,6 +173,7 @@ def check_port(cfg, env):
         return fail(name, f"server.port {s['port']} is taken by {port_owner(s['port'])}: set server.port=null to take "
                           "the next free port in server.port_range, or pin another port")
     return ok(name, f"port {s['port']} is free")
+
 
 def check_memory(cfg, env):
     name = "memory"
@@ -188,6 +198,7 @@ def check_memory(cfg, env):
                               f"{budget / 2**30:.1f} GiB at server.gpu_memory_utilization={util}: raise "
                               "tensor_parallel_size, free the GPU, or raise gpu_memory_utilization")
     return ok(name, f"weights {total / 2**30:.2f} GiB fit")
+
 
 def check_max_tokens(cfg, env):
     name = "max_tokens"
@@ -261,6 +272,7 @@ def check_base_url(url: str, model: str, timeout_s: float = 10.0) -> Check:
                           "or point --base-url at the right server")
     return ok(name, f"{url} serves {model}")
 
+
 def local_dir(path: str | None) -> Path | None:
     if not path:
         return None
@@ -275,6 +287,7 @@ def local_dir(path: str | None) -> Path | None:
     except Exception:  # noqa: BLE001 - any hub-cache trouble just means "not local"
         return None
 
+
 def weights_bytes(path: str | None) -> int | None:
     d = local_dir(path)
     if d is None:
@@ -285,12 +298,14 @@ def weights_bytes(path: str | None) -> int | None:
     files = list(d.glob("*.safetensors"))
     return sum(f.stat().st_size for f in files) if files else None
 
+
 def _tokenizer_vocab(path: Path) -> int | None:
     f = path / "tokenizer.json"
     if not f.exists():
         return None
     data = json.loads(f.read_text())
     return len(data["model"]["vocab"]) + len(data.get("added_tokens", []))
+
 
 def _tokenizer_ids(path: Path) -> dict[str, int] | None:
     """A tokenizer.json's token -> id map, its added tokens included (None without one)."""

@@ -47,6 +47,7 @@ def _torch_cuda() -> str | None:
         return found.group(1) if found else None
     return None
 
+
 def _version(name):
     try:
         return md.version(name)
@@ -75,6 +76,7 @@ def assess(configs: list[dict], extra: tuple = ()) -> tuple[dict, list[Check]]:
     for c in checks:
         print(f"[{c.status:4}] {c.name}: {c.message}")
     return env, checks
+
 
 def preflight(configs: list[dict], out: str | Path) -> dict:
     """The env_check rule: env.json is written only when nothing fails, so the DAG stops before any server."""

@@ -1,4 +1,5 @@
 # Helpers shared by the rules: every path comes from the library's grid, never rebuilt here.
+import threading
 
 
 def server_cells_of(study):
@@ -40,7 +41,7 @@ def previous_launch(sid, rnd):
     (GRID.round_order: round i of each cell after round i of the one before it, round i+1 after round i of the
     last), skipping launches with nothing left to run; None for the first."""
     order = GRID.round_order(sid)
-    for s, r in reversed(order[:order.index((sid, rnd))]):
+    for s, r in reversed(order[: order.index((sid, rnd))]):
         r = None if GRID.rounds(s) == 1 else r
         if run_marker(s, r):
             return str(layout.run_marker(GRID.server_dir(s), run_marker(s, r), None))
@@ -52,12 +53,12 @@ def serve_inputs(wildcards):
     inputs = sorted({GRID.dataset_file(b.spec["dataset"]) for b in GRID.benches[sid].values()})
     rnd = GRID.marker_round(wildcards.todo)
     base = GRID.baseline_of.get(sid)
-    if rnd is not None:   # a round: after the launch before it (its baseline's same round comes earlier)
+    if rnd is not None:  # a round: after the launch before it (its baseline's same round comes earlier)
         before = previous_launch(sid, rnd)
         inputs += [before] if before else []
-    elif base:   # a speculative cell is compared with its matched baseline, so the baseline runs first
+    elif base:  # a speculative cell is compared with its matched baseline, so the baseline runs first
         inputs.append(str(GRID.cells_done(base)))
-    return inputs + [str(GRID.study_files(wildcards.study).env)]   # env.json comes after the pair is built
+    return inputs + [str(GRID.study_files(wildcards.study).env)]  # env.json comes after the pair is built
 
 
 def dataset_cfg(wildcards):
@@ -72,7 +73,7 @@ def dataset_cfg(wildcards):
 def all_cores(sid):
     """A CPU server cell's threads: every core. --cores when given; a cluster profile gives none, so then the
     cell's server.job.cpus, else this host's count (set job.cpus when compute nodes differ from it)."""
-    if workflow._cores is not None:   # the property workflow.cores raises when unset
+    if workflow._cores is not None:  # the property workflow.cores raises when unset
         return workflow.cores
     return GRID.servers[sid].run["job"]["cpus"] or os.cpu_count()
 
@@ -93,9 +94,12 @@ def study_labels(study):
     """The report's labels of a study: its pairs, datasets and thinking modes."""
     benches = [b.spec for sid in server_cells_of(study) for b in GRID.benches[sid].values()]
     pairs = {GRID.servers[sid].pair["name"] for sid in server_cells_of(study) if not GRID.servers[sid].is_baseline}
-    return {"study": study, "pair": " ".join(sorted(pairs)) or "-",
-            "dataset": " ".join(sorted({b["dataset"]["name"] for b in benches})),
-            "thinking": " ".join(sorted({str(b["thinking"]).lower() for b in benches}))}
+    return {
+        "study": study,
+        "pair": " ".join(sorted(pairs)) or "-",
+        "dataset": " ".join(sorted({b["dataset"]["name"] for b in benches})),
+        "thinking": " ".join(sorted({str(b["thinking"]).lower() for b in benches})),
+    }
 
 
 def plot_labels(wildcards):
@@ -106,12 +110,25 @@ def launch_labels(wildcards):
     """One server cell: its pair, method and K, and what its bench cells ran."""
     cell = GRID.servers[wildcards.server]
     benches = [b.spec for b in GRID.benches[wildcards.server].values()]
-    return {"study": wildcards.study, "pair": cell.pair["name"], "method": cell.spec["method"],
-            "K": "-" if cell.is_baseline else str(cell.spec["num_speculative_tokens"]),
-            "dataset": " ".join(sorted({b["dataset"]["name"] for b in benches})),
-            "thinking": " ".join(sorted({str(b["thinking"]).lower() for b in benches}))}
+    return {
+        "study": wildcards.study,
+        "pair": cell.pair["name"],
+        "method": cell.spec["method"],
+        "K": "-" if cell.is_baseline else str(cell.spec["num_speculative_tokens"]),
+        "dataset": " ".join(sorted({b["dataset"]["name"] for b in benches})),
+        "thinking": " ".join(sorted({str(b["thinking"]).lower() for b in benches})),
+    }
 
 
 wildcard_constraints:
     study=r"[A-Za-z0-9._-]+",
     server=r"[A-Za-z0-9._-]+",
+
+
+def cancel_timers():
+    """Snakemake's job-rate limiter re-checks the schedule 1 s after each scheduling round with a
+    threading.Timer, and Python waits for pending timers at exit: up to 1 s of every run that ran a job.
+    Once the workflow has ended they have nothing left to check."""
+    for thread in threading.enumerate():
+        if isinstance(thread, threading.Timer):
+            thread.cancel()

@@ -10,13 +10,28 @@ rule report_pages:
         k_comparison=STUDY.k_comparison,
         env=STUDY.env,
     output:
-        summary=report(STUDY.summary_page, caption="../report/summary.rst",
-                       category="Summary", subcategory="{study}", labels=lambda w: study_labels(w.study)),
-        env=report(STUDY.env_page, caption="../report/env.rst",
-                   category="Environment", subcategory="{study}", labels=lambda w: study_labels(w.study)),
-        launches=report(directory(STUDY.launches), patterns=[layout.launch_page_pattern()],
-                        caption="../report/launch.rst", category="Server launches", subcategory="{study}",
-                        labels=launch_labels),
+        summary=report(
+            STUDY.summary_page,
+            caption="../report/summary.rst",
+            category="Summary",
+            subcategory="{study}",
+            labels=lambda w: study_labels(w.study),
+        ),
+        env=report(
+            STUDY.env_page,
+            caption="../report/env.rst",
+            category="Environment",
+            subcategory="{study}",
+            labels=lambda w: study_labels(w.study),
+        ),
+        launches=report(
+            directory(STUDY.launches),
+            patterns=[layout.launch_page_pattern()],
+            caption="../report/launch.rst",
+            category="Server launches",
+            subcategory="{study}",
+            labels=launch_labels,
+        ),
     log:
         STUDY.log("report_pages"),
     params:
@@ -31,8 +46,12 @@ rule training_page:
         target=rules.tiny_target.output.report,
         drafter=rules.tiny_drafter.output.report,
     output:
-        report(TINY.training_page, caption="../report/training.rst", category="Tiny pair",
-               labels={"pair": "tiny", "figure": "training"}),
+        report(
+            TINY.training_page,
+            caption="../report/training.rst",
+            category="Tiny pair",
+            labels={"pair": "tiny", "figure": "training"},
+        ),
     log:
         TINY.log("training_page"),
     script:

@@ -14,12 +14,6 @@ checkpoint serve_and_bench:
         layout.run_marker(layout.server_dir(RESULTS, "{study}", "{server}"), "{todo}"),
     log:
         layout.log(layout.server_dir(RESULTS, "{study}", "{server}"), "job-{todo}"),
-    params:
-        pending=lambda w: GRID.pending(w.server, GRID.marker_round(w.todo)),
-        round=lambda w: GRID.marker_round(w.todo),   # None: the whole server cell (sweep.rounds 1)
-        grid=lambda w: GRID.subset(w.server),
-    message:
-        "server cell {wildcards.server}: bench cells to run: {params.pending}"
     threads: lambda w: 1 if GRID.servers[w.server].gpus else all_cores(w.server)
     resources:
         gpu=lambda w: GRID.servers[w.server].gpus,
@@ -28,6 +22,12 @@ checkpoint serve_and_bench:
         runtime=lambda w: GRID.servers[w.server].run["job"]["runtime_min"],
         mem_mb=lambda w: GRID.servers[w.server].run["job"]["mem_mb"],
         slurm_extra=lambda w: slurm_extra(w.server),
+    params:
+        pending=lambda w: GRID.pending(w.server, GRID.marker_round(w.todo)),
+        round=lambda w: GRID.marker_round(w.todo),  # None: the whole server cell (sweep.rounds 1)
+        grid=lambda w: GRID.subset(w.server),
+    message:
+        "server cell {wildcards.server}: bench cells to run: {params.pending}"
     script:
         "../scripts/serve_and_bench.py"
 

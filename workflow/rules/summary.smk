@@ -23,8 +23,14 @@ rule plots:
         summary=STUDY.summary,
         by_category=STUDY.by_category,
     output:
-        report(directory(STUDY.plots), patterns=[layout.plot_pattern()], caption="../report/plots.rst",
-               category="Plots", subcategory="{study}", labels=plot_labels),
+        report(
+            directory(STUDY.plots),
+            patterns=[layout.plot_pattern()],
+            caption="../report/plots.rst",
+            category="Plots",
+            subcategory="{study}",
+            labels=plot_labels,
+        ),
     log:
         STUDY.log("plots"),
     script:

@@ -45,6 +45,7 @@ def check_sglang_server(cfg, env):
     stats = "per-request stats in its stream" if rel.details else "acceptance from its verify-step counter"
     return ok(name, f"SGLang {se['sglang']} under {se['executable']} ({stats})")
 
+
 def check_sglang_dflash(cfg, env):
     """DFLASH in that SGLang, the pair's extra options as SGLang flags, and DFLASH's cap on running requests."""
     name, pair = "sglang_dflash", cfg["pair"]
@@ -73,6 +74,7 @@ def check_sglang_dflash(cfg, env):
                           f"'server.extra_args=[\"--max-running-requests\",\"{max(over)}\"]'")
     return ok(name, f"SGLang {se['sglang']} has DFLASH")
 
+
 def check_sglang_device(cfg, env):
     name = "sglang_device"
     if cfg["server"]["device"] != "cuda":
@@ -84,6 +86,7 @@ def check_sglang_device(cfg, env):
                           "float32 and the server dies at its first forward (0.5.17 on an H200: \"failed to "
                           "dispatch data type Float\"): use server.dtype=bfloat16")
     return ok(name, f"cuda ({cfg['server']['dtype']})")
+
 
 def check_sglang_kernel(cfg, env):
     """SGLang's attention backends have their own names (fa3, flashinfer, ...), and it has no compilation modes."""
@@ -106,6 +109,7 @@ def check_sglang_kernel(cfg, env):
             return fail(name, f"SGLang's fa3 needs sm_80 to sm_90, but GPU {g['index']} is sm_{int(cc * 10)}: set "
                               "kernel.attention_backend=flashinfer (or fa4 on Blackwell)")
     return ok(name, f"{backend} attention, CUDA graphs {'on' if kernel['cuda_graphs'] else 'off'}")
+
 
 def check_sglang_mask_token(cfg, env):
     """SGLang reads the mask token from the drafter's config alone: dflash_config.mask_token (default <|MASK|>)

@@ -51,6 +51,7 @@ def check_flash_attn(cfg, env):
                               f"sm_{int(cc * 10)}: uninstall flash-attn and let vLLM pick a backend")
     return ok(name, f"flash-attn {version} supports the visible GPUs")
 
+
 def check_vllm_executable(cfg, env):
     """The vLLM we launch must really run under the Python we think: no stale wrapper, no shim in between."""
     name = "vllm_executable"
@@ -77,6 +78,7 @@ def check_vllm_executable(cfg, env):
                           f"{real} which specsweep uses: your shell's vllm is another installation")
     return ok(name, f"vLLM {env['server_env'].get('vllm')} under {real}")
 
+
 def check_dflash_support(cfg, env):
     name = "vllm_dflash"
     if cfg["pair"]["method"] != "dflash":
@@ -89,6 +91,7 @@ def check_dflash_support(cfg, env):
         return fail(name, f"vLLM {se['vllm']} has no DFlash (vllm.v1.spec_decode.dflash is missing): upgrade vLLM "
                           "in the server environment, or choose pair.method=none|ngram|eagle3")
     return ok(name, f"vLLM {se['vllm']} has DFlash")
+
 
 def check_per_request_metrics(cfg, env):
     """Per-request acceptance needs vLLM's --per-request-spec-decode-metrics; without it a cell keeps the counters."""
@@ -124,7 +127,6 @@ def check_set_acceptance(cfg, env):
         return fail(name, f"vLLM {se['vllm']} has no synthetic acceptance (rejection_sample_method=synthetic): "
                           "upgrade the server's vLLM (0.26 has it), or drop sweep.set_acceptance")
     return ok(name, f"{fixed}: vLLM's synthetic sampler accepts the drafts at the set rate")
-
 
 
 def check_verification(cfg, env):
@@ -190,6 +192,7 @@ def check_attention_backend(cfg, env):
         return fail(name, f"kernel.attention_backend={backend} has no {dtype} kernel: use kernel=triton_attn_graphs "
                           f"(one of {takes}), or server.dtype=bfloat16")
     return ok(name, f"{backend} supports non-causal attention in {dtype}")
+
 
 def known_issue_check(row: known_issues.KnownIssue):
     """A preflight check of one row of known_issues.ROWS, against the server's own vLLM."""
