@@ -13,8 +13,9 @@ block shrinks to the tokens a row can still commit.
 
 At temperature > 0 the block is verified by rejection sampling (sampling.py): `sampler="vllm"` keeps the
 drafter's greedy drafts (vLLM's default), `sampler="rejection"` samples them (the authors' reference).
-`method` is vLLM's `rejection_sample_method`: "standard" (token by token) or "synthetic" (drafts kept at set
-per-position rates, whatever they are: not lossless; the drafter and the target's verify still run).
+`method` is vLLM's `rejection_sample_method`: "standard" (token by token), "block" (block verification at
+temperature > 0; greedy verification at 0, as vLLM) or "synthetic" (drafts kept at set per-position rates,
+whatever they are: not lossless; the drafter and the target's verify still run).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import torch
 from transformers import DynamicCache
 
 from .model import DFlashDrafter
-from .sampling import METHODS, SAMPLERS, conditional_rates, draw, filtered_probs, resample, \
+from .sampling import METHODS, SAMPLERS, block_verify, conditional_rates, draw, filtered_probs, resample, \
     synthetic_accept, synthetic_rates, verify
 
 
@@ -209,7 +210,8 @@ def generate(target, drafter: DFlashDrafter | None, input_ids: list[list[int]], 
             n = (block[:, 1:] == choice[:, :-1]).long().cumprod(dim=1).sum(dim=1)
             nxt = choice[every, n]
         elif t > 1:
-            n, nxt = verify(block[:, 1:], filtered_probs(out.logits, temperature, top_p, top_k), draft_probs, gen)
+            check = block_verify if method == "block" else verify
+            n, nxt = check(block[:, 1:], filtered_probs(out.logits, temperature, top_p, top_k), draft_probs, gen)
         else:
             n, nxt = torch.zeros_like(last), choose(out.logits[:, 0])
         host = torch.cat([block, choice, n[:, None], nxt[:, None]], dim=1).tolist()   # the step's one transfer

@@ -10,6 +10,10 @@ renormalised; if every draft is kept, the last position's token comes from p. Th
 
 The verification method (vLLM's `rejection_sample_method`, METHODS) is separate from q:
 - `standard`: the token-by-token test above (`verify`).
+- `block`: block verification (Sun et al. 2024, "Block Verification Accelerates Speculative Decoding",
+  arXiv 2403.10444), as vLLM 0.26's V2 rejection sampler (`v1/worker/gpu/spec_decode/
+  rejection_sampler_utils.py`, `_rejection_kernel` and `_resample_kernel`) implements it (`block_verify`).
+  Lossless too; at temperature 0 vLLM runs it as greedy standard verification, and so does the engine.
 - `synthetic`: the drafts are accepted at set unconditional per-position rates, whatever they are; not
   lossless (`synthetic_accept`, as vLLM's `rejection_greedy_sample_kernel` / `rejection_random_sample_kernel`
   in `v1/sample/rejection_sampler.py` and V2's `_rejection_kernel` in synthetic mode).
@@ -19,7 +23,7 @@ from __future__ import annotations
 import torch
 
 SAMPLERS = ("vllm", "rejection")
-METHODS = ("standard", "synthetic")
+METHODS = ("standard", "block", "synthetic")
 
 
 def filtered_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0) -> torch.Tensor:
@@ -61,8 +65,8 @@ def verify(drafts: torch.Tensor, target_probs: torch.Tensor, draft_probs: torch.
 def resample(kept: torch.Tensor, drafts: torch.Tensor, target_probs: torch.Tensor, draft_probs: torch.Tensor | None,
              generator: torch.Generator | None, scale: torch.Tensor | None = None) -> torch.Tensor:
     """The token after `kept` drafts: from the target's distribution there if every draft was kept, else from
-    the residual max(scale * p - q, 0), renormalised (scale 1 unless given); with one-hot q the residual is p
-    without the refused draft, whatever the scale."""
+    the residual max(scale * p - q, 0), renormalised (scale 1 for standard verification; block verification's
+    p_tau); with one-hot q the residual is p without the refused draft, whatever the scale."""
     b, g = drafts.shape
     rows = torch.arange(b, device=drafts.device)
     residual = target_probs[rows, kept].clone()                            # [B, V]
@@ -79,6 +83,43 @@ def resample(kept: torch.Tensor, drafts: torch.Tensor, target_probs: torch.Tenso
     residual = torch.where(total > 0, residual / total.clamp(min=torch.finfo(residual.dtype).tiny),
                            target_probs[rows, kept])
     return draw(residual, generator)
+
+
+def block_verify(drafts: torch.Tensor, target_probs: torch.Tensor, draft_probs: torch.Tensor | None,
+                 generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block verification (Sun et al. 2024, Algorithm 2; vLLM 0.26 V2's `_rejection_kernel` with
+    USE_BLOCK_VERIFICATION and its `_resample_kernel`): the same arguments and results as `verify`.
+
+    With drafts d_1..d_g, p (target) and q (the drafts' distribution) at each block slot, and p_0 = 1:
+      p_i = min(p_{i-1} * p(d_i) / q(d_i), 1)
+      h_i = r_i / (r_i + 1 - p_i), r_i = sum_x max(p_i * p_{i+1}(x) - q_{i+1}(x), 0)   for i < g (1 if 0/0)
+      h_g = p_g
+    one uniform u_i per slot, tau = the largest i with u_i <= h_i (0 if none): d_1..d_tau are kept, and the
+    next token is sampled from p_g's slot if tau = g, else from max(p_tau * p(x) - q(x), 0) renormalised at
+    slot tau (with one-hot q: p there without d_{tau+1}, and r_i = p_i * (1 - p_{i+1}(d_{i+1}))).
+    """
+    b, g = drafts.shape
+    p = target_probs[:, :g].gather(-1, drafts[..., None])[..., 0]          # [B, g]: p(d_i) at its slot
+    q = torch.ones_like(p) if draft_probs is None else draft_probs.gather(-1, drafts[..., None])[..., 0]
+    ratio = torch.where(q > 0, p / q.clamp(min=torch.finfo(p.dtype).tiny), torch.zeros_like(p))
+    joint = torch.empty_like(p)                                            # p_1..p_g
+    running = torch.ones_like(p[:, 0])
+    for i in range(g):
+        running = torch.clamp(running * ratio[:, i], max=1.0)
+        joint[:, i] = running
+    h = joint.clone()                                                      # h_g = p_g
+    if g > 1:
+        if draft_probs is None:
+            res = joint[:, :-1] * (1 - p[:, 1:])
+        else:
+            res = (joint[:, :-1, None] * target_probs[:, 1:g] - draft_probs[:, 1:g]).clamp(min=0).sum(-1)
+        denom = res + 1 - joint[:, :-1]
+        h[:, :-1] = torch.where(denom > 0, res / denom.clamp(min=torch.finfo(p.dtype).tiny), torch.ones_like(res))
+    u = torch.rand(p.shape, generator=generator, device=p.device)
+    slots = torch.arange(1, g + 1, device=p.device)
+    kept = ((u <= h).long() * slots).max(dim=1).values                     # [B]: tau
+    scale = torch.cat([torch.ones_like(joint[:, :1]), joint], dim=1).gather(1, kept[:, None])[:, 0]   # p_tau
+    return kept, resample(kept, drafts, target_probs, draft_probs, generator, scale=scale)
 
 
 def length_to_rates(length: float, n: int) -> list[float]:
