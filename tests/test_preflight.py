@@ -364,8 +364,13 @@ def test_set_acceptance_needs_vllm_with_synthetic_acceptance_on_a_gpu(tmp_path, 
     assert "set_acceptance" in [c.name for c in preflight.run_checks([cfg], env)]
 
 
+def test_set_acceptance_runs_on_the_local_engine():
+    cfg = job("server=local", "kernel=local_sdpa", "sweep.set_acceptance=[[0.9,0.5,0.1]]")
+    assert local_checks.check_set_acceptance in parts.checks("local").CHECKS
+    assert local_checks.check_set_acceptance(cfg, {}).status == "pass"
+
+
 @pytest.mark.parametrize("overrides, backend", [
-    (["server=local", "kernel=local_sdpa"], "local"),
     (["server=sglang", "kernel=sglang_fa3", f"server.python={sys.executable}"], "sglang"),
 ])
 def test_set_acceptance_is_refused_on_the_other_backends_for_now(overrides, backend):
@@ -401,8 +406,15 @@ def test_block_verification_warns_on_vllm_cpu_and_needs_a_vllm_that_has_it(tmp_p
     assert "verification" in [c.name for c in preflight.run_checks([cfg], env)]
 
 
+def test_block_verification_runs_on_the_local_engine():
+    cfg = job("server=local", "kernel=local_sdpa", "sweep.verification=[block]", "sweep.temperature=0.8")
+    assert local_checks.check_verification in parts.checks("local").CHECKS
+    assert local_checks.check_verification(cfg, {}).status == "pass"
+    greedy = job("server=local", "kernel=local_sdpa", "sweep.verification=[block]")
+    assert local_checks.check_verification(greedy, {}).status == "warn"
+
+
 @pytest.mark.parametrize("overrides, backend", [
-    (["server=local", "kernel=local_sdpa"], "local"),
     (["server=sglang", "kernel=sglang_fa3", f"server.python={sys.executable}"], "sglang"),
 ])
 def test_block_verification_is_refused_on_the_other_backends(overrides, backend):

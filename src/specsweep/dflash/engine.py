@@ -13,6 +13,9 @@ block shrinks to the tokens a row can still commit.
 
 At temperature > 0 the block is verified by rejection sampling (sampling.py): `sampler="vllm"` keeps the
 drafter's greedy drafts (vLLM's default), `sampler="rejection"` samples them (the authors' reference).
+`method` is vLLM's `rejection_sample_method`: "standard" (token by token), "block" (block verification at
+temperature > 0; greedy verification at 0, as vLLM) or "synthetic" (drafts kept at set per-position rates,
+whatever they are: not lossless; the drafter and the target's verify still run).
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ import torch
 from transformers import DynamicCache
 
 from .model import DFlashDrafter
-from .sampling import SAMPLERS, draw, filtered_probs, verify
+from .sampling import METHODS, SAMPLERS, block_verify, conditional_rates, draw, filtered_probs, resample, \
+    synthetic_accept, synthetic_rates, verify
 
 
 @dataclass
@@ -126,13 +130,26 @@ class ContextCache:
 def generate(target, drafter: DFlashDrafter | None, input_ids: list[list[int]], block_size: int,
              max_new_tokens: int, stop_ids: set[int] = frozenset(), temperature: float = 0.0,
              pad_id: int = 0, seed: int = 0, propose: Proposer | None = None, sampler: str = "vllm",
-             top_p: float = 1.0, top_k: int = 0) -> Output:
-    """Decode every prompt; `propose` replaces the drafter (tests use it to inject known drafts)."""
+             top_p: float = 1.0, top_k: int = 0, method: str = "standard",
+             synthetic_acceptance_rates: list[float] | None = None,
+             synthetic_acceptance_length: float | None = None) -> Output:
+    """Decode every prompt; `propose` replaces the drafter (tests use it to inject known drafts).
+
+    method="synthetic" takes exactly one of synthetic_acceptance_rates (block_size - 1 unconditional rates)
+    or synthetic_acceptance_length (a mean acceptance length, resolved to rates as vLLM resolves it)."""
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     device = next(target.parameters()).device
     t0 = time.perf_counter()
-    gen = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
+    conditional = None
+    if method == "synthetic":
+        rates = synthetic_rates(block_size - 1, synthetic_acceptance_rates, synthetic_acceptance_length)
+        conditional = torch.tensor(conditional_rates(rates), dtype=torch.float32, device=device)
+    elif synthetic_acceptance_rates is not None or synthetic_acceptance_length is not None:
+        raise ValueError(f"synthetic acceptance rates or length need method='synthetic', got {method!r}")
+    gen = torch.Generator(device=device).manual_seed(seed) if temperature > 0 or conditional is not None else None
 
     def choose(logits):
         return logits.argmax(-1) if temperature <= 0 else draw(filtered_probs(logits, temperature, top_p, top_k), gen)
@@ -183,11 +200,18 @@ def generate(target, drafter: DFlashDrafter | None, input_ids: list[list[int]], 
         out = target(input_ids=block, attention_mask=mask[:, :length + t], position_ids=block_pos,
                      past_key_values=cache, output_hidden_states=features, use_cache=True)
         choice = out.logits.argmax(-1)                                    # [B, t]
-        if temperature <= 0:
+        if conditional is not None and t > 1:
+            # vLLM's synthetic mode: the accepted drafts stay; at a refusal the target's argmax (greedy) or a
+            # sample from its residual (p without the draft, or max(p - q, 0)); after all of them, the bonus
+            n = synthetic_accept(conditional, b, t - 1, gen)
+            nxt = choice[every, n] if temperature <= 0 else \
+                resample(n, block[:, 1:], filtered_probs(out.logits, temperature, top_p, top_k), draft_probs, gen)
+        elif temperature <= 0:
             n = (block[:, 1:] == choice[:, :-1]).long().cumprod(dim=1).sum(dim=1)
             nxt = choice[every, n]
         elif t > 1:
-            n, nxt = verify(block[:, 1:], filtered_probs(out.logits, temperature, top_p, top_k), draft_probs, gen)
+            check = block_verify if method == "block" else verify
+            n, nxt = check(block[:, 1:], filtered_probs(out.logits, temperature, top_p, top_k), draft_probs, gen)
         else:
             n, nxt = torch.zeros_like(last), choose(out.logits[:, 0])
         host = torch.cat([block, choice, n[:, None], nxt[:, None]], dim=1).tolist()   # the step's one transfer

@@ -2,8 +2,8 @@
 nothing more about another one (environment)."""
 from __future__ import annotations
 
-from ...checks import (check_dataset, check_drafter, check_max_tokens, check_memory, check_num_speculative_tokens,
-                       check_set_acceptance, check_thinking, check_verification, check_k_schedule, fail, ok)
+from ...checks import (check_dataset, check_drafter, check_k_schedule, check_max_tokens, check_memory,
+                       check_num_speculative_tokens, check_thinking, fail, ok, warn)
 
 
 def environment(server_run: dict) -> dict:
@@ -29,6 +29,29 @@ def check_local_engine(cfg, env):
     if cfg["kernel"]["cuda_graphs"] and s["device"] != "cuda":
         return fail(name, "kernel.cuda_graphs=true needs server.device=cuda: use kernel=local_sdpa on CPU")
     return ok(name, f"{impl} attention on {s['device']} ({s['dtype']})")
+
+
+def check_set_acceptance(cfg, env):
+    """sweep.set_acceptance: the local engine implements vLLM's synthetic acceptance itself (docs/engine.md)."""
+    name = "set_acceptance"
+    fixed = [a for a in cfg["sweep"]["set_acceptance"] if a is not None]
+    if not fixed:
+        return ok(name, "real acceptance")
+    return ok(name, f"{fixed}: the local engine accepts the drafts at the set rate (vLLM's synthetic mode; on the "
+                    "HF-cache engine, whatever the kernel)")
+
+
+def check_verification(cfg, env):
+    """sweep.verification=block: the local engine's block verification (docs/engine.md)."""
+    name = "verification"
+    methods = [m for m in cfg["sweep"]["verification"] if m != "standard"]
+    if not methods or cfg["pair"]["method"] == "none":
+        return ok(name, "standard")
+    if float(cfg["sweep"]["temperature"]) == 0:
+        return warn(name, "sweep.verification=block at sweep.temperature=0 verifies as standard does (the local "
+                          "engine, as vLLM, verifies greedy requests token by token): set sweep.temperature above "
+                          "0 to compare them")
+    return ok(name, f"{methods}: the local engine's block verification (docs/engine.md)")
 
 
 CHECKS = [check_dataset, check_drafter, check_num_speculative_tokens, check_thinking, check_memory,

@@ -57,14 +57,22 @@ class LocalPair:
         self.stop_ids.add(self.tokenizer.eos_token_id)
         self.pad_id = self.tokenizer.pad_token_id or 0
         self.sampler = server.get("sampler", "vllm")
+        # vLLM's rejection_sample_method: the cell's sweep.verification (standard | block, at temperature > 0);
+        # a set acceptance (sweep.set_acceptance: a length or K rates) makes it synthetic, as vLLM's config does
+        self.method = spec.get("verification", "standard")
+        acceptance = spec.get("set_acceptance") if self.block_size > 1 else None
+        self.synthetic = {} if acceptance is None else {
+            "method": "synthetic", ("synthetic_acceptance_rates" if isinstance(acceptance, list)
+                                    else "synthetic_acceptance_length"): acceptance}
 
     def decode(self, prompts: list[list[int]], bench: dict, seed: int):
         from ...dflash.engine import generate
 
         stop_ids = set() if bench["ignore_eos"] else self.stop_ids     # ignore_eos: exactly max_tokens, as vLLM's
-        if not self.static or bench["temperature"] > 0:
+        if not self.static or bench["temperature"] > 0 or self.synthetic:    # the static step: greedy only
             return generate(self.target, self.drafter, prompts, self.block_size, bench["max_tokens"], stop_ids,
-                            bench["temperature"], self.pad_id, seed=seed, sampler=self.sampler)
+                            bench["temperature"], self.pad_id, seed=seed, sampler=self.sampler,
+                            **(self.synthetic or {"method": self.method}))
         from ...dflash.static import StaticPair
 
         batch = bench["concurrency"]
