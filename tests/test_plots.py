@@ -67,7 +67,44 @@ def test_each_plot_is_one_registered_function_whose_name_is_its_file():
     from specsweep import plots
 
     assert [p.name for p in plots.PLOTS] == ["speedup_vs_k", "acceptance_vs_k", "acceptance_length_histogram",
-                                             "throughput_vs_concurrency", "pareto", "category_by_k"]
+                                             "throughput_vs_concurrency", "pareto", "speedup_vs_acceptance",
+                                             "category_by_k"]
     assert len({p.draw for p in plots.PLOTS}) == len(plots.PLOTS)
     table = pd.DataFrame({"method": ["none", "dflash"], "valid": [True, False]})
     assert list(plots.shown(table).method) == [] and list(plots.shown(table, speculative=False).method) == ["none"]
+
+
+def test_the_ceiling_plot_draws_the_curve_and_the_drafter_only_where_a_study_has_set_acceptance(tmp_path):
+    """speedup_vs_acceptance: the set-acceptance cells as the system's curve, the real cell as a star on it; a
+    study without set acceptance gets no file (plot_study leaves it out)."""
+    import matplotlib.pyplot as plt
+
+    from specsweep import ceiling
+    from specsweep.plots import speedup_vs_acceptance
+
+    rows = [{"method": "none", "pair": "baseline", "num_speculative_tokens": 0, "set_acceptance": None},
+            *({"method": "dflash", "pair": "p", "num_speculative_tokens": 7, "set_acceptance": s,
+               "mean_acceptance_length": al, "speedup_e2e_geomean": sp, "speedup_e2e_ci_low": sp * 0.9,
+               "speedup_e2e_ci_high": sp * 1.1} for s, al, sp in ((None, 3.1, 1.2), ("2.0", 2.0, 0.8),
+                                                                  ("4.0", 4.0, 1.5), ("6.0", 6.0, 2.1)))]
+    rows = [dict(r, valid=True, backend="vllm", dataset="d", thinking=False, concurrency=4) for r in rows]
+    table = pd.DataFrame(ceiling.annotate(rows))
+    path = tmp_path / "c.png"
+    drawn = []
+    real_savefig = plt.Figure.savefig
+
+    def keep(fig, *a, **k):
+        drawn.extend(line for ax in fig.axes for line in ax.get_lines())
+        return real_savefig(fig, *a, **k)
+
+    plt.Figure.savefig = keep
+    try:
+        assert speedup_vs_acceptance(table, k_styles(table), path) is True and path.stat().st_size > 0
+    finally:
+        plt.Figure.savefig = real_savefig
+    curve = next(line for line in drawn if list(line.get_xdata()) == [2.0, 4.0, 6.0])
+    assert list(curve.get_ydata()) == [0.8, 1.5, 2.1]
+    assert any(list(line.get_xdata()) == [3.1] and line.get_marker() == "*" for line in drawn)
+    plain = table[table.set_acceptance.isna()].assign(ceiling_points=None)
+    assert speedup_vs_acceptance(plain, k_styles(plain), tmp_path / "none.png") is False
+    assert not (tmp_path / "none.png").exists()

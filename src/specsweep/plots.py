@@ -1,7 +1,8 @@
 """The plots of one study, from its tables. Every plot gives a K the same colour and label (`k_styles`): speedup
 against K with its paired 95% CI, acceptance length against K beside the per-position acceptance, the
 acceptance-length histogram, throughput against concurrency, the throughput Pareto plot (as `vllm bench
-sweep plot_pareto` draws it), and, for a dataset with categories, category x K heatmaps.
+sweep plot_pareto` draws it), for a study with set-acceptance cells the system's speedup against acceptance
+length with the drafter on it, and, for a dataset with categories, category x K heatmaps.
 
 A plot is one function registered with `@plot(name)` (PLOTS, in drawing order; its file is `plots/<name>.png`).
 `plot_study` hands each the table it draws and the study's styles (`k_styles`, one per K); each draws the rows
@@ -39,7 +40,8 @@ PLOTS: list[Plot] = []
 
 def plot(name: str, source: str = "summary"):
     """Register a plot: `@plot("speedup_vs_k")` over `def f(table, styles, path)`; a `by_category` one is
-    `def f(categories, path)` and returns whether it drew anything (the table is empty without categories)."""
+    `def f(categories, path)`. Either returns False where it has nothing to draw (no categories, no set-acceptance
+    curve), and then no file is written."""
     def register(draw):
         PLOTS.append(Plot(name, draw, source))
         return draw
@@ -246,6 +248,43 @@ def pareto(table: pd.DataFrame, styles: dict, path: Path) -> None:
     _save(fig, path, integer_x=False)
 
 
+@plot("speedup_vs_acceptance")
+def speedup_vs_acceptance(table: pd.DataFrame, styles: dict, path: Path) -> bool:
+    """The system and your drafter: per (pair, K, concurrency) with set-acceptance cells, their paired e2e speedup
+    against measured acceptance length with CIs (the system's curve, ceiling.py), the real-acceptance cell as a
+    star on it, and the break-even length where the curve crosses 1. Drawn only where a study has such cells."""
+    rows = shown(table)
+    if "ceiling_points" not in rows or not rows.ceiling_points.notna().any():
+        return False
+    curves = rows[rows.ceiling_points.notna()].groupby(["pair", "num_speculative_tokens", "dataset", "thinking",
+                                                        "concurrency"], sort=True)
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    colours = plt.get_cmap("tab10")
+    for i, ((pair, k, dataset, thinking, conc), g) in enumerate(curves):
+        colour = colours(i % 10)
+        points = np.array([p[:2] for p in json.loads(g.ceiling_points.iloc[0])])
+        bounds = json.loads(g.ceiling_points.iloc[0])
+        err = None
+        if all(b[2] is not None and b[3] is not None for b in bounds):
+            err = np.array([[b[1] - b[2] for b in bounds], [b[3] - b[1] for b in bounds]])
+        ax.errorbar(points[:, 0], points[:, 1], yerr=err, marker="o", color=colour, capsize=3,
+                    label=f"{pair} K={k} c={conc}: the system")
+        for r in g[g.set_acceptance.isna()].itertuples(index=False):
+            ax.errorbar([r.mean_acceptance_length], [r.speedup_e2e_geomean],
+                        yerr=[[r.speedup_e2e_geomean - r.speedup_e2e_ci_low],
+                              [r.speedup_e2e_ci_high - r.speedup_e2e_geomean]],
+                        marker="*", markersize=13, color=colour, linestyle="none", capsize=3,
+                        label=f"{pair} K={k} c={conc}: your drafter (AL {r.mean_acceptance_length:.2f})")
+        be = g.break_even_al.dropna()
+        if not be.empty:
+            ax.axvline(be.iloc[0], color=colour, linestyle=":", linewidth=1)
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set(xlabel="mean acceptance length", ylabel="e2e speedup (paired geomean, 95% CI)",
+           title="Speedup against acceptance length: the system and your drafter" + _left_out(table))
+    _save(fig, path, integer_x=False)
+    return True
+
+
 @plot("category_by_k", source="by_category")
 def category_heatmaps(cats: pd.DataFrame, path: Path) -> bool:
     """Category x K: mean acceptance length and paired e2e speedup, one row of panels per bench group."""
@@ -281,9 +320,8 @@ def plot_study(summary_csv: str | Path, by_category_csv: str | Path, out_dir: st
     paths = []
     for p in PLOTS:
         path = layout.plot_file(out, p.name)
-        if p.source == "summary":
-            p.draw(tables["summary"], styles, path)
-        elif not p.draw(tables[p.source], path):
+        drawn = p.draw(tables["summary"], styles, path) if p.source == "summary" else p.draw(tables[p.source], path)
+        if drawn is False:          # a plot with nothing to show in this study (no categories, no curve)
             continue
         paths.append(path)
     return paths
