@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from scipy.stats import chi2_contingency, chisquare
+from scipy.stats import chisquare
 
+import test_dflash_sampling as sampling_harness
 from specsweep.dflash import engine, sampling
 from specsweep.dflash.engine import generate
-from specsweep.dflash.model import DFlashDrafter
+from test_dflash_sampling import (ALPHA, B, PROMPT, ROWS, baseline, marginal_proposer, p_values,  # noqa: F401 (fixtures)
+                                  random_pair)
 
 # ---- block_verify on known distributions ---------------------------------------------------------------------
 V, G, N = 3, 3, 200_000
@@ -110,65 +112,12 @@ def test_block_verification_keeps_more_sampled_drafts_and_as_many_greedy_ones():
             assert abs(gain) < 5 * se, (gain, se)
 
 
-# ---- the engine at temperature 0.8 ----------------------------------------------------------------------------
-PROMPT, ROWS, B, VOCAB, TEMPERATURE = [1, 2, 3], 3000, 4, 16, 0.8
-ALPHA = 1e-3          # per position; the seeds are fixed, so a pass is a pass every run
-
-
-@pytest.fixture(scope="module")
-def random_pair(tmp_path_factory):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from specsweep.tiny import init_drafter
-
-    torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=64,
-                      tie_word_embeddings=True, initializer_range=0.2)
-    path = tmp_path_factory.mktemp("random16") / "drafter"
-    init_drafter(cfg, mask_token_id=VOCAB - 1, out=path)
-    return Qwen3ForCausalLM(cfg).eval(), DFlashDrafter.from_pretrained(path)
+# ---- the engine at temperature 0.8, with test_dflash_sampling.py's harness ----------------------------------------
+TEMPERATURE = 0.8        # baseline (the imported fixture) samples block 1 at this module's TEMPERATURE
 
 
 def sample(pair, block_size, seed, **kw):
-    target, drafter = pair
-    out = generate(target, drafter, [PROMPT] * ROWS, block_size, B, temperature=TEMPERATURE, seed=seed, **kw)
-    assert all(len(s) == B for s in out.sequences)
-    return out
-
-
-@pytest.fixture(scope="module")
-def baseline(random_pair):
-    cache = {}
-
-    def get(top_k=0, top_p=1.0):
-        if (top_k, top_p) not in cache:
-            cache[top_k, top_p] = sample(random_pair, 1, seed=100, top_k=top_k, top_p=top_p).sequences
-        return cache[top_k, top_p]
-    return get
-
-
-def marginal_proposer(sequences):
-    """Drafts from the target's own per-position marginals (estimated from other samples): often right."""
-    counts = torch.zeros(B, VOCAB)
-    for seq in sequences:
-        for i, tok in enumerate(seq):
-            counts[i, tok] += 1
-    logits = (counts + 0.5).log()
-
-    def propose(block, positions):
-        index = (positions[:, 1:] - len(PROMPT)).clamp(0, B - 1)
-        return logits[index]
-    return propose
-
-
-def p_values(got, ref):
-    out = []
-    for i in range(1, B):
-        a, b = Counter(s[i] for s in got), Counter(s[i] for s in ref)
-        seen = sorted(set(a) | set(b))
-        out.append(chi2_contingency([[a[t] for t in seen], [b[t] for t in seen]]).pvalue)
-    return out
+    return sampling_harness.sample(pair, block_size, seed, temperature=TEMPERATURE, **kw)
 
 
 @pytest.mark.parametrize("sampler,proposer,top_k,top_p", [

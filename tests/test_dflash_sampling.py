@@ -34,21 +34,23 @@ def random_pair(tmp_path_factory):
     return Qwen3ForCausalLM(cfg).eval(), DFlashDrafter.from_pretrained(path)
 
 
-def sample(pair, block_size, seed, **kw):
+def sample(pair, block_size, seed, temperature=1.0, **kw):
     target, drafter = pair
-    out = generate(target, drafter, [PROMPT] * ROWS, block_size, B, temperature=1.0, seed=seed, **kw)
+    out = generate(target, drafter, [PROMPT] * ROWS, block_size, B, temperature=temperature, seed=seed, **kw)
     assert all(len(s) == B for s in out.sequences)
     return out
 
 
 @pytest.fixture(scope="module")
-def baseline(random_pair):
-    """Block 1 (the target sampled token by token), per filter setting."""
-    cache = {}
+def baseline(random_pair, request):
+    """Block 1 (the target sampled token by token), per filter setting, at the test module's TEMPERATURE (this
+    module's 1.0; test_dflash_block.py imports the harness at 0.8)."""
+    cache, temperature = {}, getattr(request.module, "TEMPERATURE", 1.0)
 
     def get(top_k=0, top_p=1.0):
         if (top_k, top_p) not in cache:
-            cache[top_k, top_p] = sample(random_pair, 1, seed=100, top_k=top_k, top_p=top_p).sequences
+            cache[top_k, top_p] = sample(random_pair, 1, seed=100, temperature=temperature, top_k=top_k,
+                                         top_p=top_p).sequences
         return cache[top_k, top_p]
     return get
 

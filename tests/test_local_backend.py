@@ -151,3 +151,35 @@ def test_the_static_step_decodes_like_the_hf_cache_engine(random_results):
     assert [len(s) for s in pair.decode(prompts[:2], {**bench, **exact}, seed=0).sequences] == [40, 40]
     pair.static = False
     assert [len(s) for s in pair.decode(prompts[:2], {**bench, **exact}, seed=0).sequences] == [40, 40]
+
+
+@pytest.mark.dag
+def test_a_local_set_acceptance_curve_gives_the_break_even_and_places_the_drafter(tiny_results):
+    """The system's ceiling on the local engine, through the DAG: block 8 at four set lengths beside the real
+    drafter. What the curve says depends on this machine; that it is measured, read and drawn does not."""
+    work = tiny_results.parent / "work"
+    lengths = [1.0, 2.0, 4.0, 6.0]
+    out = run(snakemake_argv(work, tiny_results, "server=local", "kernel=local_sdpa", "sweep.num_speculative_tokens=[7]",
+                             f"sweep.set_acceptance=[null,{','.join(map(str, lengths))}]", "sweep.concurrency=[1]",
+                             "dataset.num_prompts=4", "sweep.max_tokens=32", "tracking=off", study="ceiling"))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rows = [r for r in csv.DictReader(open(tiny_results / "ceiling" / "summary.csv")) if r["method"] == "dflash"]
+    by_set = {r["set_acceptance"]: r for r in rows}
+    assert sorted(by_set) == ["", *map(str, lengths)]
+    for length in lengths:                          # the engine decodes at the set length (integers: exactly)
+        assert float(by_set[str(length)]["mean_acceptance_length"]) == pytest.approx(length, abs=1e-9)
+    drafter = by_set[""]
+    points = json.loads(drafter["ceiling_points"])
+    assert [p[0] for p in points] == pytest.approx(lengths)
+    assert [p[1] for p in points] == pytest.approx([float(by_set[str(x)]["speedup_e2e_geomean"]) for x in lengths])
+    # the break-even is where the line between the points crosses 1, or empty with the reason
+    from specsweep import ceiling
+
+    expected = ceiling.length_for([tuple(p[:2]) for p in points], 1.0)
+    if expected is None:
+        assert not drafter["break_even_al"] and drafter["ceiling_na"]
+    else:
+        assert float(drafter["break_even_al"]) == pytest.approx(expected)
+    if 1.0 <= float(drafter["mean_acceptance_length"]) <= 6.0:
+        assert drafter["ceiling_speedup_at_al"]
+    assert (tiny_results / "ceiling" / "plots" / "speedup_vs_acceptance.png").stat().st_size > 0
