@@ -158,7 +158,7 @@ def test_a_local_set_acceptance_curve_gives_the_break_even_and_places_the_drafte
     """The system's ceiling on the local engine, through the DAG: block 8 at four set lengths beside the real
     drafter. What the curve says depends on this machine; that it is measured, read and drawn does not."""
     work = tiny_results.parent / "work"
-    lengths = [1.0, 2.0, 4.0, 6.0]
+    lengths = [1.0, 2.0, 4.0, 8.0]    # each divides max_tokens: no last step cut short (it would lower the AL)
     out = run(snakemake_argv(work, tiny_results, "server=local", "kernel=local_sdpa", "sweep.num_speculative_tokens=[7]",
                              f"sweep.set_acceptance=[null,{','.join(map(str, lengths))}]", "sweep.concurrency=[1]",
                              "dataset.num_prompts=4", "sweep.max_tokens=32", "tracking=off", study="ceiling"))
@@ -171,7 +171,8 @@ def test_a_local_set_acceptance_curve_gives_the_break_even_and_places_the_drafte
     drafter = by_set[""]
     points = json.loads(drafter["ceiling_points"])
     assert [p[0] for p in points] == pytest.approx(lengths)
-    assert [p[1] for p in points] == pytest.approx([float(by_set[str(x)]["speedup_e2e_geomean"]) for x in lengths])
+    assert [p[1] for p in points] == pytest.approx([float(by_set[str(x)]["speedup_e2e_geomean"]) for x in lengths],
+                                                  abs=1e-4)        # the points are rounded to 4 places
     # the break-even is where the line between the points crosses 1, or empty with the reason
     from specsweep import ceiling
 
@@ -179,7 +180,7 @@ def test_a_local_set_acceptance_curve_gives_the_break_even_and_places_the_drafte
     if expected is None:
         assert not drafter["break_even_al"] and drafter["ceiling_na"]
     else:
-        assert float(drafter["break_even_al"]) == pytest.approx(expected)
-    if 1.0 <= float(drafter["mean_acceptance_length"]) <= 6.0:
+        assert float(drafter["break_even_al"]) == pytest.approx(expected, abs=1e-3)     # from rounded points
+    if 1.0 <= float(drafter["mean_acceptance_length"]) <= 8.0:
         assert drafter["ceiling_speedup_at_al"]
     assert (tiny_results / "ceiling" / "plots" / "speedup_vs_acceptance.png").stat().st_size > 0
