@@ -28,7 +28,7 @@ def test_a_finished_gpu_cell_does_not_start_the_running_one_again(tiny_results, 
              f"+server.env.STANDIN_SLOW_S_K{SLOW_K}={SLOW_S}",
              "server.stop_grace_s=5", "sweep.baseline=false", f"sweep.num_speculative_tokens=[{FAST_K},{SLOW_K}]",
              "dataset.num_prompts=4", "sweep.concurrency=[4]", "sweep.max_tokens=8", "sweep.warmup=0",
-             f"sweep.repeats={REPEATS}", "tracking=off"]
+             f"sweep.repeats={REPEATS}", "sweep.rounds=1", "tracking=off"]    # one launch per server cell
     argv = snakemake_argv(tmp_path / "work", results, *study, extra=["--resources", "gpu=2"])
     log = tmp_path / "snakemake.log"
     # env_check runs in Snakemake's environment: it finds the stand-in there, as preflight finds an SGLang

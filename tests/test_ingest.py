@@ -15,7 +15,7 @@ def test_a_copied_study_is_ingested_once_and_an_unfinished_one_is_refused(smoke,
                     ignore=shutil.ignore_patterns("mlflow-*.done"))
     uri = f"sqlite:///{tmp_path / 'elsewhere.db'}"
     alone = run([str(BIN / "specsweep"), "ingest", str(copied), "--uri", uri])
-    assert alone.returncode == 2 and "copy results/datasets/ beside results/<study> too" in alone.stderr
+    assert alone.returncode == 2 and "copy datasets (results/datasets/) beside results/<study> too" in alone.stderr
     shutil.copytree(work.parent / "results" / "datasets", tmp_path / "results" / "datasets")
     first = run([str(BIN / "specsweep"), "ingest", str(copied), "--uri", uri])
     assert first.returncode == 0, first.stderr[-2000:]
