@@ -11,6 +11,8 @@
 #   8b-curve N   the system's curve at K=15: the baseline, real (random: nothing accepted) acceptance and set
 #                lengths; N=1 runs lengths 2 and 4, N=2 adds 8 and 12 (the DAG skips what N=1 ran)
 #   tiny-block   experiment=gpu_tiny at temperature 0.8: K=7 with standard and with block verification
+#   tiny-sched   experiment=gpu_tiny at concurrency 1 and 8: K=3, K=7 and vLLM's dynamic K (sweep.k_schedule) as
+#                one cell, K=7 up to 4 sequences and K=3 from 5 to 64
 # Each run step packs the study as $OUT/<study>.tar.gz (the compile cache left out) and its Snakemake log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +49,8 @@ case ${1:?step} in
               "sweep.num_speculative_tokens=[15]" "sweep.set_acceptance=[$lengths]" ;;
   tiny-block) study tiny-gpu-block experiment=gpu_tiny server=vllm_gpu_bundle results_dir=$RES study=tiny-gpu-block \
                 "sweep.num_speculative_tokens=[7]" "sweep.verification=[standard,block]" sweep.temperature=0.8 ;;
-  *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block" >&2
+  tiny-sched) study tiny-gpu-sched experiment=gpu_tiny server=vllm_gpu_bundle results_dir=$RES study=tiny-gpu-sched \
+                "sweep.num_speculative_tokens=[3,7]" "sweep.k_schedule=[[1,4,7],[5,64,3]]" "sweep.concurrency=[1,8]" ;;
+  *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched" >&2
      exit 2 ;;
 esac
