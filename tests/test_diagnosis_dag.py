@@ -14,23 +14,26 @@ from specsweep.config import compose_jobs
 from specsweep.results import read_json
 
 SWEEP = ["study=diag", "server=local", "kernel=local_sdpa", "sweep.num_speculative_tokens=[7]", "sweep.concurrency=[1]",
-         "sweep.thinking=[false]", "sweep.repeats=1", "sweep.rounds=1", "dataset.num_prompts=4", "sweep.max_tokens=48",
+         "sweep.thinking=[false]", "sweep.repeats=1", "sweep.rounds=1", "dataset.num_prompts=8", "sweep.max_tokens=48",
          "tracking=off", "pair.built_by_workflow=false",
          # every cell is diagnosed, whatever its acceptance: the causes are what is tested, not the threshold
-         "sweep.diagnose.below_al=100", "sweep.diagnose.prompts=4"]
+         "sweep.diagnose.below_al=100", "sweep.diagnose.prompts=8"]
 
 
 def doctored(tiny_results, tmp_path) -> dict[str, str]:
-    from transformers import AutoConfig
+    """Three drafters of the trained pair: every target_layer_id one too high (as a server that taps layer i + 1
+    for i would read them), the end-of-turn token as the mask token (the pad token, another never-trained
+    embedding, is no test: the trained drafter accepts as much with it), and an untrained one."""
+    from transformers import AutoConfig, AutoTokenizer
 
     from specsweep.tiny import init_drafter
 
     models = tiny_results / "models" / "tiny"
     cfg = json.loads((models / "drafter" / "config.json").read_text())["dflash_config"]
-    ids = cfg["target_layer_ids"]
+    ids, eos = cfg["target_layer_ids"], AutoTokenizer.from_pretrained(models / "target").convert_tokens_to_ids("<|im_end|>")
     out = {"target_layer_ids": counterfactuals.doctor(models / "drafter", tmp_path / "shifted",
                                                       {"target_layer_ids": [i + 1 for i in ids]}),
-           "mask_token": counterfactuals.doctor(models / "drafter", tmp_path / "mask", {"mask_token_id": 0})}
+           "mask_token": counterfactuals.doctor(models / "drafter", tmp_path / "mask", {"mask_token_id": eos})}
     init_drafter(AutoConfig.from_pretrained(models / "target"), cfg["mask_token_id"], tmp_path / "untrained", seed=3)
     out["undertrained"] = tmp_path / "untrained"
     return {cause: str(path) for cause, path in out.items()}
@@ -69,7 +72,7 @@ def test_the_low_acceptance_diagnosis_on_three_doctored_drafters(tiny_results, t
             assert t["valid"], t
             m = read_json(results / "diag" / sid / layout.COUNTERFACTUALS / t["server_cell"] / t["bench_cell"]
                           / layout.METRICS)
-            assert m["valid"] and m["requests_completed"] == 4
+            assert m["valid"] and m["requests_completed"] == 8
         if expected == "undertrained":
             assert tried and not any(t["rose"] for t in tried)
             assert all(r < diagnosis.LOW_RATE for r in group["per_position_acceptance"])

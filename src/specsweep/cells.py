@@ -234,6 +234,8 @@ class Grid:
         return self.server_dir(sid) / layout.LOGS
 
     def bench_dir(self, sid: str, bid: str) -> Path:
+        if sid in self.diagnosed_by:
+            return self.server_dir(sid) / bid
         return layout.bench_dir(self.results_dir, self.servers[sid].study, sid, bid)
 
     def metrics_path(self, sid: str, bid: str) -> Path:
