@@ -106,7 +106,7 @@ def check_drafter(cfg, env):
         return warn(name, f"target {pair['target']} is not on this machine: drafter/target agreement not checked")
     n = target["num_hidden_layers"]
     ids = drafter_config.target_layer_ids(cfg_d) or []
-    backend = cfg["server"]["backend"]
+    backend = (cfg.get("server") or {}).get("backend", "vllm")     # `specsweep drafter inspect` gives no server
     offset = env.get("server_env", {}).get("dflash_layer_offset")    # what this vLLM adds to each (its probe)
     if offset is None:      # else the backend's fact: the local engine reads hidden_states[id + 1] up to id n - 1
         offset = getattr(backends.get(backend), "LAYER_ID_OFFSET", 1) if backend in backends.names() else 1
