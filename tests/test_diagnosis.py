@@ -3,12 +3,13 @@ diagnosis on a study measured by a fake session whose acceptance follows the dra
 the summary's columns and the page. The real engine on the trained tiny pair: test_diagnosis_dag.py."""
 import contextlib
 import json
+import sys
 import types
 from pathlib import Path
 
 import pytest
 
-from helpers import DATA
+from helpers import DATA, run
 from specsweep import counterfactuals, diagnosis, layout, pages, summary
 from specsweep.backends import parts
 from specsweep.bench_cell import Measurement
@@ -17,6 +18,7 @@ from specsweep.config import ConfigError, compose_jobs
 from specsweep.metrics import acceptance_from_lengths, request_figures
 from specsweep.results import read_json
 from specsweep.study import Study
+from specsweep.tracking import row_tags, summary_rows
 
 
 # ---- the statistic ------------------------------------------------------------------------------------------
@@ -86,6 +88,13 @@ def test_a_bad_threshold_is_one_line(value, message):
     assert message in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="prompts=0 must be a whole number"):
         counterfactuals.settings({"sweep": {"diagnose": {"prompts": 0}}})
+
+
+def test_a_bad_threshold_from_the_cli_is_one_line_without_a_traceback(tmp_path):
+    out = run([sys.executable, "-m", "specsweep.cli", "cells", f"results_dir={tmp_path}", "sweep.diagnose.prompts=0"])
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].endswith("sweep.diagnose.prompts=0 is not a prompt count: give a whole "
+                                                        "number >= 1, e.g. 4")
 
 
 # ---- the whole diagnosis on a fake session ------------------------------------------------------------------
@@ -185,6 +194,13 @@ def test_each_doctored_drafter_gets_its_cause(tmp_path, fake_backend, edit, expe
     out = tmp_path / "page.html"
     pages.launch_page(study, sid, out)
     assert f"diagnosis {expected}" in out.read_text()
+    files = grid.study_files("d")
+    summary.write_summary(study, files.summary, files.k_comparison, files.by_category)
+    pages.summary_page(files.summary, files.k_comparison, tmp_path / "summary.html")
+    first = (tmp_path / "summary.html").read_text().split("</table>")[0]     # "The figures to read first"
+    assert "<th>diagnosis</th>" in first and f"<td>{expected}</td>" in first
+    [tags] = [row_tags(r) for r in summary_rows(str(files.summary)) if r["method"] == "dflash"]
+    assert tags["diagnosis"] == expected and tags["diagnosis_evidence"] == rows["dflash"]["diagnosis_evidence"]
     # a second diagnosis runs no counterfactual again
     before = {p: p.stat().st_mtime for p in grid.server_dir(sid).rglob(layout.METRICS)}
     counterfactuals.diagnose(grid, sid, grid.diagnosis_path(sid), progress=False)
