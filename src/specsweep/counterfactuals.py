@@ -18,7 +18,7 @@ import struct
 import time
 from pathlib import Path
 
-from . import backends, diagnosis, drafter_config, layout, metrics, runner
+from . import backends, diagnosis, drafter_config, layout, metrics
 from .cells import Grid
 from .checks import _tokenizer_ids, local_dir
 from .errors import ConfigError, SpecsweepError
@@ -176,6 +176,8 @@ class _Run:
         self.bench = {**bench, "repeat": 0, "prompts_limit": prompts}
 
     def measure(self, tag: str, spec: dict, bench: dict | None = None) -> dict:
+        from . import runner        # here: the acceptance step, a local job per cell, needs none of what it imports
+
         cf = self.grid.add_counterfactual(self.sid, tag, spec, [bench or self.bench])
         [bid] = self.grid.benches[cf]
         record = {"tag": tag, "server_cell": cf, "bench_cell": bid, "compared_with": self.reference_is}
