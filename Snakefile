@@ -37,6 +37,7 @@ localrules:
     env_check,
     dataset,
     server_cell_done,
+    acceptance,
     summarize,
     plots,
     report_pages,
@@ -49,6 +50,7 @@ include: "workflow/rules/env_check.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/datasets.smk"
 include: "workflow/rules/serve.smk"
+include: "workflow/rules/diagnose.smk"
 include: "workflow/rules/summary.smk"
 include: "workflow/rules/mlflow.smk"
 include: "workflow/rules/report.smk"

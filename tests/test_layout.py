@@ -165,8 +165,8 @@ def test_on_a_cluster_only_server_cells_and_training_are_jobs():
              for m in re.findall(r"^(?:rule|checkpoint) (\w+):", f.read_text(), re.M)}
     # snakefmt writes the list one rule a line
     [local] = re.findall(r"^localrules:\n((?:[ \t]+\w+,?\n)+)", (repo / "Snakefile").read_text(), re.M)
-    assert rules - {r.strip() for r in local.split(",")} - {""} == {"serve_and_bench", "tiny_tokenizer", "tiny_target",
-                                                              "tiny_drafter"}
+    assert rules - {r.strip() for r in local.split(",")} - {""} == {"serve_and_bench", "diagnose", "tiny_tokenizer",
+                                                              "tiny_target", "tiny_drafter"}
 
 
 # ---- the results tree has one owner: layout -------------------------------------------------------------------

@@ -129,6 +129,8 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     out = grid.bench_dir(sid, bid)
     out.mkdir(parents=True, exist_ok=True)
     prompt_rows, skipped = load_prompt_rows(grid.dataset_file(bench["dataset"]), bench["dataset"])
+    if bench.get("prompts_limit"):            # a counterfactual cell of a diagnosis: the dataset's first prompts
+        prompt_rows = prompt_rows[: bench["prompts_limit"]]
     prompts = [p["turns"] for p in prompt_rows]
     atomic_write_yaml(out / layout.CONFIG, cell_config(grid, sid, bid))
     started_at = time.time()                  # wall clock: the cell's MLflow run spans these

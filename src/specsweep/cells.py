@@ -35,7 +35,9 @@ ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False,     # bench spec: swe
                                       # server spec: SGLang's sampling backend, CUDA-graph batch limit, and
                                       # multimodal feature transport (null: SGLang's own choice)
                                       "server.sampling_backend": None, "server.cuda_graph_max_bs": None,
-                                      "server.mm_feature_transport": None}
+                                      "server.mm_feature_transport": None,
+                                      # bench spec: a counterfactual cell's first prompts only (sweep.diagnose)
+                                      "prompts_limit": None}
 
 
 def stable_hash(obj) -> str:
@@ -67,21 +69,23 @@ class ServerCell:
     run: dict             # operational settings (port range, timeouts, executable)
     pair: dict            # the pair's config as composed (name, thinking training, ...)
     gpus: int             # GPUs it holds while running; 0 for a CPU server, which takes every core instead
+    counterfactual: str = ""   # a diagnosis's counterfactual cell: its tag (`layers+1`, `mask`, `nothink`)
 
     @property
     def id(self) -> str:
         h = spec_hash(self.spec)[:10]
+        cf = f"-cf-{self.counterfactual}" if self.counterfactual else ""
         backend = backends.backend_for(self.spec)
         tag = backend.ID_TAG            # a server cell's name carries its backend's tag (vLLM's is empty)
         if backend.ID_BY_BLOCK:         # e.g. the in-process engine: named by block size
             block = self.spec["num_speculative_tokens"] + 1
             name = "base" if self.spec["method"] == "none" else _slug(self.pair["name"])
-            return f"{name}{tag}-b{block}-{h}"
+            return f"{name}{tag}-b{block}{cf}-{h}"
         if self.spec["method"] == "none":
             return f"base{tag}-{_slug(self.spec['target'])}-{h}"
         return (f"{_slug(self.pair['name'])}{tag}-{self.spec['method']}-k{self.spec['num_speculative_tokens']}"
                 f"{_acceptance_tag(self.spec.get('set_acceptance'))}{_verification_tag(self.spec)}"
-                f"{'-sched' if self.spec.get('k_schedule') else ''}-{h}")
+                f"{'-sched' if self.spec.get('k_schedule') else ''}{cf}-{h}")
 
     @property
     def served_name(self) -> str:
@@ -213,6 +217,7 @@ class Grid:
     baseline_of: dict[str, str] = field(default_factory=dict)                # spec server id -> baseline id
     configs: dict[str, dict] = field(default_factory=dict)                   # server id -> a job config
     tracking: dict[str, dict] = field(default_factory=dict)                  # study -> tracking config
+    diagnosed_by: dict[str, str] = field(default_factory=dict)               # counterfactual id -> its cell
 
     # ---- paths -------------------------------------------------------------------------------------
     # ids are this grid's; where their files lie is layout's
@@ -220,6 +225,8 @@ class Grid:
         return layout.study_files(self.results_dir, study)
 
     def server_dir(self, sid: str) -> Path:
+        if sid in self.diagnosed_by:        # a counterfactual cell lies under the cell it diagnoses
+            return layout.counterfactual_dir(self.server_dir(self.diagnosed_by[sid]), sid)
         return layout.server_dir(self.results_dir, self.servers[sid].study, sid)
 
     def log_dir(self, sid: str) -> Path:
@@ -227,16 +234,43 @@ class Grid:
         return self.server_dir(sid) / layout.LOGS
 
     def bench_dir(self, sid: str, bid: str) -> Path:
+        if sid in self.diagnosed_by:
+            return self.server_dir(sid) / bid
         return layout.bench_dir(self.results_dir, self.servers[sid].study, sid, bid)
 
     def metrics_path(self, sid: str, bid: str) -> Path:
         return self.bench_dir(sid, bid) / layout.METRICS
 
+    # ---- the low-acceptance diagnosis (counterfactuals.py) ------------------------------------------------
+    def diagnosed(self, sid: str) -> bool:
+        """Whether a server cell gets a diagnosis (its diagnose job): a speculative cell of real acceptance."""
+        cell = self.servers[sid]
+        return not cell.is_baseline and not cell.sets_acceptance and sid not in self.diagnosed_by
+
+    def diagnosis_path(self, sid: str) -> Path:
+        return layout.diagnosis(self.server_dir(sid))
+
+    def acceptance_path(self, sid: str) -> Path:
+        return layout.acceptance(self.server_dir(sid))
+
+    def add_counterfactual(self, sid: str, tag: str, spec: dict, benches: list[dict]) -> str:
+        """A counterfactual server cell of `sid`: the cell's spec with some values changed (`spec`: a doctored
+        drafter, another mask token), run on these bench specs. Its id is the cell's name with `-cf-<tag>` and
+        the hash of its own spec; its folder is under sid's (server_dir). Returns its id."""
+        parent = self.servers[sid]
+        cell = ServerCell(study=parent.study, spec={**parent.spec, **spec}, run=parent.run, pair=parent.pair,
+                          gpus=parent.gpus, counterfactual=tag)
+        self.servers[cell.id] = cell
+        self.benches[cell.id] = {BenchCell(b).id: BenchCell(b) for b in benches}
+        self.configs[cell.id] = self.configs[sid]
+        self.diagnosed_by[cell.id] = sid
+        return cell.id
+
     def studies(self) -> list[str]:
         return sorted({c.study for c in self.servers.values()})
 
     def cells_of_study(self, study: str) -> list[tuple[str, str]]:
-        return [(sid, bid) for sid, cell in self.servers.items() if cell.study == study
+        return [(sid, bid) for sid, cell in self.servers.items() if cell.study == study and sid not in self.diagnosed_by
                 for bid in self.benches[sid]]
 
     # ---- rounds (sweep.rounds): scheduling, never part of an id --------------------------------------
@@ -293,10 +327,12 @@ class Grid:
                     servers={s: self.servers[s] for s in keep}, benches={s: self.benches[s] for s in keep},
                     baseline_of={s: b for s, b in self.baseline_of.items() if s in keep},
                     configs={s: self.configs[s] for s in keep},
-                    tracking={self.servers[s].study: self.tracking[self.servers[s].study] for s in keep})
+                    tracking={self.servers[s].study: self.tracking[self.servers[s].study] for s in keep},
+                    diagnosed_by={s: p for s, p in self.diagnosed_by.items() if s in keep})
 
     def of_study(self, study: str) -> "Grid":
-        return self.subset(*(sid for sid, c in self.servers.items() if c.study == study))
+        """The study's cells (a diagnosis's counterfactual cells are not the study's: they make no row)."""
+        return self.subset(*(sid for sid, c in self.servers.items() if c.study == study and sid not in self.diagnosed_by))
 
     def dataset_file(self, dataset: dict) -> str:
         if dataset["source"] == "jsonl":

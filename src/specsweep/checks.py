@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import drafter_config
+from . import backends, drafter_config
 from .claims import port_is_free, port_owner
 from .config import aslist
 
@@ -106,12 +106,15 @@ def check_drafter(cfg, env):
         return warn(name, f"target {pair['target']} is not on this machine: drafter/target agreement not checked")
     n = target["num_hidden_layers"]
     ids = drafter_config.target_layer_ids(cfg_d) or []
+    backend = (cfg.get("server") or {}).get("backend", "vllm")     # `specsweep drafter inspect` gives no server
     offset = env.get("server_env", {}).get("dflash_layer_offset")    # what this vLLM adds to each (its probe)
-    offset = 1 if offset is None else offset
+    if offset is None:      # else the backend's fact: the local engine reads hidden_states[id + 1] up to id n - 1
+        offset = getattr(backends.get(backend), "LAYER_ID_OFFSET", 1) if backend in backends.names() else 1
     bad = [i for i in ids if not 0 <= i <= n - 1 - offset]
     if bad:
-        return fail(name, f"target_layer_ids {bad} out of range for a {n}-layer target: vLLM adds {offset} to each, "
-                          f"so each must be 0..{n - 1 - offset}; fix dflash_config.target_layer_ids")
+        who = "vLLM" if backend == "vllm" else f"the {backend} backend"
+        return fail(name, f"target_layer_ids {bad} out of range for a {n}-layer target: {who} adds {offset} to "
+                          f"each, so each must be 0..{n - 1 - offset}; fix dflash_config.target_layer_ids")
     if cfg_d.get("hidden_size") != target.get("hidden_size"):
         return fail(name, f"drafter hidden_size {cfg_d.get('hidden_size')} != target's {target.get('hidden_size')}: "
                           "this drafter was trained for another target; pick the matching pair")

@@ -8,7 +8,9 @@ It imports nothing of specsweep, so every module can use it.
 ```
 <results>/<study>/                        StudyFiles: env.json, summary.csv, k_comparison.csv, summary_by_category.csv,
                                           tune.csv, tune.yaml, tune_verify.csv, plots/, pages/, logs/, mlflow-<store>.done
-<results>/<study>/<server cell>/          logs/ (server-*.log, server.json, job-*.log), runs/<todo>.done, cells-<set>.done
+<results>/<study>/<server cell>/          logs/ (server-*.log, server.json, job-*.log), runs/<todo>.done, cells-<set>.done,
+                                          acceptance.json, diagnosis.json, counterfactuals/ (drafters/<tag>/,
+                                          <cf cell>/<bench>/)
 <results>/<study>/<server cell>/<bench>/  config.yaml, requests.jsonl, metrics.json, failed.json, server.log
 <results>/datasets/, models/tiny/, sweeps/, mlflow.db, mlartifacts/, .vllm-cache/
 ```
@@ -30,6 +32,10 @@ CELL_FILES = (METRICS, REQUESTS, CONFIG, SERVER_LOG_LINK)     # what a cell keep
 LOGS = "logs"                     # also a study's: its rules' logs
 SERVER_RECORD = "server.json"     # the launch record: PID, process group, argv, readiness
 RUNS = "runs"                     # the server job's run markers
+ACCEPTANCE = "acceptance.json"    # a speculative cell's pooled acceptance per bench group: is a diagnosis needed?
+DIAGNOSIS = "diagnosis.json"      # why a speculative cell's acceptance is low (the diagnose rule)
+COUNTERFACTUALS = "counterfactuals"  # the diagnosis's counterfactual cells and doctored drafters
+DRAFTERS = "drafters"             # under counterfactuals/: one doctored drafter per counterfactual tag
 
 # ---- a study's files --------------------------------------------------------------------------------------
 ENV = "env.json"
@@ -63,10 +69,11 @@ LOG_SUFFIX = ".log"
 # What tests/test_layout.py looks for outside this module: each file name, and each folder name where it is a
 # part of a path. (A checkpoint's config.json and tokenizer.json are Hugging Face's names, read in any
 # checkpoint, so they are not in it.)
-FILE_NAMES = (CONFIG, REQUESTS, METRICS, FAILED, SERVER_LOG_LINK, SERVER_RECORD, ENV, SUMMARY, K_COMPARISON,
-              BY_CATEGORY, TUNE_TABLE, TUNE_MAPPING, TUNE_VERIFY, SUMMARY_PAGE, ENV_PAGE, TRAIN_REPORT,
+FILE_NAMES = (CONFIG, REQUESTS, METRICS, FAILED, SERVER_LOG_LINK, SERVER_RECORD, ACCEPTANCE, DIAGNOSIS, ENV,
+              SUMMARY, K_COMPARISON, BY_CATEGORY, TUNE_TABLE, TUNE_MAPPING, TUNE_VERIFY, SUMMARY_PAGE, ENV_PAGE, TRAIN_REPORT,
               TRAINING_PAGE, MLFLOW_DB)
-DIR_NAMES = (LOGS, RUNS, PLOTS, PAGES, LAUNCHES, DATASETS, SWEEPS, MLARTIFACTS, VLLM_CACHE)   # not MODELS: /v1/models
+DIR_NAMES = (LOGS, RUNS, COUNTERFACTUALS, DRAFTERS, PLOTS, PAGES, LAUNCHES, DATASETS, SWEEPS, MLARTIFACTS,
+             VLLM_CACHE)   # not MODELS: /v1/models
 SUFFIXES = (PLOT_SUFFIX, MARKER_SUFFIX, LOG_SUFFIX)
 
 
@@ -91,6 +98,26 @@ def run_marker(server: Path, todo: str, rnd: int | None = None) -> Path:
 def cells_done(server: Path, cellset: str) -> Path:
     """The marker that a server cell's bench cells (the set named by cellset) are all finished."""
     return server / f"cells-{cellset}{MARKER_SUFFIX}"
+
+
+def acceptance(server: Path) -> Path:
+    """Whether a speculative server cell needs a diagnosis: `acceptance.json` in its folder."""
+    return Path(server) / ACCEPTANCE
+
+
+def diagnosis(server: Path) -> Path:
+    """A speculative server cell's diagnosis: `diagnosis.json` in its folder."""
+    return Path(server) / DIAGNOSIS
+
+
+def counterfactual_dir(server: Path, cf_sid: str) -> Path:
+    """A counterfactual server cell's folder, under the cell it diagnoses: `counterfactuals/<cf cell>/`."""
+    return Path(server) / COUNTERFACTUALS / cf_sid
+
+
+def doctored_drafter(server: Path, tag: str) -> Path:
+    """A doctored drafter (edited config.json, linked weights): `counterfactuals/drafters/<tag>/`."""
+    return Path(server) / COUNTERFACTUALS / DRAFTERS / tag
 
 
 def server_log(log_dir: Path, stamp: str, pid: int, rand: str) -> Path:

@@ -28,7 +28,8 @@ code, pre { font-size: 12px; white-space: pre-wrap; word-break: break-all; }
 KEY_COLUMNS = ["server_cell", "method", "num_speculative_tokens", "dataset", "thinking", "concurrency", "valid",
                "output_tok_s", "mean_acceptance_length", "speedup_e2e_geomean", "speedup_e2e_ci_low",
                "speedup_e2e_ci_high", "verdict", "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low",
-               "speedup_streamed_tpot_ci_high", "speedup_streamed_tpot_na", "figures_disagree"]
+               "speedup_streamed_tpot_ci_high", "speedup_streamed_tpot_na", "figures_disagree", "diagnosis",
+               "diagnosis_evidence"]
 K_KEY_COLUMNS = ["statement", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high",
                  "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
                  "speedup_streamed_tpot_na", "paired_prompts", "server_cell_a", "server_cell_b"]
@@ -76,7 +77,25 @@ def launch_page(study: Study, sid: str, out: str | Path) -> None:
                       "output tok/s": m.get("output_tok_s"), "server log": m.get("server_log")})
     atomic_write_text(out, page(f"Server cell {sid}", f"<h3>argv</h3><pre>{html.escape(argv)}</pre>",
                                 key_values({k: v for k, v in record.items() if k != "argv"}, "launch record"),
-                                table(pd.DataFrame(cells), "bench cells")))
+                                table(pd.DataFrame(cells), "bench cells"), diagnosis_section(study.diagnosis(sid))))
+
+
+def diagnosis_section(record: dict | None) -> str:
+    """A server cell's low-acceptance diagnosis (diagnosis.json): per diagnosed bench group, the diagnosis and
+    each cause in order with its status and evidence (a counterfactual cell's figures only where it was valid)."""
+    if not record or not record.get("needed"):
+        return ""
+    sections = []
+    for g in record["groups"]:
+        if not g.get("needed"):
+            continue
+        rows = [{"cause": c["label"], "status": c["status"], "evidence": c["evidence"],
+                 "counterfactual cells": " ".join(t["server_cell"] for t in c.get("counterfactuals", []))}
+                for c in g["causes"]]
+        head = (f"Low acceptance: {g['dataset']}, thinking {g['thinking']}, concurrency {g['concurrency']}: AL "
+                f"{g['mean_acceptance_length']:.3g} < {record['below_al']:g}: diagnosis {g['diagnosis']}")
+        sections.append(table(pd.DataFrame(rows), head))
+    return "".join(sections)
 
 
 def training_page(reports: dict[str, str], out: str) -> None:

@@ -198,6 +198,11 @@ class Study:
         path = self.grid.log_dir(sid) / layout.SERVER_RECORD
         return read_json(path) if path.exists() else None
 
+    def diagnosis(self, sid: str) -> dict | None:
+        """The server cell's diagnosis.json (the diagnose rule's, counterfactuals.py), or None where it has none."""
+        path = self.grid.diagnosis_path(sid)
+        return read_json(path) if path.exists() else None
+
     def unfinished(self) -> list[str]:
         """The server cells with a bench cell still to run."""
         return [sid for sid in self.grid.servers if self.grid.pending(sid)]

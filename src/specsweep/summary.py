@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import ceiling, stats
+from . import ceiling, diagnosis, stats
 from .cells import stable_hash
 from .metrics import length_shares, median_mad
 from .nested import at
@@ -69,7 +69,28 @@ def rows(study: Study) -> list[dict]:
         row["per_position_acceptance"] = json.dumps(medians)
         row["acceptance_length_shares"] = json.dumps(length_shares(medians) if medians else [])
         out.append(row)
-    return ceiling.annotate(out)
+    out = ceiling.annotate(out)
+    for row in out:
+        row.update(diagnosis_columns(study.diagnosis(row["server_cell"]) if row["method"] != "none" else None, row))
+    return out
+
+
+DIAGNOSIS_COLUMNS = ["diagnosis", "diagnosis_evidence"]
+
+
+def diagnosis_columns(record: dict | None, row: dict) -> dict:
+    """A row's diagnosis from its server cell's diagnosis.json: the diagnosis (a cause's name) and its evidence;
+    both empty where no diagnosis was needed. An undertrained drafter's evidence adds what the system's curve
+    says it would need (the row's ceiling columns)."""
+    entry = next((g for g in (record or {}).get("groups", []) if g.get("needed") and
+                  (g["dataset"], g["thinking"], g["concurrency"]) == (row["dataset"], row["thinking"],
+                                                                        row["concurrency"])), None)
+    if entry is None:
+        return dict.fromkeys(DIAGNOSIS_COLUMNS)
+    evidence = entry["evidence"]
+    if entry["diagnosis"] == "undertrained":
+        evidence += "; " + diagnosis.ceiling_text(row)
+    return {"diagnosis": entry["diagnosis"], "diagnosis_evidence": evidence}
 
 
 def _against_baseline(cells: Study, sid: str, bids: list[str], valid: list[dict]) -> dict:

@@ -237,6 +237,8 @@ def row_tags(row: dict[str, str]) -> dict[str, str]:
         tags["k_schedule"] = row["k_schedule"]
     if row.get("verdict"):
         tags["verdict"] = row["verdict"]
+    if row.get("diagnosis"):            # why the acceptance is low (counterfactuals.py), with its evidence
+        tags.update(diagnosis=row["diagnosis"], diagnosis_evidence=row.get("diagnosis_evidence") or "")
     # the paired geomeans (the streamed TPOT's blank where a stream failed its check: the reason is a tag then)
     # and the tok/s ratio of medians
     ratios = {"speedup_e2e": "speedup_e2e_geomean", "speedup_streamed_tpot": "speedup_streamed_tpot_geomean",

@@ -1,9 +1,23 @@
 # Helpers shared by the rules: every path comes from the library's grid, never rebuilt here.
+import json
 import threading
+from pathlib import Path
 
 
 def server_cells_of(study):
     return [sid for sid, cell in GRID.servers.items() if cell.study == study]
+
+
+def diagnoses_of(study):
+    """What the summary and pages read of the low-acceptance diagnosis (diagnose.smk): each diagnosed server cell's
+    acceptance record (a checkpoint), and its diagnosis.json where that record asks for one."""
+    out = []
+    for sid in server_cells_of(study):
+        if GRID.diagnosed(sid):
+            record = checkpoints.acceptance.get(study=study, server=sid).output[0]
+            needed = json.loads(Path(record).read_text())["needed"]  # counterfactuals.acceptance's record
+            out += [record, str(GRID.diagnosis_path(sid))] if needed else [record]
+    return out
 
 
 RUN_MARKERS = {}

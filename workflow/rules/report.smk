@@ -6,6 +6,7 @@
 rule report_pages:
     input:
         cells=lambda w: [str(GRID.cells_done(sid)) for sid in server_cells_of(w.study)],
+        diagnoses=lambda w: diagnoses_of(w.study),
         summary=STUDY.summary,
         k_comparison=STUDY.k_comparison,
         env=STUDY.env,

@@ -2,7 +2,8 @@
 # k_comparison.csv (K against K) and summary_by_category.csv; the job prints the verdicts.
 rule summarize:
     input:
-        lambda w: [str(GRID.cells_done(sid)) for sid in server_cells_of(w.study)],
+        cells=lambda w: [str(GRID.cells_done(sid)) for sid in server_cells_of(w.study)],
+        diagnoses=lambda w: diagnoses_of(w.study),
     output:
         summary=STUDY.summary,
         k_comparison=STUDY.k_comparison,

@@ -5,8 +5,9 @@ A backend package owns everything it knows (docs/development.md, adding a backen
   it, and vLLM's process imports the guard below it): `SPEC_FLAGS`, the launch flags `server.extra_args` may
   not set, each with the config key to use instead; `ID_TAG`, what its server cells' ids carry after the pair
   (`""` for vLLM, the first backend); `ID_BY_BLOCK`, whether they are named by block size (`-b4`) rather
-  than by method and K; `VERSION_FIELDS`, the figures that name the server's version (MLflow tags them); and
-  `describe(env)`, the line `specsweep doctor` prints about it;
+  than by method and K; `VERSION_FIELDS`, the figures that name the server's version (MLflow tags them); `LAYER_ID_OFFSET`, what
+  it adds to a DFlash target_layer_id beyond HF's hidden_states[id + 1] (the diagnosis's layer shifts; 1 when
+  left out); and `describe(env)`, the line `specsweep doctor` prints about it;
 - `session.py`: `open_session(grid, sid, progress)`, a context manager that brings a server cell up and
   yields a `bench_cell.Session`;
 - `checks.py`: `CHECKS`, its preflight checks in order, and `environment(server_run)`, what preflight

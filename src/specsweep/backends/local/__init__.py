@@ -7,6 +7,7 @@ a vLLM job reads it and must not import torch.
 SPEC_FLAGS: dict[str, str] = {}      # no launch argv: server.extra_args is never passed anywhere
 ID_TAG = "-local"
 ID_BY_BLOCK = True                   # a server cell is one block size (K + 1; the baseline is block 1)
+LAYER_ID_OFFSET = 0                  # reads HF hidden_states[id + 1]: ids 0..n-1 of an n-layer target (diagnosis)
 VERSION_FIELDS: tuple[str, ...] = ()  # the engine is this checkout's (git_commit) on this torch (tagged)
 
 

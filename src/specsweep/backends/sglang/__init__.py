@@ -36,6 +36,7 @@ SPEC_FLAGS = {
 
 ID_TAG = "-sglang"
 ID_BY_BLOCK = False
+LAYER_ID_OFFSET = 1                  # assumed as vLLM: ids 0..n-2 (not probed)
 VERSION_FIELDS = ("sglang_version",)
 
 

@@ -28,6 +28,7 @@ SPEC_FLAGS = {
 
 ID_TAG = ""            # the first backend: its cell ids carry no tag, and stay as they were
 ID_BY_BLOCK = False
+LAYER_ID_OFFSET = 1                  # adds 1 to each target_layer_id (its probe in env.json says): ids 0..n-2
 VERSION_FIELDS = ("vllm_version",)
 
 

@@ -1,0 +1,364 @@
+"""The low-acceptance diagnosis of one speculative server cell. A light local step (`acceptance`, the acceptance
+checkpoint) says which of its bench groups (dataset, thinking, concurrency) have a pooled acceptance length below
+sweep.diagnose.below_al; only where one has does the workflow ask for the diagnose job (`diagnose`), which runs
+the known causes' counterfactual cells on the cell's own backend, through the one loop (runner.run_server_cell),
+and writes diagnosis.json. A healthy cell costs no launch and no cluster job.
+
+A counterfactual cell is the cell with one thing changed: thinking off (`nothink`), its drafter's
+target_layer_ids shifted by one (`layers-1`, `layers+1`, where in range), the tokenizer's own mask token
+(`mask`). The doctored drafter is a folder under the cell's (layout.doctored_drafter): an edited config.json and
+links to the weights. The counterfactual cells run the dataset's first sweep.diagnose.prompts prompts, one repeat,
+and are compared with the cell's own requests on the same prompts (diagnosis.py's statistic). Finished ones are
+never rerun: an interrupted diagnosis resumes where it stopped.
+"""
+from __future__ import annotations
+
+import json
+import struct
+import time
+from pathlib import Path
+
+from . import backends, diagnosis, drafter_config, layout, metrics
+from .cells import Grid
+from .checks import _tokenizer_ids, local_dir
+from .errors import ConfigError, SpecsweepError
+from .results import atomic_write_json, read_json, read_jsonl
+
+
+def settings(cfg: dict) -> tuple[float, int]:
+    """sweep.diagnose's (below_al, prompts), refused in one line where they make no sense."""
+    given = (cfg.get("sweep") or {}).get("diagnose") or {}
+    below, prompts = given.get("below_al", diagnosis.BELOW_AL), given.get("prompts", diagnosis.PROMPTS)
+    if isinstance(below, bool) or not isinstance(below, (int, float)) or below < 0:
+        raise ConfigError(f"config: sweep.diagnose.below_al={below} must be a number >= 0 (an acceptance length; "
+                          "0 turns the diagnosis off), e.g. sweep.diagnose.below_al=1.5")
+    if isinstance(prompts, bool) or not isinstance(prompts, int) or prompts < 1:
+        raise ConfigError(f"config: sweep.diagnose.prompts={prompts} must be a whole number >= 1 (the counterfactual "
+                          "cells' prompts), e.g. sweep.diagnose.prompts=4")
+    return float(below), prompts
+
+
+# ---- what the cell measured ---------------------------------------------------------------------------------
+def _histogram(spec_decode: dict | None) -> list[float] | None:
+    """A cell's step histogram (index j: steps that accepted j drafts): its own, or from its per-position rates."""
+    if not spec_decode:
+        return None
+    if spec_decode.get("acceptance_length_histogram"):
+        return [float(h) for h in spec_decode["acceptance_length_histogram"]]
+    rates, drafts = spec_decode.get("per_position_acceptance"), spec_decode.get("num_drafts")
+    return diagnosis.histogram_from_rates(rates, drafts) if rates and drafts else None
+
+
+def _pooled(valid: list[dict]) -> tuple[float | None, list[float] | None]:
+    """The pooled acceptance length (accepted over steps, summed over the valid repeats) and per-position rates."""
+    sds = [m["spec_decode"] for m in valid if m.get("spec_decode") and m["spec_decode"].get("num_drafts")]
+    drafts = sum(s["num_drafts"] for s in sds)
+    if not drafts:
+        return None, None
+    al = 1 + sum(s["num_accepted_tokens"] for s in sds) / drafts
+    widths = [len(s.get("per_position_acceptance") or []) for s in sds]
+    if not sds or not min(widths):
+        return al, None
+    rates = [sum(s["per_position_acceptance"][i] * s["num_drafts"] for s in sds) / drafts for i in range(min(widths))]
+    return al, rates
+
+
+def _reference(grid: Grid, sid: str, bids: list[str], prompts: int) -> tuple[list[float] | None, str]:
+    """The cell's step histogram on the counterfactuals' prompts (the requests of index < prompts of its first
+    valid repeat: one repeat, as the counterfactual ran, since a greedy repeat's steps are the same steps again),
+    or, where its requests carry no per-request figures, over its whole run; and which it is."""
+    k = grid.servers[sid].spec["num_speculative_tokens"]
+    valid = [(b, m) for b in sorted(bids, key=lambda b: grid.benches[sid][b].spec["repeat"])
+             if (m := read_json(grid.metrics_path(sid, b))).get("valid")]
+    if not valid:
+        return None, "no valid repeat"
+    first = valid[0][0]
+    rows = [r for r in read_jsonl(grid.bench_dir(sid, first) / layout.REQUESTS) if r["index"] < prompts]
+    own = metrics.per_request_acceptance(rows, k) if rows else None
+    if own and own["num_drafts"]:
+        return [float(h) for h in own["acceptance_length_histogram"]], \
+            f"the same {prompts} prompts of repeat {grid.benches[sid][first].spec['repeat']}"
+    valid = [m for _, m in valid]
+    hists = [h for h in (_histogram(m.get("spec_decode")) for m in valid) if h]
+    if not hists:
+        return None, "no step histogram"
+    width = max(map(len, hists))
+    return [sum(h[i] for h in hists if i < len(h)) for i in range(width)], "its whole run (no per-request figures)"
+
+
+# ---- doctored drafters and what the checkpoint says ---------------------------------------------------------
+def doctor(source: Path, out: Path, edit: dict) -> Path:
+    """A drafter folder whose config.json is the source's with dflash_config updated by `edit`, every other file
+    a link to the source's."""
+    cfg = json.loads((source / "config.json").read_text())
+    cfg["dflash_config"] = {**(cfg.get("dflash_config") or {}), **edit}
+    for key in edit:                         # a top-level copy would disagree with dflash_config
+        cfg.pop(key, None)
+    out.mkdir(parents=True, exist_ok=True)
+    for f in source.iterdir():
+        link = out / f.name
+        if f.name != "config.json" and not link.exists() and not link.is_symlink():
+            link.symlink_to(f.resolve())
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+def safetensors_shapes(folder: Path) -> dict[str, list[int]]:
+    """Tensor shapes from the safetensors headers of a checkpoint folder (no tensor read, no torch)."""
+    shapes = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(size))
+        shapes.update({k: v["shape"] for k, v in header.items() if k != "__metadata__"})
+    return shapes
+
+
+def tokenizer_mask(folder: Path | None) -> tuple[str | None, int | None]:
+    """The tokenizer's own mask token and its id (tokenizer_config.json or special_tokens_map.json)."""
+    if folder is None:
+        return None, None
+    token = None
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        f = folder / name
+        if token is None and f.exists():
+            token = json.loads(f.read_text()).get("mask_token")
+    if isinstance(token, dict):
+        token = token.get("content")
+    ids = _tokenizer_ids(folder) or {}
+    return token, ids.get(token) if token else None
+
+
+def vocabulary_evidence(drafter: dict, target_dir: Path | None, tokenizer_dir: Path | None,
+                        mask_id: int | None) -> tuple[str, str]:
+    """(status, evidence) of a tokenizer or vocabulary mismatch, from shapes alone: no counterfactual exists (the
+    drafter reads the target's embeddings and lm_head, so there is no other vocabulary to try)."""
+    target = drafter_config.read_config(target_dir) if target_dir else None
+    if target is None:
+        return diagnosis.NOT_TESTED, "the target's config is not on this machine: shapes not compared"
+    tv = target.get("vocab_size")
+    embed = next((s for n, s in safetensors_shapes(target_dir).items() if n.endswith("embed_tokens.weight")), None)
+    ids = _tokenizer_ids(tokenizer_dir) if tokenizer_dir else None
+    tok = max(ids.values()) + 1 if ids else None          # the ids the tokenizer can give, added tokens included
+    seen = [f"target vocab_size {tv}", f"drafter {drafter.get('vocab_size', 'none given')}",
+            f"target embedding rows {embed[0] if embed else 'n/a'}", f"tokenizer ids 0..{tok - 1 if tok else 'n/a'}"]
+    problems = []
+    if drafter.get("vocab_size") not in (None, tv):
+        problems.append(f"the drafter's vocab_size {drafter['vocab_size']} is not the target's {tv}")
+    if embed and embed[0] != tv:
+        problems.append(f"the target's embedding has {embed[0]} rows for vocab_size {tv}")
+    if tok is not None and tv is not None and tok > tv:
+        problems.append(f"the tokenizer gives ids up to {tok - 1}, past the target's vocab_size {tv}")
+    if mask_id is not None and tv is not None and not 0 <= mask_id < tv:
+        problems.append(f"mask_token_id {mask_id} is outside the vocabulary of {tv}")
+    tail = "; no counterfactual possible, from shapes only"
+    if problems:
+        return diagnosis.SUSPECTED, "; ".join(problems) + tail
+    return diagnosis.RULED_OUT, "shapes agree (" + ", ".join(seen) + ")" + tail
+
+
+def max_layer_id(backend: str, n_layers: int, env: dict) -> int:
+    """The largest target_layer_id the backend can read of an n-layer target: it reads hidden_states[id + 1 +
+    offset] (vLLM's offset from its probe in env.json, else the backend's LAYER_ID_OFFSET fact)."""
+    probed = (env.get("server_env") or {}).get("dflash_layer_offset")      # only vLLM's probe records one
+    offset = probed if probed is not None else getattr(backends.get(backend), "LAYER_ID_OFFSET", 1)
+    return n_layers - 1 - offset
+
+
+# ---- one group ----------------------------------------------------------------------------------------------
+class _Run:
+    """Runs one group's counterfactual cells and compares each with the cell."""
+
+    def __init__(self, grid: Grid, sid: str, bids: list[str], prompts: int, progress: bool):
+        self.grid, self.sid, self.prompts, self.progress = grid, sid, prompts, progress
+        self.reference, self.reference_is = _reference(grid, sid, bids, prompts)
+        bench = dict(grid.benches[sid][sorted(bids)[0]].spec)
+        self.bench = {**bench, "repeat": 0, "prompts_limit": prompts}
+
+    def measure(self, tag: str, spec: dict, bench: dict | None = None) -> dict:
+        from . import runner        # here: the acceptance step, a local job per cell, needs none of what it imports
+
+        cf = self.grid.add_counterfactual(self.sid, tag, spec, [bench or self.bench])
+        [bid] = self.grid.benches[cf]
+        record = {"tag": tag, "server_cell": cf, "bench_cell": bid, "compared_with": self.reference_is}
+        try:
+            runner.run_server_cell(self.grid, cf, self.grid.run_marker(cf), self.progress)
+        except SpecsweepError as e:
+            return {**record, "valid": False, "problem": str(e).splitlines()[0], "rose": False}
+        m = read_json(self.grid.metrics_path(cf, bid))
+        if not m.get("valid"):          # a figure the cell's own checks reject is not shown
+            return {**record, "valid": False, "problem": m.get("invalid_reason"), "rose": False}
+        hist = _histogram(m.get("spec_decode"))
+        if self.reference is None or hist is None:
+            return {**record, "valid": True, "problem": "no step histogram to compare", "rose": False}
+        return {**record, "valid": True, **diagnosis.rise(self.reference, hist)}
+
+
+def _cause(cause: str, status: str, evidence: str, tried: list[dict] | None = None) -> dict:
+    return {"cause": cause, "label": diagnosis.LABELS[cause], "status": status, "evidence": evidence,
+            "counterfactuals": tried or []}
+
+
+def _tried(cause: str, tried: list[dict], what: dict[str, str], prompts: int) -> dict:
+    """A cause whose counterfactuals ran: confirmed by the first that rose, else ruled out (or not tested where
+    none could be compared)."""
+    texts = [diagnosis.rise_text(what[t["tag"]], t, prompts) if t.get("al_counterfactual") is not None
+             else f"{what[t['tag']]}: not compared ({t.get('problem')})" for t in tried]
+    rose = [t for t in tried if t["rose"]]
+    if rose:
+        best = max(rose, key=lambda t: t["al_counterfactual"])
+        return _cause(cause, diagnosis.CONFIRMED, diagnosis.rise_text(what[best["tag"]], best, prompts), tried)
+    compared = [t for t in tried if t.get("al_counterfactual") is not None]
+    status = diagnosis.RULED_OUT if compared else diagnosis.NOT_TESTED
+    return _cause(cause, status, "acceptance did not rise: " + "; ".join(texts) if compared else "; ".join(texts),
+                  tried)
+
+
+def diagnose_group(grid: Grid, sid: str, bids: list[str], thinking: bool, prompts: int, env: dict,
+                   progress: bool = True) -> list[dict]:
+    """The causes in order for one low group, each with its evidence; stops running counterfactuals at the first
+    confirmed cause (the later ones are `not tested`)."""
+    cell = grid.servers[sid]
+    spec, pair = cell.spec, cell.pair
+    run = _Run(grid, sid, bids, prompts, progress)
+    causes, found = [], False
+
+    def skipped(cause):
+        return _cause(cause, diagnosis.NOT_TESTED, "not run: an earlier cause was confirmed")
+
+    # 1. thinking on for a drafter trained without it
+    if not thinking:
+        causes.append(_cause("thinking", diagnosis.NOT_APPLICABLE, "the cell ran with thinking off"))
+    else:
+        trained = pair.get("trained_with_thinking")
+        t = run.measure("nothink", {}, {**run.bench, "thinking": False})
+        causes.append(_tried("thinking", [t], {"nothink": f"thinking off (the pair's trained_with_thinking: "
+                                                          f"{trained})"}, prompts))
+        found = causes[-1]["status"] == diagnosis.CONFIRMED
+
+    ddir = local_dir(spec.get("drafter")) if spec["method"] == "dflash" else None
+    dcfg = drafter_config.read_config(ddir) if ddir else None
+    tdir, tokdir = local_dir(spec["target"]), local_dir(spec["tokenizer"])
+    target = drafter_config.read_config(tdir) if tdir else None
+    # 2. the target_layer_ids offset
+    ids = drafter_config.target_layer_ids(dcfg) if dcfg else None
+    if found:
+        causes.append(skipped("target_layer_ids"))
+    elif spec["method"] != "dflash":
+        causes.append(_cause("target_layer_ids", diagnosis.NOT_APPLICABLE, f"method {spec['method']} reads no layers"))
+    elif not ids or target is None:
+        causes.append(_cause("target_layer_ids", diagnosis.NOT_TESTED,
+                             "the drafter's or the target's config is not on this machine: no doctored drafter"))
+    else:
+        top = max_layer_id(spec["server"]["backend"], target["num_hidden_layers"], env)
+        tried, what = [], {}
+        for shift in (-1, 1):
+            shifted = [i + shift for i in ids]
+            if all(0 <= i <= top for i in shifted):
+                tag = f"layers{shift:+d}"
+                what[tag] = f"target_layer_ids shifted by {shift:+d} ({ids} -> {shifted})"
+                doctored = doctor(ddir, layout.doctored_drafter(grid.server_dir(sid), tag),
+                                  {"target_layer_ids": shifted})
+                tried.append(run.measure(tag, {"drafter": str(doctored)}))
+        if tried:
+            causes.append(_tried("target_layer_ids", tried, what, prompts))
+            found = causes[-1]["status"] == diagnosis.CONFIRMED
+        else:
+            causes.append(_cause("target_layer_ids", diagnosis.NOT_APPLICABLE,
+                                 f"no shift by one of {ids} stays within 0..{top} for this target and backend"))
+    # 3. the mask token
+    mask = spec.get("mask_token_id") if spec.get("mask_token_id") is not None else \
+        drafter_config.mask_token_id(dcfg) if dcfg else None
+    token, token_id = tokenizer_mask(tokdir)
+    if found:
+        causes.append(skipped("mask_token"))
+    elif dcfg is None:
+        causes.append(_cause("mask_token", diagnosis.NOT_APPLICABLE if spec["method"] != "dflash" else
+                             diagnosis.NOT_TESTED, "no DFlash drafter config on this machine"))
+    elif token_id is None:
+        causes.append(_cause("mask_token", diagnosis.NOT_TESTED,
+                             f"the tokenizer names no mask token (or it is not in its vocabulary): mask id {mask} "
+                             "not tried against another"))
+    elif token_id == mask:
+        causes.append(_cause("mask_token", diagnosis.NOT_APPLICABLE,
+                             f"the drafter already uses the tokenizer's mask token {token} (id {mask})"))
+    else:
+        doctored = doctor(ddir, layout.doctored_drafter(grid.server_dir(sid), "mask"),
+                          {"mask_token_id": token_id, "mask_token": token})
+        change = {"drafter": str(doctored)}
+        if spec.get("mask_token_id") is not None:
+            change["mask_token_id"] = token_id
+        t = run.measure("mask", change)
+        causes.append(_tried("mask_token", [t], {"mask": f"the tokenizer's mask token {token} (id {mask} -> "
+                                                         f"{token_id})"}, prompts))
+        found = causes[-1]["status"] == diagnosis.CONFIRMED
+    # 4. a tokenizer or vocabulary mismatch: shapes only
+    if dcfg is None and spec["method"] != "dflash":
+        causes.append(_cause("vocabulary", diagnosis.NOT_APPLICABLE, f"method {spec['method']} has no drafter config"))
+    else:
+        causes.append(_cause("vocabulary", *vocabulary_evidence(dcfg or {}, tdir, tokdir, mask)))
+    return causes
+
+
+def groups(grid: Grid, sid: str) -> dict[tuple, list[str]]:
+    """(dataset, thinking, concurrency) -> the finished bench ids of a server cell, as the summary groups them."""
+    out: dict[tuple, list[str]] = {}
+    for bid, bench in grid.benches[sid].items():
+        if grid.metrics_path(sid, bid).exists():
+            s = bench.spec
+            out.setdefault((s["dataset"]["name"], s["thinking"], s["concurrency"]), []).append(bid)
+    return out
+
+
+def _groups_needed(grid: Grid, sid: str, below: float) -> list[tuple[dict, list[str], list[float] | None]]:
+    """Each bench group's entry (its pooled acceptance, whether it needs a diagnosis and, if not, why), its bench
+    ids and its pooled per-position rates."""
+    out = []
+    for (dataset, thinking, conc), bids in sorted(groups(grid, sid).items()):
+        entry = {"dataset": dataset, "thinking": thinking, "concurrency": conc}
+        valid = [m for m in (read_json(grid.metrics_path(sid, b)) for b in bids) if m.get("valid")]
+        al, rates = _pooled(valid)
+        entry.update(mean_acceptance_length=al, per_position_acceptance=rates,
+                     needed=al is not None and grid.diagnosed(sid) and al < below)
+        if not entry["needed"]:
+            entry["reason"] = ("no valid repeat with drafts" if al is None else "a set acceptance"
+                               if not grid.diagnosed(sid) else f"AL {al:.3g} is at least sweep.diagnose.below_al "
+                                                                f"{below:g}")
+        out.append((entry, bids, rates))
+    return out
+
+
+def acceptance(grid: Grid, sid: str, out: str | Path) -> dict:
+    """The light part (a local rule): write `out` (layout.ACCEPTANCE) saying, per bench group, whether the cell's
+    pooled acceptance length is below sweep.diagnose.below_al; the workflow asks for a diagnosis only where one is."""
+    below, prompts = settings(grid.configs[sid])
+    entries = [e for e, _, _ in _groups_needed(grid, sid, below)]
+    record = {"server_cell": sid, "below_al": below, "prompts": prompts, "needed": any(e["needed"] for e in entries),
+              "groups": entries}
+    atomic_write_json(out, record)
+    return record
+
+
+def diagnose(grid: Grid, sid: str, out: str | Path, env_json: str | Path | None = None,
+             progress: bool = True) -> dict:
+    """Write the cell's diagnosis.json at `out`: per bench group, whether it was needed, and if so each cause in
+    order with its evidence and the diagnosis (diagnosis.decide)."""
+    below, prompts = settings(grid.configs[sid])
+    env = read_json(env_json) if env_json and Path(env_json).exists() else {}
+    entries = []
+    for entry, bids, rates in _groups_needed(grid, sid, below):
+        if not entry["needed"]:
+            entries.append(entry)
+            continue
+        where = f"{sid} {entry['dataset']} think={entry['thinking']} c={entry['concurrency']}"
+        al = entry["mean_acceptance_length"]
+        print(f"[specsweep] {where}: AL {al:.3g} < {below:g}: diagnosing", flush=True)
+        causes = diagnose_group(grid, sid, bids, entry["thinking"], prompts, env, progress)
+        decided = diagnosis.decide(causes, rates, al)
+        print(f"[specsweep] {where}: {decided['diagnosis']}: {decided['evidence']}", flush=True)
+        entries.append({**entry, **decided})
+    record = {"server_cell": sid, "below_al": below, "prompts": prompts,
+              "statistic": {"min_rise": diagnosis.MIN_RISE, "z": diagnosis.Z_RISE, "low_rate": diagnosis.LOW_RATE},
+              "needed": any(e["needed"] for e in entries), "groups": entries, "finished_at": time.time()}
+    atomic_write_json(out, record)
+    return record

@@ -1,0 +1,4 @@
+from specsweep import counterfactuals, snakejob
+
+snakejob.run(snakemake.log[0], lambda: counterfactuals.acceptance(snakemake.params.grid, snakemake.wildcards.server,
+                                                                  snakemake.output[0]))
