@@ -13,6 +13,9 @@
 #   tiny-block   experiment=gpu_tiny at temperature 0.8: K=7 with standard and with block verification
 #   tiny-sched   experiment=gpu_tiny at concurrency 1 and 8: K=3, K=7 and vLLM's dynamic K (sweep.k_schedule) as
 #                one cell, K=7 up to 4 sequences and K=3 from 5 to 64
+#   tiny-diag    the low-acceptance diagnosis on vLLM: K=7 with a doctored tiny drafter whose mask token is the
+#                end-of-turn token; its counterfactual cells run on the same vLLM (the layer shifts are out of
+#                vLLM's range for the tiny pair's ids, so the mask token is the one tried)
 # Each run step packs the study as $OUT/<study>.tar.gz (the compile cache left out) and its Snakemake log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -51,6 +54,13 @@ case ${1:?step} in
                 "sweep.num_speculative_tokens=[7]" "sweep.verification=[standard,block]" sweep.temperature=0.8 ;;
   tiny-sched) study tiny-gpu-sched experiment=gpu_tiny server=vllm_gpu_bundle results_dir=$RES study=tiny-gpu-sched \
                 "sweep.num_speculative_tokens=[3,7]" "sweep.k_schedule=[[1,4,7],[5,64,3]]" "sweep.concurrency=[1,8]" ;;
-  *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched" >&2
+  tiny-diag) python3 -c "import sys; from pathlib import Path; from transformers import AutoTokenizer
+from specsweep.counterfactuals import doctor
+eot = AutoTokenizer.from_pretrained(sys.argv[1] + '/target').convert_tokens_to_ids('<|im_end|>')
+print('mask token id ->', eot, doctor(Path(sys.argv[1] + '/drafter'), Path(sys.argv[2]), {'mask_token_id': eot}))" \
+               $RES/models/tiny $RES/models/tiny-badmask/drafter || exit
+             study tiny-gpu-diag experiment=gpu_tiny server=vllm_gpu_bundle results_dir=$RES study=tiny-gpu-diag \
+               pair.drafter=$RES/models/tiny-badmask/drafter "sweep.num_speculative_tokens=[7]" ;;
+  *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched | tiny-diag" >&2
      exit 2 ;;
 esac
