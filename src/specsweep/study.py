@@ -8,6 +8,7 @@ cells' config.yaml files hold, so it has every cell that ran there.
 """
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -19,6 +20,12 @@ from .errors import ConfigError
 from .results import read_json, read_jsonl
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+KEY = ("method", "num_speculative_tokens", "set_acceptance", "verification", "k_schedule", "dataset", "thinking",
+       "concurrency", "ignore_eos", "repeat")     # Cell.key's parts, by name
+
+
+def _json(value) -> str | None:
+    return None if value is None else json.dumps(value)
 
 
 class Cell:
@@ -63,10 +70,19 @@ class Cell:
 
     @property
     def key(self) -> tuple:
-        """What `compare` matches two studies' cells on: method, K, dataset, thinking, concurrency, repeat."""
+        """What `compare` matches two studies' cells on: method, K, set acceptance, verification, K schedule,
+        dataset, thinking, concurrency, ignore_eos (a baseline runs both where its study sets acceptance), repeat
+        (KEY names them)."""
         s, b = self.server_spec, self.bench
-        return (s["method"], s["num_speculative_tokens"], b["dataset"]["name"], b["thinking"], b["concurrency"],
-                b["repeat"])
+        return (s["method"], s["num_speculative_tokens"], _json(s.get("set_acceptance")),
+                s.get("verification", "standard") if s["method"] != "none" else None, _json(s.get("k_schedule")),
+                b["dataset"]["name"], b["thinking"], b["concurrency"], bool(b.get("ignore_eos", False)), b["repeat"])
+
+    @property
+    def set_acceptance_source(self) -> dict | None:
+        """Where a replay's rates came from (sweep.set_acceptance {rates_from: DIR}, cells.rates_source), as its
+        config.yaml records it; None for other cells, and for a replay of rates given as a list."""
+        return self.config.get("set_acceptance_source")
 
     @property
     def round(self) -> int | None:
@@ -76,8 +92,14 @@ class Cell:
         return None if rounds == 1 else round_of_repeat(int(self.bench["repeat"]), rounds, int(sweep["repeats"]))
 
     def requests(self) -> list[dict]:
+        """requests.jsonl, or in a study kept in the repo (bench/keep_study.sh) its gzipped copy."""
         if self._requests is None:
-            self._requests = read_jsonl(self.path / layout.REQUESTS)
+            path = self.path / layout.REQUESTS
+            if not path.exists() and (self.path / layout.REQUESTS_KEPT).exists():
+                with gzip.open(self.path / layout.REQUESTS_KEPT, "rt", encoding="utf-8") as f:
+                    self._requests = [json.loads(line) for line in f if line.strip()]
+            else:
+                self._requests = read_jsonl(path)
         return self._requests
 
     def baseline(self) -> "Cell | None":
