@@ -228,6 +228,17 @@ repeats one or two tokens and top-1 and top-2 tie within near_ties.MARGIN at onc
 answer has 31-35 distinct tokens and its first near-tie comes late or never (measured on the suite's prompts)."""
 
 
+class ServerlessSession:
+    """What runner.run_server_cell asks of a session beyond `measure`, for a fake one with no server behind it."""
+    log_path = None
+
+    def alive(self):
+        return True
+
+    def log_tail(self):
+        return ""
+
+
 def make_random_pair(root: Path, seed: int = 0) -> Path:
     """An untrained pair laid out as the DAG's models/tiny: tokenizer/, target/ (the tiny target's shape and
     tokenizer, randomly initialised), drafter/ (init_drafter's). Seconds, where training takes minutes: for

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import DATA, run
+from helpers import DATA, ServerlessSession, run
 from specsweep import counterfactuals, diagnosis, layout, pages, summary
 from specsweep.backends import parts
 from specsweep.bench_cell import Measurement
@@ -98,23 +98,15 @@ def test_a_bad_threshold_from_the_cli_is_one_line_without_a_traceback(tmp_path):
 
 
 # ---- the whole diagnosis on a fake session ------------------------------------------------------------------
-class DrafterSession:
+class DrafterSession(ServerlessSession):
     """Acceptance follows the cell's drafter: 4 per step with the pair's own layer ids and the tokenizer's mask, 1
     (nothing accepted) otherwise; thinking on accepts nothing either (a drafter trained without it)."""
-    log_path = None
-
     def __init__(self, spec, good_ids, good_mask):
         cfg = json.loads((Path(spec["drafter"]) / "config.json").read_text()) \
             if spec["method"] != "none" else {}
         d = cfg.get("dflash_config") or {}
         self.k = spec["num_speculative_tokens"]
         self.good = d.get("target_layer_ids") == good_ids and d.get("mask_token_id") == good_mask
-
-    def alive(self):
-        return True
-
-    def log_tail(self):
-        return ""
 
     def measure(self, prompts, bench, progress, desc):
         rows = []

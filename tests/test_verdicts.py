@@ -9,7 +9,7 @@ import random
 import pandas as pd
 import pytest
 
-from helpers import DATA
+from helpers import DATA, ServerlessSession
 from specsweep import summary
 from specsweep.bench_cell import Measurement, run_bench_cell
 from specsweep.cells import expand
@@ -20,20 +20,12 @@ from specsweep.study import Study
 TWO_CATEGORIES = DATA / "two_categories.jsonl"
 
 
-class FakeSession:
+class FakeSession(ServerlessSession):
     """Latency = the prompt's baseline latency / speedup[K], times log-normal noise; acceptance length per
     step from the category (math drafts well, writing poorly) and K."""
-    log_path = None
-
     def __init__(self, k: int, speedup: dict, noise: float, seed: int, bursty: tuple = ()):
         self.k, self.speedup, self.noise, self.rng = k, speedup, noise, random.Random(seed)
         self.bursty = k in bursty          # every answer held back and sent at once, at the end
-
-    def alive(self):
-        return True
-
-    def log_tail(self):
-        return ""
 
     def measure(self, prompts, bench, progress, desc):
         rows = []
