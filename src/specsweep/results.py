@@ -10,11 +10,21 @@ from pathlib import Path
 import yaml
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write through a temp file and a rename, so a reader sees the old file or the new one, never a part. The file
+    gets the mode a plain open would give it (0666 less the umask), not mkstemp's 0600: a study's results are for
+    whoever may read its directory."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
