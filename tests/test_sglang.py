@@ -23,7 +23,7 @@ from specsweep.config import ConfigError, _spec_flag_fix, compose_jobs
 from specsweep.datasets import materialise
 from specsweep.errors import CellError
 
-from helpers import files_holding, standin_site
+from helpers import files_holding, last_launch, standin_site
 
 FAKE = Path(__file__).parent / "fake_sglang"
 DATA = Path(__file__).parent / "data" / "sglang0517"
@@ -264,7 +264,7 @@ def test_a_server_cell_runs_end_to_end_against_the_stand_in(fake, tmp_path, issu
 
     bm = json.loads(grid.metrics_path(base, bid).read_text())
     assert bm["spec_decode"] is None and bm["backend"] == "sglang"
-    server = json.loads((grid.server_dir(spec) / "logs" / "server.json").read_text())
+    server = last_launch(grid.server_dir(spec) / "logs")
     assert server["argv"][:3] == [PY, "-m", "sglang.launch_server"] and server["cuda_visible_devices"] == "0"
     assert "stopped_at" in server and port_is_free("127.0.0.1", server["port"])
     assert f"[stand-in sglang {version}] serving target" in Path(server["log"]).read_text()
