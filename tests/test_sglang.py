@@ -1,7 +1,7 @@
 """The SGLang backend: its argv, its acceptance figures, a server cell end to end, and its preflight checks.
 
 No real SGLang runs here (no GPU, and SGLang refuses DFLASH on CPU); a real 0.5.17 ran on an H200
-(bench/h200/sglang/), and what it answered is kept in tests/data/sglang0517/. The server here is a stand-in,
+(bench/archive/h200/sglang/), and what it answered is kept in tests/data/sglang0517/. The server here is a stand-in,
 tests/fake_sglang/sglang/launch_server.py, that answers as that 0.5.17 did (or as 0.5.23's source reads, under
 STANDIN_SGLANG_VERSION); it runs as a real process through the same lifecycle (server.python -m
 sglang.launch_server, on 127.0.0.1).

@@ -1,4 +1,4 @@
-"""The results tree: every file and folder name under `results/`, and where each lies (docs/results.md).
+"""The results tree: every file and folder name under `results/`, and where each lies (docs/reference.md).
 
 This module is the one place that spells them; the library, the rules and the scripts ask it
 (`tests/test_layout.py` checks that nothing else in `src/` or `workflow/` does). It knows names and shapes,

@@ -79,7 +79,7 @@ class Server:
     env: dict = field(default_factory=dict)  # set over the orchestrator's environment
     gpus_needed: int = 0
     served_name: str = "model"
-    kind: str = "vLLM"                       # how messages name it
+    kind: str = "server"                     # how messages name it (each backend gives its own)
     record: dict = field(default_factory=dict)   # launch facts (its Python, versions) kept in server.json
     # How the server takes the fresh API key each launch gets (never argv, which `ps` shows to every user): from
     # this environment variable (vLLM: VLLM_API_KEY), or from a private JSON file (JSON is YAML) that this flag

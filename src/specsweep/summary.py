@@ -111,7 +111,7 @@ def _against_baseline(cells: Study, sid: str, bids: list[str], valid: list[dict]
 
 
 # ---- the figures of one row against each other ------------------------------------------------------------
-NO_CI_TOLERANCE = 0.25    # a figure without a CI stands for x / 1.25 .. x * 1.25 (docs/results.md says why)
+NO_CI_TOLERANCE = 0.25    # a figure without a CI stands for x / 1.25 .. x * 1.25 (docs/reference.md says why)
 SPEEDUPS = {"e2e": ("speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high"),
             "streamed TPOT": ("speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low",
                               "speedup_streamed_tpot_ci_high"),
