@@ -257,3 +257,15 @@ def test_relaunch_rounds_launch_each_member_once_a_round_in_a_rotating_order(tin
         records = launch_records(g.log_dir(sid))
         assert len(records) == 2 and all(r["residency"] == "relaunch" for r in records)
         assert len(list(g.server_dir(sid).glob("*/metrics.json"))) == 4
+
+
+def test_coresident_repeats_are_the_blocks_the_paired_ci_resamples():
+    co = grid()                                                  # 10 co-resident repeats: one block each
+    rel = grid("sweep.residency=relaunch", "sweep.rounds=3")     # 3 relaunch rounds
+    few = grid("sweep.repeats=4")                                # too few repeats to resample as blocks
+    for sid in co.servers:
+        assert sorted(co.block_of(sid, b) for b in co.benches[sid]) == list(range(10))
+        assert sorted(rel.block_of(sid, b) for b in rel.benches[sid]) == [0] * 4 + [1] * 3 + [2] * 3
+        assert {few.block_of(sid, b) for b in few.benches[sid]} == {None}
+    one = grid("sweep.residency=relaunch")
+    assert {one.block_of(s, b) for s in one.servers for b in one.benches[s]} == {None}

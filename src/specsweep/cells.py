@@ -239,6 +239,9 @@ def sweep_rounds(sweep: dict) -> int:
     return min(int(sweep.get("rounds", 1)), int(sweep.get("repeats", 1)))
 
 
+MIN_BLOCKS = 5      # co-resident repeats below which the paired CI does not resample them as blocks (Grid.block_of)
+
+
 def _rotated(items: list, by: int) -> list:
     by %= len(items)
     return items[by:] + items[:by]
@@ -329,6 +332,16 @@ class Grid:
     def round_cells(self, sid: str, rnd: int | None) -> list[str]:
         """The bench cells of one round of a server cell; rnd None: all of them."""
         return [bid for bid in self.benches[sid] if rnd is None or self.round_of(sid, bid) == rnd]
+
+    def block_of(self, sid: str, bid: str) -> int | None:
+        """The stretch of time a bench cell ran in together with its group's other members, which the paired CI
+        resamples as one (stats._cluster_bootstrap), or None where there is no such stretch to resample:
+        co-resident members take turns repeat by repeat, so repeat r of each ran back to back (with at least
+        MIN_BLOCKS repeats; fewer give the draw too few outcomes); relaunched ones share a round (with 2 or more)."""
+        if self.residency(sid) == "relaunch":
+            return self.round_of(sid, bid) if self.rounds(sid) > 1 else None
+        repeats = int(self.configs[sid]["sweep"]["repeats"])
+        return int(self.benches[sid][bid].spec["repeat"]) if repeats >= MIN_BLOCKS else None
 
     def residency(self, sid: str) -> str:
         """How the cell's group keeps its servers (sweep.residency): `coresident` (all up for the group's whole
