@@ -47,9 +47,9 @@ def test_a_group_is_a_baseline_and_its_k_cells_and_one_job_runs_it():
     assert {g.group_of(s) for s in (base, k3, k7)} == {base}
     assert g.run_marker(base).parent == g.server_dir(base) / "runs"
     assert g.group_pending(base) == [(s, b) for s in (base, k3, k7) for b in g.benches[s]]
-    nobase = grid("sweep.baseline=false")
+    nobase = grid("sweep.baseline=false")       # without a baseline each cell is a group of its own
     k3, k7 = (next(s for s, c in nobase.servers.items() if c.spec["num_speculative_tokens"] == k) for k in (3, 7))
-    assert nobase.leads() == [k3] and nobase.group(k3) == [k3, k7]
+    assert nobase.leads() == [k3, k7] and nobase.group(k3) == [k3] and nobase.group(k7) == [k7]
 
 
 def test_coresident_members_take_turns_repeat_by_repeat_in_a_rotating_order():

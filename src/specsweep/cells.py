@@ -350,25 +350,14 @@ class Grid:
 
     def group_of(self, sid: str) -> str:
         """The lead of the server cell's group, the cells compared with each other and so run in one job: a
-        baseline and its speculative cells (lead: the baseline); without a baseline, the study's cells of one pair
-        (lead: the first in grid order). A diagnosis's counterfactual cell is a group of its own."""
-        if sid in self.diagnosed_by:
-            return sid
-        cell = self.servers[sid]
-        if sid in self.baseline_of:
-            return self.baseline_of[sid]
-        if cell.is_baseline:
-            return sid
-        return next(s for s in self.servers if s not in self.diagnosed_by and s not in self.baseline_of
-                    and not self.servers[s].is_baseline and self.servers[s].study == cell.study
-                    and self.servers[s].pair["name"] == cell.pair["name"])
+        baseline and its speculative cells (lead: the baseline). A cell without a baseline (sweep.baseline=false),
+        and a diagnosis's counterfactual cell, is a group of its own, so such cells still run side by side on
+        disjoint GPUs."""
+        return self.baseline_of.get(sid, sid)
 
     def group(self, lead: str) -> list[str]:
         """A group's server cells, the lead first, then grid order."""
-        if lead in self.diagnosed_by:
-            return [lead]
-        return [lead] + [s for s in self.servers if s != lead and s not in self.diagnosed_by
-                         and self.group_of(s) == lead]
+        return [lead] + [s for s in self.servers if self.baseline_of.get(s) == lead]
 
     def leads(self) -> list[str]:
         return [s for s in self.servers if self.group_of(s) == s]
