@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU studies of bench/h200/vllm/, run through the DAG on an offline one-GPU host, one step per call of a
+# The GPU studies of bench/archive/h200/vllm/, run through the DAG on an offline one-GPU host, one step per call of a
 # lease (each under 10 minutes; the host keeps /root and /tmp only while calls follow each other):
 #   recv DIR     copy one carried folder of bundle parts (.whl/c1, ...) to /root/whl
 #   install      scripts/offline_install.sh: vLLM into /tmp/site, the DAG's wheels (.dag/wheels) into /tmp/dag;

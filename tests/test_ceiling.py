@@ -1,5 +1,5 @@
 """The system's ceiling (ceiling.py): lengths read off a curve of set-acceptance points, and the drafter's place
-on it. Pure rows in and out; the H200 curve these came from is bench/h200/vllm/qwen3-8b-curve."""
+on it. Pure rows in and out; the H200 curve these came from is bench/archive/h200/vllm/qwen3-8b-curve."""
 
 import pytest
 

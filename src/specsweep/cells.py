@@ -229,6 +229,11 @@ def sweep_rounds(sweep: dict) -> int:
     return min(int(sweep.get("rounds", 1)), int(sweep.get("repeats", 1)))
 
 
+def _rotated(items: list, by: int) -> list:
+    by %= len(items)
+    return items[by:] + items[:by]
+
+
 def round_of_repeat(repeat: int, rounds: int, repeats: int) -> int:
     """Repeat r of R rounds over n repeats runs in round r * R // n, so each round holds a contiguous block of
     repeats (10 repeats in 3 rounds: 0-3, 4-6, 7-9)."""
@@ -309,10 +314,10 @@ class Grid:
         return [(sid, bid) for sid, cell in self.servers.items() if cell.study == study and sid not in self.diagnosed_by
                 for bid in self.benches[sid]]
 
-    # ---- rounds (sweep.rounds): scheduling, never part of an id --------------------------------------
+    # ---- groups, rounds and turns (sweep.residency, sweep.rounds): scheduling, never part of an id -------------
     def rounds(self, sid: str) -> int:
-        """How many rounds the server cell runs in: one server launch each, interleaved with the other
-        cells of its group (round_order)."""
+        """How many launches of its group the server cell runs in (sweep.rounds); each holds a contiguous block
+        of its repeats (round_of)."""
         return sweep_rounds(self.configs.get(sid, {}).get("sweep", {}))
 
     def round_of(self, sid: str, bid: str) -> int:
@@ -324,33 +329,77 @@ class Grid:
         """The bench cells of one round of a server cell; rnd None: all of them."""
         return [bid for bid in self.benches[sid] if rnd is None or self.round_of(sid, bid) == rnd]
 
-    def round_order(self, sid: str) -> list[tuple[str, int]]:
-        """The (server cell, round) launches of a server cell's group (its baseline and the speculative cells
-        compared with it, in grid order; without a baseline, the study's cells of its pair), interleaved:
-        baseline, K_a, K_b, baseline, K_a, K_b, ..."""
-        def group_of(s: str) -> tuple:
-            cell = self.servers[s]
-            if s in self.baseline_of or cell.is_baseline:
-                return ("baseline", self.baseline_of.get(s, s))
-            return ("pair", cell.study, cell.pair["name"])
-        group = [s for s in self.servers if group_of(s) == group_of(sid)]
-        return [(s, r) for r in range(max(self.rounds(s) for s in group)) for s in group if r < self.rounds(s)]
+    def residency(self, sid: str) -> str:
+        """How the cell's group keeps its servers (sweep.residency): `coresident` (all up for the group's whole
+        round, taking turns), `sleep` (all up, one awake: vLLM's sleep mode) or `relaunch` (one launch per turn)."""
+        return self.configs.get(sid, {}).get("sweep", {}).get("residency", "coresident")
 
-    @staticmethod
-    def marker_round(todo: str) -> int | None:
-        """The round a run marker's name (its stem) is for; None for a one-round cell's marker."""
-        m = re.fullmatch(r"round(\d+)-[0-9a-f]+", todo)
-        return int(m.group(1)) if m else None
+    def group_of(self, sid: str) -> str:
+        """The lead of the server cell's group, the cells compared with each other and so run in one job: a
+        baseline and its speculative cells (lead: the baseline); without a baseline, the study's cells of one pair
+        (lead: the first in grid order). A diagnosis's counterfactual cell is a group of its own."""
+        if sid in self.diagnosed_by:
+            return sid
+        cell = self.servers[sid]
+        if sid in self.baseline_of:
+            return self.baseline_of[sid]
+        if cell.is_baseline:
+            return sid
+        return next(s for s in self.servers if s not in self.diagnosed_by and s not in self.baseline_of
+                    and not self.servers[s].is_baseline and self.servers[s].study == cell.study
+                    and self.servers[s].pair["name"] == cell.pair["name"])
+
+    def group(self, lead: str) -> list[str]:
+        """A group's server cells, the lead first, then grid order."""
+        if lead in self.diagnosed_by:
+            return [lead]
+        return [lead] + [s for s in self.servers if s != lead and s not in self.diagnosed_by
+                         and self.group_of(s) == lead]
+
+    def leads(self) -> list[str]:
+        return [s for s in self.servers if self.group_of(s) == s]
+
+    def turns(self, members: list[str]) -> list[tuple[int, str, list[str]]]:
+        """The (round, server cell, bench cells) turns a group's job takes, in order, unfinished cells only. Round
+        by round; within a round, co-resident members (`coresident`, `sleep`) take turns repeat by repeat, in an
+        order that rotates with the repeat (baseline, K_a, K_b; K_a, K_b, baseline; ...), so that a load that
+        shifts during the round falls on every member alike; `relaunch` members take one turn a round, all of
+        that round's repeats in one launch, in an order that rotates with the round."""
+        out: list[tuple[int, str, list[str]]] = []
+        rounds = max(self.rounds(s) for s in members)
+        for rnd in range(rounds):
+            if self.residency(members[0]) == "relaunch":
+                for sid in _rotated(members, rnd):
+                    todo = [b for b in self.round_cells(sid, rnd) if rnd < self.rounds(sid) and self._unfinished(sid, b)]
+                    out += [(rnd, sid, todo)] if todo else []
+                continue
+            repeats = sorted({int(self.benches[s][b].spec["repeat"]) for s in members for b in self.round_cells(s, rnd)
+                              if rnd < self.rounds(s)})
+            for i, rep in enumerate(repeats):
+                for sid in _rotated(members, i):
+                    todo = [b for b in self.round_cells(sid, rnd) if rnd < self.rounds(sid)
+                            and int(self.benches[sid][b].spec["repeat"]) == rep and self._unfinished(sid, b)]
+                    out += [(rnd, sid, todo)] if todo else []
+        return out
+
+    def _unfinished(self, sid: str, bid: str) -> bool:
+        return not self.metrics_path(sid, bid).exists()
 
     def pending(self, sid: str, rnd: int | None = None) -> list[str]:
         """The unfinished bench cells of a server cell, or of one of its rounds."""
-        return [bid for bid in self.round_cells(sid, rnd) if not self.metrics_path(sid, bid).exists()]
+        return [bid for bid in self.round_cells(sid, rnd) if self._unfinished(sid, bid)]
 
-    def run_marker(self, sid: str, rnd: int | None = None) -> Path:
-        """The server job's output: named after the bench cells it still has to run; a round's (rnd, with
-        sweep.rounds > 1) starts with `round<rnd>-`."""
-        todo = stable_hash(sorted(self.pending(sid, rnd)))[:12]
-        return layout.run_marker(self.server_dir(sid), todo, rnd)
+    def group_pending(self, lead: str) -> list[tuple[str, str]]:
+        return [(sid, bid) for sid in self.group(lead) for bid in self.pending(sid)]
+
+    def run_marker(self, lead: str) -> Path:
+        """A group's job output, in its lead's folder: named after the bench cells the group still has to run."""
+        todo = stable_hash(sorted(self.group_pending(lead)))[:12]
+        return layout.run_marker(self.server_dir(lead), todo)
+
+    def group_gpus(self, lead: str) -> int:
+        """The GPUs a group's job holds: co-resident members share their GPUs (the most any member needs)."""
+        return max(self.servers[s].gpus for s in self.group(lead))
 
     def cells_done(self, sid: str) -> Path:
         """A marker that every bench cell of a server cell is finished; named after that set of cells."""
@@ -358,7 +407,8 @@ class Grid:
 
     def subset(self, *sids: str) -> "Grid":
         """The part of the grid a job needs: some server cells, their baselines, and their bench cells."""
-        keep = set(sids) | {self.baseline_of[s] for s in sids if s in self.baseline_of}
+        wanted = set(sids) | {self.baseline_of[s] for s in sids if s in self.baseline_of}
+        keep = [s for s in self.servers if s in wanted]      # in grid order: a group's turns follow it
         return Grid(results_dir=self.results_dir,
                     servers={s: self.servers[s] for s in keep}, benches={s: self.benches[s] for s in keep},
                     baseline_of={s: b for s, b in self.baseline_of.items() if s in keep},

@@ -1,5 +1,5 @@
 """Why a cell's acceptance is low: the known causes in order, each decided by a counterfactual cell's measured
-acceptance against the cell's own, never by the config alone (docs/results.md#low-acceptance-diagnosis).
+acceptance against the cell's own, never by the config alone (docs/methods.md#low-acceptance-diagnosis).
 
 Pure: step histograms and already-measured figures in, each cause's status and the row's diagnosis out. Running
 the counterfactual cells is counterfactuals.py's.

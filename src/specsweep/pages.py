@@ -60,18 +60,22 @@ def env_page(env_json: str | Path, out: str | Path) -> None:
 
 
 def launch_page(study: Study, sid: str, out: str | Path) -> None:
-    """A server cell's launch record (server.json: argv, PID, process group, versions) and its bench cells. The
-    local engine backend starts no server, so its cells have none."""
-    record = study.server_record(sid) or {"server": "none: the local engine ran inside the job"}
-    argv = " ".join(record.get("argv") or [])
+    """A server cell's launch records (server.json, one per launch: argv, PID, process group, versions, residency)
+    and its bench cells. The local engine backend starts no server, so its cells have none."""
+    records = study.launches(sid) or [{"server": "none: the local engine ran inside the job"}]
+    sections = []
+    for i, record in enumerate(records, 1):
+        argv = " ".join(record.get("argv") or [])
+        sections += [f"<h3>launch {i} of {len(records)}: argv</h3><pre>{html.escape(argv)}</pre>",
+                     key_values({k: v for k, v in record.items() if k != "argv"}, f"launch record {i}")]
     cells = []
     for bid in study.grid.benches[sid]:
         m = study.metrics(sid, bid) or {}
         cells.append({"bench cell": bid, "valid": m.get("valid"), "requests": m.get("requests_completed"),
-                      "output tok/s": m.get("output_tok_s"), "server log": m.get("server_log")})
-    atomic_write_text(out, page(f"Server cell {sid}", f"<h3>argv</h3><pre>{html.escape(argv)}</pre>",
-                                key_values({k: v for k, v in record.items() if k != "argv"}, "launch record"),
-                                table(pd.DataFrame(cells), "bench cells"), diagnosis_section(study.diagnosis(sid))))
+                      "output tok/s": m.get("output_tok_s"), "residency": m.get("residency"),
+                      "server log": m.get("server_log")})
+    atomic_write_text(out, page(f"Server cell {sid}", *sections, table(pd.DataFrame(cells), "bench cells"),
+                                diagnosis_section(study.diagnosis(sid))))
 
 
 def diagnosis_section(record: dict | None) -> str:

@@ -11,7 +11,7 @@ resampled is what varies between reruns:
   time on the machine, and a load that comes and goes (other jobs on a shared box) moves every request
   of that stretch at once. The two cells' repeats ran at different times, so repeat i of one is not
   paired with repeat i of the other. Resampling prompts alone, with every repeat's requests pooled,
-  gave a confident `slower` for a cell whose five repeats ranged from 0.57x to 1.54x (docs/results.md).
+  gave a confident `slower` for a cell whose five repeats ranged from 0.57x to 1.54x (docs/methods.md).
 - with rounds (sweep.rounds > 1: each server cell ran in several launches, interleaved with its baseline's),
   the rounds first: a cluster bootstrap draws rounds with replacement, then within each drawn round each
   side's repeats of that round, then prompts. A load that covers one launch of one cell and not its
@@ -36,7 +36,7 @@ MIN_PROMPTS = 5      # below this, no CI: a bootstrap over 2-4 prompts has almos
 
 FASTER, SLOWER, NOISE = "faster", "slower", "within noise"
 # A verdict whose CI ends within BORDERLINE of 1 (its bound in [1 - BORDERLINE, 1 + BORDERLINE]) says so: a rerun
-# can move such a bound across 1 (docs/results.md)
+# can move such a bound across 1 (docs/methods.md)
 BORDERLINE = 0.03
 FASTER_BORDERLINE, SLOWER_BORDERLINE = f"{FASTER}, borderline", f"{SLOWER}, borderline"
 

@@ -17,7 +17,7 @@ import yaml
 from . import layout
 from .cells import Grid, expand, round_of_repeat, sweep_rounds
 from .errors import ConfigError
-from .results import read_json, read_jsonl
+from .results import launches, read_json, read_jsonl
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 KEY = ("method", "num_speculative_tokens", "set_acceptance", "verification", "k_schedule", "dataset", "thinking",
@@ -214,11 +214,10 @@ class Study:
         base = cell.metrics.get("baseline_cell")
         return None if not base or base == cell.server_cell else self.cells.get((base, cell.bench_cell))
 
-    def server_record(self, sid: str) -> dict | None:
-        """The server cell's launch record (server.json), or None where no server was launched (the local
-        engine runs inside the job)."""
-        path = self.grid.log_dir(sid) / layout.SERVER_RECORD
-        return read_json(path) if path.exists() else None
+    def launches(self, sid: str) -> list[dict]:
+        """The server cell's launch records (server.json, one per launch, oldest first); none where no server was
+        launched (the local engine runs inside the job)."""
+        return launches(self.grid.log_dir(sid))
 
     def diagnosis(self, sid: str) -> dict | None:
         """The server cell's diagnosis.json (the diagnose rule's, counterfactuals.py), or None where it has none."""

@@ -93,7 +93,7 @@ def _against_baseline(cells: Study, sid: str, bids: list[str], valid: list[dict]
 
 
 # ---- the figures of one row against each other ------------------------------------------------------------
-NO_CI_TOLERANCE = 0.25    # a figure without a CI stands for x / 1.25 .. x * 1.25 (docs/results.md says why)
+NO_CI_TOLERANCE = 0.25    # a figure without a CI stands for x / 1.25 .. x * 1.25 (docs/reference.md says why)
 
 
 def _interval(row: dict, point: str, low: str, high: str) -> tuple[float, float] | None:
