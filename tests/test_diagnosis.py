@@ -232,3 +232,24 @@ def test_a_healthy_cell_runs_nothing(tmp_path, fake_backend):
     assert read_json(grid.diagnosis_path(sid)) == record
     [row] = [r for r in summary.rows(Study.load(grid.study_files("d").dir, grid)) if r["method"] != "none"]
     assert row["diagnosis"] is None and row["diagnosis_evidence"] is None
+
+
+def test_a_cell_served_with_random_weights_gets_no_diagnosis_and_its_row_says_why(tmp_path):
+    """An 8B-shaped pair from config files alone (--load-format dummy): its drafter accepts nothing, and no
+    counterfactual could find a cause, so no diagnosis runs (four more launches, on the H200, of about 125 s each),
+    and the row says why; preflight does not wait for weights to download."""
+    from specsweep import checks
+
+    dummy = ["+server.extra_args=[--load-format,dummy]"]
+    grid = expand(compose_jobs([f"results_dir={tmp_path}", *dummy]))
+    spec = [sid for sid, c in grid.servers.items() if not c.is_baseline]
+    assert spec and all(grid.servers[s].random_weights and not grid.diagnosed(s) for s in spec)
+    assert all(expand(compose_jobs([f"results_dir={tmp_path}"])).diagnosed(s)
+               for s, c in expand(compose_jobs([f"results_dir={tmp_path}"])).servers.items() if not c.is_baseline)
+    row = {"method": "dflash", "dataset": "synthetic", "thinking": False, "concurrency": 4}
+    out = summary.diagnosis_columns(None, row, random_weights=True)
+    assert out["diagnosis"] is None and out["diagnosis_evidence"].startswith("none: served with random weights")
+    cfg = compose_jobs([f"results_dir={tmp_path}", "pair.target=/nowhere/target", "pair.drafter=/nowhere/drafter",
+                        "pair.built_by_workflow=false", *dummy])[0]
+    check = checks.check_memory(cfg, {"gpus": []})
+    assert check.status == "pass" and "random weights" in check.message

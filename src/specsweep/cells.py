@@ -105,6 +105,16 @@ class ServerCell:
     def sets_acceptance(self) -> bool:
         return self.spec.get("set_acceptance") is not None
 
+    @property
+    def random_weights(self) -> bool:
+        """Served with weights the server makes itself (`--load-format dummy`, vLLM's and SGLang's flag)."""
+        return random_weights(self.spec["server"].get("extra_args") or [])
+
+
+def random_weights(extra_args: list) -> bool:
+    args = [str(a) for a in extra_args]
+    return "--load-format=dummy" in args or any(a == "--load-format" and b == "dummy" for a, b in zip(args, args[1:]))
+
 
 def _acceptance_tag(value) -> str:
     """A set acceptance in a server cell's name: `-al3.5` for a length, `-al3.4-rates` for rates (by the mean
@@ -284,9 +294,10 @@ class Grid:
 
     # ---- the low-acceptance diagnosis (counterfactuals.py) ------------------------------------------------
     def diagnosed(self, sid: str) -> bool:
-        """Whether a server cell gets a diagnosis (its diagnose job): a speculative cell of real acceptance."""
+        """Whether a server cell gets a diagnosis (its diagnose job): a speculative cell of real acceptance, served
+        with real weights (a random drafter's acceptance says nothing a counterfactual could find)."""
         cell = self.servers[sid]
-        return not cell.is_baseline and not cell.sets_acceptance and sid not in self.diagnosed_by
+        return not (cell.is_baseline or cell.sets_acceptance or cell.random_weights or sid in self.diagnosed_by)
 
     def diagnosis_path(self, sid: str) -> Path:
         return layout.diagnosis(self.server_dir(sid))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from . import backends, drafter_config
 from .claims import port_is_free, port_owner
+from .cells import random_weights
 from .config import aslist
 
 THINKING_MIN_TOKENS, THINKING_WARN_TOKENS = 512, 2048
@@ -184,6 +185,8 @@ def check_memory(cfg, env):
     s, pair = cfg["server"], cfg["pair"]
     sizes = [weights_bytes(pair["target"]), weights_bytes(pair["drafter"]) if pair["method"] == "dflash" else 0]
     free_disk = shutil.disk_usage(Path(cfg["results_dir"]).resolve().anchor).free
+    if None in sizes and random_weights(s.get("extra_args") or []):
+        return ok(name, "random weights (--load-format dummy): the server makes them, nothing to download")
     if None in sizes:
         if free_disk < 20 * 2**30:
             return warn(name, f"weights not on this machine yet and only {free_disk / 2**30:.1f} GiB of disk is free: "

@@ -53,17 +53,21 @@ def rows(study: Study) -> list[dict]:
         out.append(row)
     out = ceiling.annotate(out)
     for row in out:
-        row.update(diagnosis_columns(study.diagnosis(row["server_cell"]) if row["method"] != "none" else None, row))
+        row.update(diagnosis_columns(study.diagnosis(row["server_cell"]) if row["method"] != "none" else None, row,
+                                     study.grid.servers[row["server_cell"]].random_weights))
     return out
 
 
 DIAGNOSIS_COLUMNS = ["diagnosis", "diagnosis_evidence"]
 
 
-def diagnosis_columns(record: dict | None, row: dict) -> dict:
+def diagnosis_columns(record: dict | None, row: dict, random_weights: bool = False) -> dict:
     """A row's diagnosis from its server cell's diagnosis.json: the diagnosis (a cause's name) and its evidence;
     both empty where no diagnosis was needed. An undertrained drafter's evidence adds what the system's curve
     says it would need (the row's ceiling columns)."""
+    if random_weights and row["method"] != "none":
+        return {"diagnosis": None, "diagnosis_evidence": "none: served with random weights (--load-format dummy), "
+                                                          "whose acceptance says nothing a diagnosis could find"}
     entry = next((g for g in (record or {}).get("groups", []) if g.get("needed") and
                   (g["dataset"], g["thinking"], g["concurrency"]) == (row["dataset"], row["thinking"],
                                                                         row["concurrency"])), None)
