@@ -129,7 +129,7 @@ def fake_backend(monkeypatch, random_results):
     good = json.loads((models / "drafter" / "config.json").read_text())["dflash_config"]
 
     @contextlib.contextmanager
-    def open_session(grid, sid, progress=True):
+    def open_session(grid, sid, progress=True, how=None):
         yield DrafterSession(grid.servers[sid].spec, good["target_layer_ids"], good["mask_token_id"])
     monkeypatch.setattr(parts, "session", lambda name: types.SimpleNamespace(open_session=open_session))
     return models, good
