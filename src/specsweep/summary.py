@@ -18,8 +18,6 @@ from .metrics import length_shares, median_mad
 from .nested import at
 from .study import Study
 
-PAIRED = [n for c in table.PAIRED for n in c.names]     # what stats.paired_speedup gives
-
 
 def rows(study: Study) -> list[dict]:
     """One row per server cell and bench settings (dataset, thinking, concurrency), over its repeats."""
@@ -83,7 +81,7 @@ def _against_baseline(cells: Study, sid: str, bids: list[str], valid: list[dict]
     """Output tok/s as a ratio of medians over repeats (a CI from 3 repeats), and the paired speedup."""
     base = cells.grid.baseline_of.get(sid)
     out = {"speedup_output_tok_s": 1.0 if cells.grid.servers[sid].is_baseline else None,
-           "speedup_output_tok_s_ci_low": None, "speedup_output_tok_s_ci_high": None, **dict.fromkeys(PAIRED)}
+           "speedup_output_tok_s_ci_low": None, "speedup_output_tok_s_ci_high": None, **dict.fromkeys(table.names(table.PAIRED))}
     if base is None:
         return out
     ref_metrics = [cells.metrics(base, b) for b in bids if cells.valid(base, b)]

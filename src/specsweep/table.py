@@ -1,9 +1,10 @@
 """The study's tables as data: every column of summary.csv, k_comparison.csv and summary_by_category.csv, with
 its kind, source, unit, direction and encoding; the one writer and the one typed reader of those files.
 
-The summary, the plots, the pages, MLflow (tracking), `compare` and `Study` read a table through `read` (rows
-as dicts) or `frame` (a DataFrame): numbers are numbers, a blank is None, a JSON column (a list, a schedule) is
-its value. Nothing else decodes a column or parses a number out of one.
+summary.write_summary writes the tables through `write`; the plots, the pages and MLflow (tracking) read them
+through `read` (rows as dicts) or `frame` (a DataFrame), and summary.rows' own rows are typed the same way (the
+ceiling, the diagnosis, labels.py): numbers are numbers, a blank is None, a JSON column (a list, a schedule) is its
+value. Nothing else decodes a column or parses a number out of one.
 
 A column is one `Column` entry in its table's tuple, in file order:
 
@@ -17,7 +18,7 @@ A column is one `Column` entry in its table's tuple, in file order:
   name where their value comes from, in words.
 - unit, better (HIGHER, LOWER or None): what the number is and which way is good.
 - encoding: TEXT, INT, FLOAT, BOOL or JSON (a list or a schedule, written as JSON).
-- STREAMED: a figure blanked where a repeat's streams fail their check.
+- streamed=True: a median figure blanked where a repeat's streams fail their check.
 
 Adding a column: one entry here, at its place in the file; the row that summary.rows (or k_comparison,
 category_rows) builds must carry it, or `write` refuses the table. MLflow logs every numeric FIGURE and VERDICT
@@ -59,10 +60,6 @@ class Column:
     @property
     def names(self) -> tuple[str, ...]:
         return (self.name, self.name + MAD) if self.median else (self.name,)
-
-    @property
-    def numeric(self) -> bool:
-        return self.encoding in (INT, FLOAT)
 
 
 def _median(name, path, unit, better, streamed=False) -> Column:
@@ -181,7 +178,6 @@ SPEEDUPS = {"e2e": ("speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci
                               "speedup_streamed_tpot_ci_high"),
             "output tok/s": ("speedup_output_tok_s", "speedup_output_tok_s_ci_low", "speedup_output_tok_s_ci_high")}
 SPEEDUP_TAGS = {"e2e": "speedup_e2e", "streamed TPOT": "speedup_streamed_tpot", "output tok/s": "speedup_output_tok_s"}
-TABLES = {"summary": SUMMARY, "k_comparison": K_COMPARISON, "by_category": BY_CATEGORY}
 
 
 def blank(value) -> bool:
@@ -253,10 +249,10 @@ def _decode(text: str, column: Column | None):
         return text == "True"
     if column.encoding == JSON:
         return json.loads(text)
-    value = float(text)
-    if math.isnan(value):
+    number = float(text)
+    if math.isnan(number):
         return None
-    return int(value) if column.encoding == INT and value.is_integer() else value
+    return int(number) if column.encoding == INT and number.is_integer() else number
 
 
 def read(path: str | Path, table: tuple[Column, ...] = SUMMARY) -> list[dict]:
