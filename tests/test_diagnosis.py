@@ -18,7 +18,8 @@ from specsweep.config import ConfigError, compose_jobs
 from specsweep.metrics import acceptance_from_lengths, request_figures
 from specsweep.results import read_json
 from specsweep.study import Study
-from specsweep.tracking import row_tags, summary_rows
+from specsweep.mlflow_runs import row_tags
+from specsweep.table import read
 
 
 # ---- the statistic ------------------------------------------------------------------------------------------
@@ -191,7 +192,7 @@ def test_each_doctored_drafter_gets_its_cause(tmp_path, fake_backend, edit, expe
     pages.summary_page(files.summary, files.k_comparison, tmp_path / "summary.html")
     first = (tmp_path / "summary.html").read_text().split("</table>")[0]     # "The figures to read first"
     assert "<th>diagnosis</th>" in first and f"<td>{expected}</td>" in first
-    [tags] = [row_tags(r) for r in summary_rows(str(files.summary)) if r["method"] == "dflash"]
+    [tags] = [row_tags(r) for r in read(files.summary) if r["method"] == "dflash"]
     assert tags["diagnosis"] == expected and tags["diagnosis_evidence"] == rows["dflash"]["diagnosis_evidence"]
     # a second diagnosis runs no counterfactual again
     before = {p: p.stat().st_mtime for p in grid.server_dir(sid).rglob(layout.METRICS)}

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from specsweep import checks, summary, tracking
+from specsweep import checks, labels, summary
 from specsweep.backends import parts
 from specsweep.backends.vllm import checks as vllm_checks
 from specsweep.backends.vllm import launch as vllm_cmd
@@ -79,5 +79,5 @@ def test_the_k_comparison_sets_the_schedule_against_each_fixed_k(tmp_path):
     assert any(s.startswith("K schedule 1-4:7,5-64:3 vs K=3: ") for s in statements)
     assert any(s.startswith("K schedule 1-4:7,5-64:3 vs K=7: ") for s in statements)
     row = next(r for r in summary.rows(loaded) if r["k_schedule"])
-    assert tracking.run_name(row).startswith("tiny · dflash K schedule 1-4:7,5-64:3 · ")
+    assert labels.label(row).startswith("tiny · dflash K schedule 1-4:7,5-64:3 · ")
     assert row["ceiling_na"] is None and row["break_even_al"] is None

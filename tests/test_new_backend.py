@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specsweep import backends, config, preflight, runner, tracking
+from specsweep import backends, config, labels, mlflow_runs, preflight, runner
 from specsweep.cells import expand
 from specsweep.config import ConfigError, compose_jobs
 from specsweep.datasets import materialise
@@ -67,10 +67,10 @@ def test_a_fourth_backend_is_its_package_a_registry_line_and_a_server_entry(echo
     assert (m["backend"], m["valid"], m["greedy_agreement"], m["baseline_cell"]) == ("echo", True, 1.0, base)
     assert m["spec_decode"] is None and m["spec_decode_source"] == "counters"
 
-    row = {"pair": "tiny", "method": "dflash", "num_speculative_tokens": "3", "dataset": "synthetic",
-           "thinking": "False", "concurrency": "1", "backend": "echo"}
-    assert tracking.run_name(row) == "tiny · dflash K=3 · echo · data=synthetic · c=1"           # its name, as ids
-    assert tracking.server_versions(row, {bid: m}) == {"echo_version": "1.0"}                    # its versions
+    row = {"pair": "tiny", "method": "dflash", "num_speculative_tokens": 3, "dataset": "synthetic",
+           "thinking": False, "concurrency": 1, "backend": "echo"}
+    assert labels.label(row) == "tiny · dflash K=3 · echo · data=synthetic · c=1"                # its name, as ids
+    assert mlflow_runs.server_versions(row, [m]) == {"echo_version": "1.0"}                      # its versions
 
 
 def test_the_new_backend_is_nowhere_in_the_library():

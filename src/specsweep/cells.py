@@ -268,6 +268,16 @@ class Grid:
     def study_files(self, study: str) -> layout.StudyFiles:
         return layout.study_files(self.results_dir, study)
 
+    def tracking_uri(self, study: str) -> str:
+        """The study's MLflow store: tracking.uri, or the default SQLite store under results/."""
+        return self.tracking[study]["uri"] or f"sqlite:///{layout.mlflow_db(self.results_dir).resolve()}"
+
+    def mlflow_marker(self, study: str) -> Path:
+        """The ingest rule's output, one per tracking store (its key hashes the store and the experiment): a store
+        that was down is ingested on a later run."""
+        key = stable_hash([self.tracking_uri(study), self.tracking[study]["experiment"]])[:10]
+        return self.study_files(study).mlflow_marker(key)
+
     def server_dir(self, sid: str) -> Path:
         if sid in self.diagnosed_by:        # a counterfactual cell lies under the cell it diagnoses
             return layout.counterfactual_dir(self.server_dir(self.diagnosed_by[sid]), sid)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 
+from .table import value
+
 BELOW_AL = 1.5        # sweep.diagnose.below_al's default: a pooled acceptance length below it is diagnosed
 PROMPTS = 4           # sweep.diagnose.prompts's default: the counterfactual cells' prompts (one repeat)
 MIN_RISE = 0.25       # the acceptance length a counterfactual must add, at least
@@ -122,10 +124,7 @@ def decide(causes: list[dict], rates: list[float] | None, al: float) -> dict:
 def ceiling_text(row: dict) -> str:
     """What the system's curve says an undertrained drafter would need, from a summary row's ceiling columns;
     without a curve, how to get one."""
-    def number(key):
-        v = row.get(key)
-        return None if v is None or v != v else float(v)
-    be, x15 = number("break_even_al"), number("al_for_1_5x")
+    be, x15 = value(row, "break_even_al"), value(row, "al_for_1_5x")
     if be is None and x15 is None:
         return ("no set-acceptance curve at this K and concurrency: sweep.set_acceptance=[null,1,2,4,8] gives the "
                 "acceptance length this system needs")
