@@ -33,7 +33,9 @@ def rows(study: Study) -> list[dict]:
                "k_schedule": cell.spec.get("k_schedule") or None,
                "dataset": dataset, "thinking": thinking, "concurrency": conc, "repeats": len(bids),
                "valid_repeats": len(valid),
-               "valid": bool(valid), "bench_cells": " ".join(sorted(bids))}
+               "valid": bool(valid), "bench_cells": " ".join(sorted(bids)),
+               "residency": " ".join(sorted({m.get("residency") or "relaunch" for m in valid})) or None,
+               "launches": len(study.launches(sid))}
         row["bursty_streams"] = sum(m.get("bursty_streams") or 0 for m in valid)
         row["streamed_figures_invalid"] = next((f"repeat {i + 1} of {len(valid)}: {m['streamed_figures_invalid']}"
                                                 for i, m in enumerate(valid) if m.get("streamed_figures_invalid")), None)

@@ -102,6 +102,10 @@ SUMMARY = (
     Column("valid", FIGURE, "at least one valid repeat", encoding=BOOL, tag="valid"),
     Column("bench_cells", ID, "the repeats' bench cell ids, space-separated", encoding=TEXT,
            tag="specsweep.bench_cells"),
+    Column("residency", SETTING, "how the repeats' servers were kept (each repeat's residency figure, residency.py): "
+           "coresident, sleep or relaunch, space-separated where they differ", encoding=TEXT, tag="residency"),
+    Column("launches", FIGURE, "the server cell's launches (its launch records, one per launch)", "launches",
+           encoding=INT),
     Column("bursty_streams", FIGURE, "each repeat's bursty_streams, summed", "streams", LOWER, INT),
     Column("streamed_figures_invalid", DIAGNOSIS, "the first valid repeat's streamed_figures_invalid",
            encoding=TEXT, tag="streamed_figures_invalid"),
