@@ -123,3 +123,16 @@ def test_an_unknown_residency_is_one_line():
         g = grid()
         g.configs[g.leads()[0]]["sweep"]["residency"] = "bogus"
         residency.plan(g, lead_members(g))
+
+
+def test_preflight_says_how_each_group_will_run_and_warns_of_a_fallback(tmp_path):
+    from specsweep import checks
+
+    g = gpu_grid(tmp_path)
+    cfg = g.configs[g.leads()[0]]
+    fits = checks.check_residency(cfg, {"gpus": [{"index": "0", "memory_total_mib": 143771}]})
+    assert fits.status == "pass" and "3 server(s) of group" in fits.message and "GPU memory shares" in fits.message
+    small = checks.check_residency(cfg, {"gpus": [{"index": "0", "memory_total_mib": 40960}]})
+    assert small.status == "warn" and "sleep (the group's servers need 82.0 GiB together" in small.message
+    cpu = checks.check_residency(grid().configs[grid().leads()[0]], {"gpus": []})
+    assert cpu.status == "pass" and cpu.message.endswith("coresident, idle ones paused")

@@ -261,6 +261,18 @@ def check_k_schedule(cfg, env):
     return _refused("k_schedule", "k_schedule", f"sweep.k_schedule {schedule}", cfg, "drop sweep.k_schedule")
 
 
+def check_residency(cfg, env):
+    """How each group of the job will keep its servers (residency.plan), with the fallback and its sizes where the
+    group does not fit as asked: a warning, not a failure, since the fallback runs the same cells."""
+    from . import residency            # here: it reads the grid, which the other checks need not build
+    from .cells import expand
+
+    grid = expand([cfg])
+    lines = [residency.preview(grid, lead, env.get("gpus") or []) for lead in grid.leads()]
+    message = "; ".join(text for _, text in lines)
+    return ok("residency", message) if all(fits for fits, _ in lines) else warn("residency", message)
+
+
 # each feature's refusal, which preflight adds to the checks of every backend without that feature
 REFUSALS = {"set_acceptance": check_set_acceptance, "block_verification": check_verification,
             "k_schedule": check_k_schedule}

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .backends import parts
-from .checks import Check, refusals
+from .checks import Check, check_residency, refusals
 from .claims import gpu_records
 from .errors import PreflightError
 from .results import atomic_write_json
@@ -62,7 +62,7 @@ def run_checks(configs: list[dict], env: dict) -> list[Check]:
     seen, out = set(), []
     for cfg in configs:
         backend = cfg["server"]["backend"]
-        for check in [*parts.checks(backend).CHECKS, *refusals(backend)]:
+        for check in [*parts.checks(backend).CHECKS, *refusals(backend), check_residency]:
             result = check(cfg, env)
             key = (result.name, result.status, result.message)
             if key not in seen:

@@ -147,6 +147,24 @@ def device_memory(gpu_ids: list[str]) -> int | None:
     return min(sizes) if len(sizes) == len(gpu_ids) and sizes else None
 
 
+def preview(grid: Grid, lead: str, gpus: list[dict]) -> tuple[bool, str]:
+    """What a group's job will do, for preflight: (whether it runs as asked, a line that says how). `gpus`: the
+    inventory preflight recorded (claims.gpu_records), of which the group would take the first ones it needs."""
+    members = grid.group(lead)
+    n = grid.group_gpus(lead)
+    ids = [str(g["index"]) for g in gpus[:n]] if n else None
+    device = min((g["memory_total_mib"] * 1024 ** 2 for g in gpus[:n] if g.get("memory_total_mib")), default=None)
+    plans = plan(grid, members, ids, device_bytes=device if n else None)
+    first = plans[members[0]]
+    mode = first.residency
+    what = f"{len(members)} server(s) of group {lead}: {mode}"
+    if first.gpu_memory_utilization is not None and mode == "coresident":
+        what += " with GPU memory shares " + ", ".join(f"{plans[s].gpu_memory_utilization:.2f}" for s in members)
+    elif mode == "coresident" and len(members) > 1:
+        what += ", idle ones paused" if first.pause_idle else ", idle ones left running"
+    return mode == wanted(grid, members) or len(members) == 1, what + (f" ({first.note})" if first.note else "")
+
+
 # ---- the plan --------------------------------------------------------------------------------------------------
 def plan(grid: Grid, members: list[str], gpu_ids: list[str] | None = None,
          device_bytes: int | None = None, available_bytes: int | None = None) -> dict[str, Launch]:
