@@ -28,6 +28,11 @@ def _json(value) -> str | None:
     return None if value is None else json.dumps(value)
 
 
+def lengths_of(bench: dict) -> tuple:
+    """A bench spec's length axes: (max_tokens, prompt_length), prompt_length None for the dataset's own prompts."""
+    return (int(bench["max_tokens"]), bench.get("prompt_length"))
+
+
 class Cell:
     """One finished bench cell: its metrics.json, and on demand its config.yaml and requests.jsonl."""
 
@@ -178,13 +183,14 @@ class Study:
 
     @property
     def groups(self) -> dict[tuple, list[str]]:
-        """(server cell, dataset, thinking, concurrency) -> the bench ids of its finished repeats."""
+        """(server cell, dataset, thinking, concurrency, lengths) -> the bench ids of its finished repeats; lengths is
+        (max_tokens, prompt_length) (lengths_of), so each output and prompt length is a row of its own."""
         if self._groups is None:
             self._groups = {}
             for sid, bid in self.cells:
                 bench = self.grid.benches[sid][bid].spec
-                self._groups.setdefault((sid, bench["dataset"]["name"], bench["thinking"], bench["concurrency"]),
-                                        []).append(bid)
+                self._groups.setdefault((sid, bench["dataset"]["name"], bench["thinking"], bench["concurrency"],
+                                         lengths_of(bench)), []).append(bid)
         return self._groups
 
     def metrics(self, sid: str, bid: str) -> dict | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import ceiling, diagnosis, stats
+from . import ceiling, diagnosis, phases, stats
 from .cells import stable_hash
 from .metrics import length_shares, median_mad
 from .nested import at
@@ -33,16 +33,16 @@ STREAMED = ("streamed_tpot_ms", "streamed_itl_ms_median")   # blank where a repe
 PAIRED = ["speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "speedup_streamed_tpot_geomean",
           "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high", "speedup_streamed_tpot_na",
           "paired_prompts", "paired_requests", "verdict"]
-K_COLUMNS = ["study", "pair", "method", "dataset", "thinking", "concurrency", "k_a", "k_b", "server_cell_a",
+K_COLUMNS = ["study", "pair", "method", "dataset", "thinking", "concurrency", "max_tokens", "prompt_length", "k_a", "k_b", "server_cell_a",
              "server_cell_b", "repeats_a", "repeats_b", *PAIRED, "schedule_a", "resolved", "statement"]
 CATEGORY_COLUMNS = ["study", "server_cell", "pair", "method", "num_speculative_tokens", "dataset", "thinking",
-                    "concurrency", "category", "prompts", "mean_acceptance_length", *PAIRED]
+                    "concurrency", "max_tokens", "prompt_length", "category", "prompts", "mean_acceptance_length", *PAIRED]
 
 
 def rows(study: Study) -> list[dict]:
     """One row per server cell and bench settings (dataset, thinking, concurrency), over its repeats."""
     grid, cells, out = study.grid, study, []
-    for (sid, dataset, thinking, conc), bids in sorted(cells.groups.items()):
+    for (sid, dataset, thinking, conc, lengths), bids in sorted(cells.groups.items(), key=_group_order):
         cell = grid.servers[sid]
         valid = [cells.metrics(sid, b) for b in bids if cells.valid(sid, b)]
         row = {"study": study.name, "server_cell": sid, "backend": cell.spec["server"]["backend"],
@@ -68,11 +68,38 @@ def rows(study: Study) -> list[dict]:
         medians = [median_mad([p[i] for p in per_pos if i < len(p)])[0] for i in range(width)]
         row["per_position_acceptance"] = json.dumps(medians)
         row["acceptance_length_shares"] = json.dumps(length_shares(medians) if medians else [])
+        row.update(axes_columns(cells, sid, bids, lengths))
         out.append(row)
     out = ceiling.annotate(out)
     for row in out:
         row.update(diagnosis_columns(study.diagnosis(row["server_cell"]) if row["method"] != "none" else None, row))
     return out
+
+
+# ---- issue #31's columns: the length axes and acceptance by phase (one block, docs/axes.md) -------------------
+AXES_COLUMNS = ["max_tokens", "prompt_length", "prompt_tokens_mean", *phases.COLUMNS]
+
+
+def _group_order(item) -> tuple:
+    """Study.groups' items in a stable order: a prompt length of None (the dataset's own) before set ones."""
+    (sid, dataset, thinking, conc, (max_tokens, prompt_length)), _ = item
+    return (sid, dataset, thinking, conc, max_tokens, -1 if prompt_length is None else prompt_length)
+
+
+def axes_columns(study: Study, sid: str, bids: list[str], lengths: tuple) -> dict:
+    """A row's length axes (max_tokens: sweep.max_tokens; prompt_length: sweep.prompt_length, blank for the
+    dataset's own prompts; prompt_tokens_mean: the server's prompt tokens per request, template included, the
+    median over valid repeats) and its acceptance by phase, pooled over the valid repeats' finished requests
+    (phases.columns; blank with phase_split_na's reason)."""
+    valid = [study.metrics(sid, b) for b in bids if study.valid(sid, b)]
+    per_request = [m["prompt_tokens"] / m["requests_completed"] for m in valid if m.get("requests_completed")]
+    out = {"max_tokens": lengths[0], "prompt_length": lengths[1], "prompt_tokens_mean": median_mad(per_request)[0]}
+    cell = study.grid.servers[sid]
+    if cell.is_baseline:
+        return {**out, **phases.columns({"na": "baseline: no drafts", "requests": 0})}
+    thinking = bool(study.grid.benches[sid][bids[0]].spec["thinking"])
+    splits = [phases.request_split(r, thinking) for run in study.runs(sid, bids) for r in run if r.get("ok")]
+    return {**out, **phases.columns(phases.pooled(splits))}
 
 
 DIAGNOSIS_COLUMNS = ["diagnosis", "diagnosis_evidence"]
@@ -198,7 +225,7 @@ def k_comparison(study: Study) -> list[dict]:
         sids = sorted(sids, key=lambda s: (bool(grid.servers[s].spec.get("k_schedule")),
                                            grid.servers[s].spec["num_speculative_tokens"]))
         for lo, hi in itertools.combinations(sids, 2):
-            for (sid, dataset, thinking, conc), bids in sorted(cells.groups.items()):
+            for (sid, dataset, thinking, conc, lengths), bids in sorted(cells.groups.items(), key=_group_order):
                 if sid != hi:
                     continue
                 ka, kb = (grid.servers[s].spec["num_speculative_tokens"] for s in (hi, lo))
@@ -214,7 +241,8 @@ def k_comparison(study: Study) -> list[dict]:
                     result += ", borderline"
                 out.append({"study": study.name, "pair": grid.servers[hi].pair["name"],
                             "method": grid.servers[hi].spec["method"], "dataset": dataset, "thinking": thinking,
-                            "concurrency": conc, "k_a": ka, "k_b": kb, "server_cell_a": hi, "server_cell_b": lo,
+                            "concurrency": conc, "max_tokens": lengths[0], "prompt_length": lengths[1],
+                            "k_a": ka, "k_b": kb, "server_cell_a": hi, "server_cell_b": lo,
                             "repeats_a": len(hi_runs), "repeats_b": len(lo_runs), **paired,
                             "schedule_a": schedule_label(grid.servers[hi].spec.get("k_schedule")) or None,
                             "resolved": stats.direction(paired["verdict"]) in (stats.FASTER, stats.SLOWER),
@@ -226,7 +254,7 @@ def category_rows(study: Study) -> list[dict]:
     """Per prompt category (where the dataset has categories), each speculative cell's acceptance and
     paired speedup, pooled over valid repeats."""
     grid, cells, out = study.grid, study, []
-    for (sid, dataset, thinking, conc), bids in sorted(cells.groups.items()):
+    for (sid, dataset, thinking, conc, lengths), bids in sorted(cells.groups.items(), key=_group_order):
         cell, base = grid.servers[sid], grid.baseline_of.get(sid)
         if cell.is_baseline:
             continue
@@ -236,7 +264,8 @@ def category_rows(study: Study) -> list[dict]:
             in_cat = [r for run in pick(cell_runs) for r in run]
             out.append({"study": study.name, "server_cell": sid, "pair": cell.pair["name"], "method": cell.spec["method"],
                         "num_speculative_tokens": cell.spec["num_speculative_tokens"], "dataset": dataset,
-                        "thinking": thinking, "concurrency": conc, "category": cat,
+                        "thinking": thinking, "concurrency": conc, "max_tokens": lengths[0],
+                        "prompt_length": lengths[1], "category": cat,
                         "prompts": len({r["index"] for r in in_cat}),
                         "mean_acceptance_length": stats.mean_acceptance_length(in_cat),
                         **stats.paired_speedup(pick(cell_runs), pick(ref_runs), sides=("this cell", "the baseline"),
