@@ -133,3 +133,19 @@ def test_lengthen_uses_the_datasets_own_text_and_keeps_the_question():
     assert out[0][0].endswith("one two three") and "four" in out[0][0]          # the next prompt's text first
     assert out[2] == [out[2][0], "second turn"] and out[2][0].endswith("six seven eight nine")
     assert lengthen([["a b c d e f g h"]], 3, words, " ".join) == [["f g h"]]    # a long question keeps its end
+
+
+def test_the_length_and_phase_plots(tmp_path):
+    import pandas as pd
+
+    from specsweep.plots import acceptance_by_phase, k_styles, speedup_vs_output_length, speedup_vs_prompt_length
+
+    grid = expand(jobs(tmp_path / "results", "sweep.max_tokens=[16,32,64]", "sweep.thinking=[true]"))
+    table = pd.DataFrame(run_study(grid))
+    styles = k_styles(table)
+    assert speedup_vs_output_length(table, styles, tmp_path / "o.png") is True
+    assert (tmp_path / "o.png").stat().st_size > 0
+    assert speedup_vs_prompt_length(table, styles, tmp_path / "p.png") is False      # one (unset) prompt length
+    assert acceptance_by_phase(table, styles, tmp_path / "ph.png") is True
+    blank = table.assign(think_acceptance_length=None, answer_acceptance_length=None)
+    assert acceptance_by_phase(blank, styles, tmp_path / "none.png") is False

@@ -85,3 +85,19 @@ def test_pooled_token_weighted_with_ci():
     assert think["token_share"] == pytest.approx((6 + 2) / 14)
     lo, hi = think["acceptance_length_ci_low"], think["acceptance_length_ci_high"]
     assert lo <= think["acceptance_length"] <= hi
+
+
+def test_the_local_engine_records_its_own_steps():
+    from specsweep.backends.local.session import phase_fields
+    from specsweep.dflash.engine import Output, Step
+
+    # two rows, block 4: row 1 stops after step 0; the last step's drafts were cut to 2 at the budget edge
+    steps = [Step(drafted=[[5, 6, 7], [5, 6, 7]], target=[[]] * 2, accepted=[3, 1], committed=[4, 2], live=[0, 1]),
+             Step(drafted=[[8, 9], [0, 0]], target=[[]] * 2, accepted=[1, 0], committed=[2, 1], live=[0])]
+    out = Output(sequences=[[1, 2, 3, 99, 4, 5, 6], [1, 2, 3]], steps=steps)
+    row0 = phase_fields(out, 0, out.sequences[0], think_id=99)
+    assert row0 == {"per_step_accepted": [3, 1], "per_step_drafted": [3, 2], "think_end": 3}
+    assert phase_fields(out, 1, out.sequences[1], think_id=99) == {"per_step_accepted": [1], "per_step_drafted": [3],
+                                                                    "think_end": -1}
+    s = phases.request_split({**row0, "completion_tokens": 7}, thinking=True)
+    assert s["na"] is None and (s["think"]["steps"], s["answer"]["steps"]) == (1, 1)

@@ -29,7 +29,11 @@ KEY_COLUMNS = ["server_cell", "method", "num_speculative_tokens", "dataset", "th
                "output_tok_s", "mean_acceptance_length", "speedup_e2e_geomean", "speedup_e2e_ci_low",
                "speedup_e2e_ci_high", "verdict", "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low",
                "speedup_streamed_tpot_ci_high", "speedup_streamed_tpot_na", "figures_disagree", "diagnosis",
-               "diagnosis_evidence"]
+               "diagnosis_evidence",
+               # issue #31: the length axes and acceptance by phase (summary.AXES_COLUMNS, docs/axes.md)
+               "max_tokens", "prompt_length", "think_acceptance_length", "think_acceptance_length_ci_low",
+               "think_acceptance_length_ci_high", "answer_acceptance_length", "answer_acceptance_length_ci_low",
+               "answer_acceptance_length_ci_high", "think_token_share", "phase_split_na"]
 K_KEY_COLUMNS = ["statement", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high",
                  "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
                  "speedup_streamed_tpot_na", "paired_prompts", "server_cell_a", "server_cell_b"]

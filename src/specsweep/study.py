@@ -21,7 +21,7 @@ from .results import read_json, read_jsonl
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 KEY = ("method", "num_speculative_tokens", "set_acceptance", "verification", "k_schedule", "dataset", "thinking",
-       "concurrency", "ignore_eos", "repeat")     # Cell.key's parts, by name
+       "concurrency", "ignore_eos", "max_tokens", "prompt_length", "repeat")     # Cell.key's parts, by name
 
 
 def _json(value) -> str | None:
@@ -76,12 +76,13 @@ class Cell:
     @property
     def key(self) -> tuple:
         """What `compare` matches two studies' cells on: method, K, set acceptance, verification, K schedule,
-        dataset, thinking, concurrency, ignore_eos (a baseline runs both where its study sets acceptance), repeat
-        (KEY names them)."""
+        dataset, thinking, concurrency, ignore_eos (a baseline runs both where its study sets acceptance), the length
+        axes (max_tokens, prompt_length), repeat (KEY names them)."""
         s, b = self.server_spec, self.bench
         return (s["method"], s["num_speculative_tokens"], _json(s.get("set_acceptance")),
                 s.get("verification", "standard") if s["method"] != "none" else None, _json(s.get("k_schedule")),
-                b["dataset"]["name"], b["thinking"], b["concurrency"], bool(b.get("ignore_eos", False)), b["repeat"])
+                b["dataset"]["name"], b["thinking"], b["concurrency"], bool(b.get("ignore_eos", False)),
+                *lengths_of(b), b["repeat"])
 
     @property
     def set_acceptance_source(self) -> dict | None:

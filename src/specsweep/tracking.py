@@ -46,7 +46,8 @@ VERDICT_FIGURES = ("speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_
                    "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
                    "speedup_output_tok_s", "speedup_output_tok_s_ci_low", "speedup_output_tok_s_ci_high",
                    "mean_acceptance_length", "acceptance_rate")
-SETTINGS = ("num_speculative_tokens", "concurrency")     # numeric summary columns that are settings: tags, params
+# numeric summary columns that are settings: tags, params (max_tokens, prompt_length: the length axes)
+SETTINGS = ("num_speculative_tokens", "concurrency", "max_tokens", "prompt_length")
 # MLflow 3.17's UI shows an experiment as GenAI (its traces overview) or classic ML (the runs table) by the
 # sidebar's workflowType, remembered per browser and "genai" by default; this query sets it for one link.
 WORKFLOW_QUERY = "workflowType=machine_learning"
@@ -181,9 +182,21 @@ def _true(text) -> bool:
     return str(text).strip().lower() == "true"
 
 
-def config_id(row: dict[str, str]) -> str:
-    """A configuration's id: its server cell and bench settings, as a bench cell id reads without its repeat."""
-    return f"{row['server_cell']}/{row['dataset']}-t{int(_true(row['thinking']))}-c{row['concurrency']}"
+def config_id(row: dict[str, str], lengths: bool = False) -> str:
+    """A configuration's id: its server cell and bench settings, as a bench cell id reads without its repeat; a
+    set prompt length adds `-p<tokens>`, and `lengths` (a study of more than one output length) `-o<max_tokens>`,
+    so a study of one output length keeps the ids it had before the length axes (docs/axes.md)."""
+    out = f"{row['server_cell']}/{row['dataset']}-t{int(_true(row['thinking']))}-c{row['concurrency']}"
+    if row.get("prompt_length") not in (None, ""):
+        out += f"-p{int(float(row['prompt_length']))}"
+    if lengths and row.get("max_tokens") not in (None, ""):
+        out += f"-o{int(float(row['max_tokens']))}"
+    return out
+
+
+def several_output_lengths(rows: list[dict[str, str]]) -> bool:
+    """Whether a table's rows hold more than one output length (sweep.max_tokens as an axis)."""
+    return len({r.get("max_tokens") for r in rows}) > 1
 
 
 def run_name(row: dict[str, str], pair: str | None = None) -> str:
@@ -229,6 +242,9 @@ def row_tags(row: dict[str, str]) -> dict[str, str]:
             "concurrency": row["concurrency"], "backend": row.get("backend", ""),
             "valid": str(_true(row.get("valid"))).lower(), "repeats": row.get("repeats", ""),
             "specsweep.server_cell": row["server_cell"], "specsweep.bench_cells": row.get("bench_cells", "")}
+    for axis in ("max_tokens", "prompt_length", "phase_split_na"):      # the length axes; why no phase split
+        if row.get(axis):
+            tags[axis] = row[axis]
     if row.get("set_acceptance"):
         tags["set_acceptance"] = row["set_acceptance"]
     if row.get("verification"):
@@ -257,11 +273,13 @@ def k_tags(k_comparison_csv: Path) -> dict[str, dict[str, str]]:
     """Per configuration, its K comparisons against each smaller K (k_comparison.csv's statements), as tags
     `vs_K3`: `1.28x [1.26, 1.30] resolved (K=7 faster)`; none where the table is absent."""
     out: dict[str, dict[str, str]] = {}
-    for row in summary_rows(str(k_comparison_csv)) if k_comparison_csv.exists() else []:
+    rows = summary_rows(str(k_comparison_csv)) if k_comparison_csv.exists() else []
+    lengths = several_output_lengths(rows)
+    for row in rows:
         statement = row.get("statement") or ""
         if not (row.get("server_cell_a") and ": " in statement):
             continue
-        key = config_id({**row, "server_cell": row["server_cell_a"]})
+        key = config_id({**row, "server_cell": row["server_cell_a"]}, lengths)
         out.setdefault(key, {})[f"vs_K{row.get('k_b')}"] = statement.split(": ", 1)[1]
     return out
 
@@ -313,8 +331,10 @@ def ingest(results: Study, summary_csv: str | Path, k_comparison_csv: str | Path
         for spec, base in grid.baseline_of.items():
             pairs_of.setdefault(base, set()).add(grid.servers[spec].pair["name"])
         spans, ks = [], k_tags(Path(k_comparison_csv))
-        for row in summary_rows(summary_csv):
-            cid, sid = config_id(row), row["server_cell"]
+        table = summary_rows(summary_csv)
+        lengths = several_output_lengths(table)
+        for row in table:
+            cid, sid = config_id(row, lengths), row["server_cell"]
             bids = sorted(row.get("bench_cells", "").split(),
                           key=lambda b: grid.benches[sid][b].spec["repeat"] if b in grid.benches.get(sid, {}) else 0)
             cells = {b: results.cells[sid, b] for b in bids if (sid, b) in results.cells}
