@@ -101,3 +101,16 @@ def test_the_local_engine_records_its_own_steps():
                                                                     "think_end": -1}
     s = phases.request_split({**row0, "completion_tokens": 7}, thinking=True)
     assert s["na"] is None and (s["think"]["steps"], s["answer"]["steps"]) == (1, 1)
+
+
+def test_vllm_rows_get_the_think_end_from_their_token_ids(monkeypatch):
+    from specsweep import client
+    from specsweep.backends.vllm import session
+
+    monkeypatch.setattr(session, "_think_id", lambda tokenizer: 42)
+    rows = [{"token_ids": [1, 42, 3]}, {"token_ids": [1, 2]}, {"token_ids": None}, {}]
+    session.mark_think_end(rows, "/some/tokenizer")
+    assert rows == [{"think_end": 1}, {"think_end": -1}, {}, {}]          # ids dropped; no ids, no position
+    s = client.ChatSettings("m", 8, 0.0, 0, True, 1.0, return_token_ids=True)
+    assert client._payload([], s)["return_token_ids"] is True
+    assert "return_token_ids" not in client._payload([], client.ChatSettings("m", 8, 0.0, 0, False, 1.0))
