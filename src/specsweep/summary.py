@@ -273,13 +273,22 @@ def category_rows(study: Study) -> list[dict]:
     return out
 
 
+def phase_text(row: dict, phase: str) -> str:
+    """`2.75 [2.60, 2.90]`: a row's pooled acceptance length in a phase with its CI (`2.75 (no CI)` without one)."""
+    al, lo, hi = (row.get(f"{phase}_acceptance_length{c}") for c in ("", "_ci_low", "_ci_high"))
+    return f"{al:.2f} [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else f"{al:.2f} (no CI)"
+
+
 def verdict_lines(table: list[dict], ks: list[dict]) -> list[str]:
     """What the summarize job prints: each speculative cell's verdict, then each K comparison."""
     lines = []
+    several = len({r.get("max_tokens") for r in table}) > 1       # a length axis: each line names its length
     for r in table:
         if r["method"] != "none":
             text = stats.format_ratio(r["speedup_e2e_geomean"], r["speedup_e2e_ci_low"], r["speedup_e2e_ci_high"])
-            lines.append(f"{r['server_cell']} {r['dataset']} think={r['thinking']} c={r['concurrency']}: "
+            lengths = (f" out={r['max_tokens']}" if several else "") + \
+                (f" prompt={r['prompt_length']}" if r.get("prompt_length") is not None else "")
+            lines.append(f"{r['server_cell']} {r['dataset']} think={r['thinking']} c={r['concurrency']}{lengths}: "
                          f"e2e speedup {text} {r['verdict'] or 'no CI'} ({r['paired_prompts']} prompts, "
                          f"{r['valid_repeats']} repeat(s)); output tok/s "
                          + stats.format_ratio(r["speedup_output_tok_s"], r["speedup_output_tok_s_ci_low"],
@@ -289,6 +298,10 @@ def verdict_lines(table: list[dict], ks: list[dict]) -> list[str]:
                                                r["speedup_streamed_tpot_ci_high"])))
             if r["figures_disagree"]:
                 lines.append(f"  WARNING: figures disagree: {r['figures_disagree']}")
+            if r.get("think_acceptance_length") is not None:       # acceptance by phase (phases.py)
+                lines.append("  acceptance by phase: " + "; ".join(
+                    f"{p} {phase_text(r, p)} ({r[f'{p}_token_share']:.0%} of tokens)"
+                    for p in phases.PHASES if r.get(f"{p}_acceptance_length") is not None))
     lines += [f"{k['dataset']} think={k['thinking']} c={k['concurrency']}: {k['statement']}" for k in ks]
     return lines
 
