@@ -66,7 +66,7 @@ rule all:
         expand(str(STUDY.plots), study=STUDIES),
         expand(str(STUDY.summary_page), study=STUDIES),
         [rules.training_page.output[0]] if tiny_models_needed() else [],
-        [mlflow_marker(GRID, s) for s in STUDIES if GRID.tracking[s]["enabled"]],
+        [str(GRID.mlflow_marker(s)) for s in STUDIES if GRID.tracking[s]["enabled"]],
 
 
 onsuccess:

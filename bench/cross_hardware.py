@@ -7,7 +7,7 @@ the first differing character, and the same steps, with the first differing step
 the stream: at concurrency 1 each chunk is one verify step's output, accepted drafts + 1 (`chunk_tokens`), so
 this works on a vLLM without per-request metrics (0.26) too. A bursty stream has no step sizes.
 
-    python bench/cross_hardware.py --out bench/h200/vllm/cross_hardware.json \
+    python bench/cross_hardware.py --out bench/archive/h200/vllm/cross_hardware.json \
         vllm-cpu=results/tiny-cpu vllm-h200=/tmp/h200/tiny-gpu local-h200=/tmp/h200/tiny-gpu-local
 """
 from __future__ import annotations

@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from specsweep.results import launches
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 GRID = ["dataset.num_prompts=16", "sweep.max_tokens=64", "sweep.concurrency=4", "sweep.warmup=0",
@@ -101,14 +103,25 @@ def create_time_offset(samples: int = 5) -> float:
 
 
 def servers_of(results: Path, t0: float, t1: float, offset: float) -> dict[str, tuple[float, float]]:
-    """Server cell id -> (created, stopped) for each server started between t0 and t1."""
+    """`<server cell> #<launch>` -> (created, stopped) for each server launch started between t0 and t1 (a cell's
+    server.json lists every launch)."""
     out = {}
     for f in results.glob("*/*/logs/server.json"):
-        info = json.loads(f.read_text())
-        start = info["started_at"] - offset
-        if t0 <= start <= t1 and "stopped_at" in info:
-            out[f.parent.parent.name] = (start, info["stopped_at"])
+        for i, info in enumerate(launches(f.parent)):
+            start = info["started_at"] - offset
+            if t0 <= start <= t1 and "stopped_at" in info:
+                out[f"{f.parent.parent.name} #{i}"] = (start, info["stopped_at"])
     return out
+
+
+def union_s(spans: list[tuple[float, float]]) -> float:
+    """The time covered by any of the spans (co-resident servers overlap)."""
+    total, end = 0.0, float("-inf")
+    for s, e in sorted(spans):
+        if e > end:
+            total += e - max(s, end)
+            end = e
+    return total
 
 
 def label(job: dict) -> str:
@@ -141,16 +154,16 @@ def breakdown(work: Path, results: Path, t0: float, t1: float) -> dict:
         names = []
         for j in running:
             name = label(j)
-            if j["rule"] == "serve_and_bench":
-                started = servers.get(server_cell(j), (j["end"], 0))[0]
-                name += " (before its server)" if mid < started else " (after its server)"
+            if j["rule"] == "serve_and_bench":       # a group's job: its servers' first start and last stop
+                mine = [s for s in spans if j["start"] <= s[0] <= j["end"]] or [(j["end"], j["end"])]
+                name += " (before its servers)" if mid < min(s for s, _ in mine) else " (after its servers)"
             names.append(name)
         if not names:
             names = ["snakemake: start-up to the first job" if mid < first else
                      "snakemake: after the last job" if mid >= last else "snakemake: between jobs"]
         for name in names:
             charged[name] = charged.get(name, 0.0) + (b - a) / len(names)
-    in_servers = sum(e - s for s, e in spans)
+    in_servers = union_s(spans)
     return {"wall_s": t1 - t0, "servers_s": in_servers, "overhead_s": t1 - t0 - in_servers,
             "servers": {sid: e - s for sid, (s, e) in servers.items()},
             "jobs": {f"{label(j)} @{j['start'] - t0:.1f}s": j["end"] - j["start"] for j in jobs},

@@ -31,6 +31,8 @@ from pathlib import Path
 
 from dag_overhead import BIN, breakdown, ensure_pair, study_argv, timed
 
+from specsweep.results import launches
+
 VLLM_PORT = 19590    # outside the port range specsweep's cells take here
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1"}   # conf/server/vllm_cpu.yaml's `env`, which specsweep's servers get
@@ -38,7 +40,7 @@ VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_
 
 def server_argvs(results: Path) -> dict[str, list[str]]:
     """Each of specsweep's server cells (by id) -> the `vllm serve` argv it ran."""
-    return {f.parent.parent.name: json.loads(f.read_text())["argv"] for f in results.glob("bench/*/logs/server.json")}
+    return {f.parent.parent.name: launches(f.parent)[-1]["argv"] for f in results.glob("bench/*/logs/server.json")}
 
 
 def vllm_sweep(work: Path, results: Path, ks: list[int], resume: bool) -> tuple[list[str], Path]:

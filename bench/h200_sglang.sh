@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The SGLang studies of bench/h200/sglang/, on an offline one-GPU host, one step per call of a lease (each
+# The SGLang studies of bench/archive/h200/sglang/, on an offline one-GPU host, one step per call of a lease (each
 # under 10 minutes; the host keeps /root and /tmp only while calls follow each other):
 #   recv DIR   copy one carried folder of the SGLang bundle's parts to /root/sglwhl (shared/gpu-sglang's c1..c3
 #              re-split into 48 MiB parts, .sgl/p1..p4, so that each part and the checkout fit one transfer)

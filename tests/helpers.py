@@ -229,7 +229,7 @@ answer has 31-35 distinct tokens and its first near-tie comes late or never (mea
 
 
 class ServerlessSession:
-    """What runner.run_server_cell asks of a session beyond `measure`, for a fake one with no server behind it."""
+    """What runner.run_cells asks of a session beyond `measure`, for a fake one with no server behind it."""
     log_path = None
 
     def alive(self):
@@ -237,6 +237,13 @@ class ServerlessSession:
 
     def log_tail(self):
         return ""
+
+
+def last_launch(log_dir: Path) -> dict:
+    """The newest launch record of a server cell's logs/server.json (a list: one entry per launch)."""
+    from specsweep.results import launches
+
+    return launches(log_dir)[-1]
 
 
 def make_random_pair(root: Path, seed: int = 0) -> Path:

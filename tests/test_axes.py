@@ -1,7 +1,5 @@
 """The length axes (sweep.max_tokens as a list, sweep.prompt_length) and acceptance by phase in the summary: ids,
 columns, the multirun over output length, the too-long prompt refusal, and prompt lengthening (docs/axes.md)."""
-import json
-
 import pytest
 
 from helpers import DATA, ServerlessSession
@@ -13,6 +11,7 @@ from specsweep.config import compose_jobs
 from specsweep.datasets import lengthen
 from specsweep.metrics import acceptance_from_lengths, request_figures
 from specsweep.study import Study
+from specsweep.table import AXES, names
 
 TWO_CATEGORIES = DATA / "two_categories.jsonl"
 
@@ -106,14 +105,14 @@ def test_phase_columns_in_the_summary(tmp_path):
     assert on["think_acceptance_length"] == pytest.approx(1 + 7 / 4)
     assert on["answer_acceptance_length"] == pytest.approx(3.0)
     assert on["think_acceptance_rate"] == pytest.approx(7 / 12)
-    assert json.loads(on["think_per_position_acceptance"]) == pytest.approx([0.75, 0.5, 0.5])
+    assert on["think_per_position_acceptance"] == pytest.approx([0.75, 0.5, 0.5])
     assert on["think_token_share"] == pytest.approx(11 / 18)
     assert on["think_acceptance_length_ci_low"] <= on["think_acceptance_length"] <= on["think_acceptance_length_ci_high"]
     assert off["think_acceptance_length"] is None and off["answer_token_share"] == 1.0
     assert off["answer_acceptance_length"] == pytest.approx(1 + 11 / 6)
     base = next(r for r in table if r["method"] == "none")
     assert base["phase_split_na"] == "baseline: no drafts"
-    assert set(summary.AXES_COLUMNS) <= set(on)
+    assert set(names(AXES)) <= set(on)
 
 
 def test_a_prompt_too_long_for_the_server_is_refused_in_one_line(tmp_path):

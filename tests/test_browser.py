@@ -125,6 +125,10 @@ METRIC_GRID = """() => {
 }"""
 
 
+# the axes of the compare view's parallel-coordinates plot, as MLflow's own ParallelCoordinatesPlotView finds them
+AXIS_TITLES = ".pcp-plot .parcoords .y-axis .axis-heading .axis-title"
+
+
 def metric_row(page, name: str) -> list[str] | None:
     """The compare view's values of one metric, wheeling its grid down until the row is in view (metrics are
     in name order: look them up in that order)."""
@@ -204,7 +208,7 @@ def test_mlflow_ui_opens_on_one_run_per_configuration_and_compares_k3_with_k7(ve
                                                                               tmp_path):
     """What a user sees from the link ingest prints, in a fresh browser profile: the runs table (not MLflow
     3's GenAI overview), one run per configuration named like it, and the compare view of K=3 and K=7 with
-    the paired speedup and its CI side by side."""
+    the paired speedup and its CI side by side, its default parallel-coordinates plot the speedup against K."""
     import csv
 
     from mlflow.tracking import MlflowClient
@@ -245,6 +249,12 @@ def test_mlflow_ui_opens_on_one_run_per_configuration_and_compares_k3_with_k7(ve
     page.goto(tracking.compare_url([r.info.run_id for r in pair], exp.experiment_id, mlflow_ui))
     page.get_by_text("Metrics", exact=True).last.wait_for()
     close_assistant(page)
+    # MLflow's default parallel-coordinates plot: the params the two runs differ in (K alone: params are each
+    # configuration's own settings, no job_config) against the first metric they share (the e2e speedup, logged
+    # first); mlflow_runs.py says why
+    page.wait_for_function(f"() => document.querySelectorAll({AXIS_TITLES!r}).length >= 2", timeout=60000)
+    axes = page.evaluate(f"() => Array.from(document.querySelectorAll({AXIS_TITLES!r})).map(t => t.textContent)")
+    assert axes == ["server_spec.num_speculative_tokens", "speedup_e2e_geomean"], axes
     page.get_by_text("Metrics", exact=True).last.evaluate("e => e.scrollIntoView()")
     for metric in ("speedup_e2e_ci_high", "speedup_e2e_ci_low", "speedup_e2e_geomean"):
         row = metric_row(page, metric)

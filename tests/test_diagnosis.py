@@ -18,7 +18,8 @@ from specsweep.config import ConfigError, compose_jobs
 from specsweep.metrics import acceptance_from_lengths, request_figures
 from specsweep.results import read_json
 from specsweep.study import Study
-from specsweep.tracking import row_tags, summary_rows
+from specsweep.mlflow_runs import row_tags
+from specsweep.table import read
 
 
 # ---- the statistic ------------------------------------------------------------------------------------------
@@ -128,7 +129,7 @@ def fake_backend(monkeypatch, random_results):
     good = json.loads((models / "drafter" / "config.json").read_text())["dflash_config"]
 
     @contextlib.contextmanager
-    def open_session(grid, sid, progress=True):
+    def open_session(grid, sid, progress=True, how=None):
         yield DrafterSession(grid.servers[sid].spec, good["target_layer_ids"], good["mask_token_id"])
     monkeypatch.setattr(parts, "session", lambda name: types.SimpleNamespace(open_session=open_session))
     return models, good
@@ -191,7 +192,7 @@ def test_each_doctored_drafter_gets_its_cause(tmp_path, fake_backend, edit, expe
     pages.summary_page(files.summary, files.k_comparison, tmp_path / "summary.html")
     first = (tmp_path / "summary.html").read_text().split("</table>")[0]     # "The figures to read first"
     assert "<th>diagnosis</th>" in first and f"<td>{expected}</td>" in first
-    [tags] = [row_tags(r) for r in summary_rows(str(files.summary)) if r["method"] == "dflash"]
+    [tags] = [row_tags(r) for r in read(files.summary) if r["method"] == "dflash"]
     assert tags["diagnosis"] == expected and tags["diagnosis_evidence"] == rows["dflash"]["diagnosis_evidence"]
     # a second diagnosis runs no counterfactual again
     before = {p: p.stat().st_mtime for p in grid.server_dir(sid).rglob(layout.METRICS)}
@@ -231,3 +232,24 @@ def test_a_healthy_cell_runs_nothing(tmp_path, fake_backend):
     assert read_json(grid.diagnosis_path(sid)) == record
     [row] = [r for r in summary.rows(Study.load(grid.study_files("d").dir, grid)) if r["method"] != "none"]
     assert row["diagnosis"] is None and row["diagnosis_evidence"] is None
+
+
+def test_a_cell_served_with_random_weights_gets_no_diagnosis_and_its_row_says_why(tmp_path):
+    """An 8B-shaped pair from config files alone (--load-format dummy): its drafter accepts nothing, and no
+    counterfactual could find a cause, so no diagnosis runs (four more launches, on the H200, of about 125 s each),
+    and the row says why; preflight does not wait for weights to download."""
+    from specsweep import checks
+
+    dummy = ["+server.extra_args=[--load-format,dummy]"]
+    grid = expand(compose_jobs([f"results_dir={tmp_path}", *dummy]))
+    spec = [sid for sid, c in grid.servers.items() if not c.is_baseline]
+    assert spec and all(grid.servers[s].random_weights and not grid.diagnosed(s) for s in spec)
+    assert all(expand(compose_jobs([f"results_dir={tmp_path}"])).diagnosed(s)
+               for s, c in expand(compose_jobs([f"results_dir={tmp_path}"])).servers.items() if not c.is_baseline)
+    row = {"method": "dflash", "dataset": "synthetic", "thinking": False, "concurrency": 4}
+    out = summary.diagnosis_columns(None, row, random_weights=True)
+    assert out["diagnosis"] is None and out["diagnosis_evidence"].startswith("none: served with random weights")
+    cfg = compose_jobs([f"results_dir={tmp_path}", "pair.target=/nowhere/target", "pair.drafter=/nowhere/drafter",
+                        "pair.built_by_workflow=false", *dummy])[0]
+    check = checks.check_memory(cfg, {"gpus": []})
+    assert check.status == "pass" and "random weights" in check.message

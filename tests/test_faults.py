@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BIN, popen_group, prebuilt_pair, run, snakemake_argv, wait_for
+from helpers import BIN, last_launch, popen_group, prebuilt_pair, run, snakemake_argv, wait_for
 from specsweep.claims import port_is_free
 from specsweep.server import group_alive
 
@@ -29,7 +29,7 @@ def bench_dirs(results: Path, study: str):
 
 def server_info(results: Path, study: str, pattern: str):
     found = list((results / study).glob(f"{pattern}/logs/server.json"))
-    return json.loads(found[0].read_text()) if found else None
+    return last_launch(found[0].parent) if found else None
 
 
 def log_has(info, text):
@@ -43,7 +43,7 @@ def posts(info) -> int:
 def dry_run_jobs(workdir, results, *overrides, study="t"):
     out = run(snakemake_argv(workdir, results, *overrides, study=study, extra=["-n"]))
     assert out.returncode == 0, out.stderr[-2000:]
-    return [line for line in (out.stdout + out.stderr).splitlines() if ": server cell " in line]
+    return [line for line in (out.stdout + out.stderr).splitlines() if "bench cells to run:" in line]
 
 
 # 1. a server dies mid-cell ----------------------------------------------------------------------------
@@ -248,11 +248,11 @@ def test_a_leftover_server_is_stopped_only_when_provably_ours(tmp_path, lock_dir
     left = vllm_session.server_for(grid, next(iter(grid.servers)), tmp_path / "logs")
     left.start()                       # then "the orchestrator is killed": its record stays behind
     info_path = tmp_path / "logs" / "server.json"
-    info = json.loads(info_path.read_text())
+    [info] = json.loads(info_path.read_text())
     info["orchestrator_pid"] = 2 ** 22 + 7          # no such process
     if not ours:
         info["started_at"] -= 3600                  # the pid now belongs to something else
-    info_path.write_text(json.dumps(info))
+    info_path.write_text(json.dumps([info]))
     for claim in left._claims:
         claim.release()
     note = reap_leftover(tmp_path / "logs", grace_s=5)

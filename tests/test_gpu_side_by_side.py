@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from helpers import run_bounded, snakemake_argv, standin_k, standin_study
+from helpers import last_launch, run_bounded, snakemake_argv, standin_k, standin_study
 
 pytestmark = [pytest.mark.server, pytest.mark.dag]
 
@@ -47,7 +47,7 @@ def test_a_finished_gpu_cell_does_not_start_the_running_one_again(tiny_results, 
     assert rc == 0, log.read_text()[-4000:]
     assert len(jobs) == 2, jobs
 
-    dirs = {standin_k(json.loads(p.read_text())): p.parent.parent for p in (results / "t").glob("*/logs/server.json")}
+    dirs = {standin_k(last_launch(p.parent)): p.parent.parent for p in (results / "t").glob("*/logs/server.json")}
     assert sorted(dirs) == [FAST_K, SLOW_K], dirs
     started = [json.loads(p.read_text()) for p in sorted(records.glob("*.json"))]
     starts = {k: [r for r in started if standin_k(r) == k] for k in (FAST_K, SLOW_K)}

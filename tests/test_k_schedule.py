@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from specsweep import checks, summary, tracking
+from specsweep import checks, labels, summary
 from specsweep.backends import parts
 from specsweep.backends.vllm import checks as vllm_checks
 from specsweep.backends.vllm import launch as vllm_cmd
@@ -63,10 +63,11 @@ def test_preflight_refuses_a_schedule_with_data_parallel_and_on_other_backends()
     old = {"server_env": {"vllm": "0.8.0", "k_schedule": False}}
     assert vllm_checks.check_k_schedule(compose_jobs(["server=vllm_gpu", SCHEDULE])[0], old).status == "fail"
     local = compose_jobs(["server=local", "kernel=local_sdpa", SCHEDULE])[0]
-    assert checks.check_k_schedule in parts.checks("local").CHECKS
-    assert vllm_checks.check_k_schedule in parts.checks("vllm").CHECKS
-    assert checks.check_k_schedule(local, {}).message.startswith("sweep.k_schedule [[5, 64, 3], [1, 4, 7]] is "
-                                                                     "vLLM's num_speculative_tokens_per_batch_size")
+    assert checks.check_k_schedule in checks.refusals("local")
+    assert vllm_checks.check_k_schedule in parts.checks("vllm").CHECKS and not checks.refusals("vllm")
+    assert checks.check_k_schedule(local, {}).message == (
+        "sweep.k_schedule [[5, 64, 3], [1, 4, 7]] is not implemented on the local backend: run these cells on a "
+        "backend that has it (server.backend vllm), or drop sweep.k_schedule")
 
 
 def test_the_k_comparison_sets_the_schedule_against_each_fixed_k(tmp_path):
@@ -78,5 +79,5 @@ def test_the_k_comparison_sets_the_schedule_against_each_fixed_k(tmp_path):
     assert any(s.startswith("K schedule 1-4:7,5-64:3 vs K=3: ") for s in statements)
     assert any(s.startswith("K schedule 1-4:7,5-64:3 vs K=7: ") for s in statements)
     row = next(r for r in summary.rows(loaded) if r["k_schedule"])
-    assert tracking.run_name(row).startswith("tiny · dflash K schedule 1-4:7,5-64:3 · ")
+    assert labels.label(row).startswith("tiny · dflash K schedule 1-4:7,5-64:3 · ")
     assert row["ceiling_na"] is None and row["break_even_al"] is None

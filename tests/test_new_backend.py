@@ -1,12 +1,13 @@
-"""A new backend is its package, one registry line and one conf/server/ entry (plus its name in the config
-schema's backend list): a stand-in fourth one (tests/echo_backend/) added at test time runs through config,
-cells, preflight, the runner, bench_cell and MLflow's naming with nothing else changed (docs/development.md)."""
+"""A new backend is its package, one registry line and one conf/server/ entry: a stand-in fourth one
+(tests/echo_backend/) added at test time runs through config (the schema's backend list comes from the registry),
+cells, preflight (refusing what it lacks by capability), the runner, bench_cell and MLflow's naming with nothing
+else changed (docs/development.md)."""
 import shutil
 from pathlib import Path
 
 import pytest
 
-from specsweep import backends, config, preflight, runner, tracking
+from specsweep import backends, config, labels, mlflow_runs, preflight, runner
 from specsweep.cells import expand
 from specsweep.config import ConfigError, compose_jobs
 from specsweep.datasets import materialise
@@ -20,21 +21,15 @@ dtype: float32
 threads: 1
 job: {runtime_min: 5, mem_mb: 1000, cpus: null, gpu_model: null, signal_before_s: 10}
 """
-SCHEMA_LIST = "backend: {enum: [vllm, sglang, local]}"
 
 
 @pytest.fixture
 def echo(tmp_path, monkeypatch):
-    """The three places a new backend touches, made in tmp_path: its package is tests/echo_backend/."""
+    """The places a new backend touches, made in tmp_path: its package is tests/echo_backend/."""
     conf = tmp_path / "conf"
     shutil.copytree(config.CONF_DIR, conf)
     (conf / "server" / "echo.yaml").write_text(SERVER_ENTRY)                  # its conf/server/ entry
-    schema = tmp_path / "config.schema.yaml"
-    text = config.SCHEMA.read_text()
-    assert text.count(SCHEMA_LIST) == 1
-    schema.write_text(text.replace(SCHEMA_LIST, "backend: {enum: [vllm, sglang, local, echo]}"))   # the list
     monkeypatch.setattr(config, "CONF_DIR", conf)
-    monkeypatch.setattr(config, "SCHEMA", schema)
     monkeypatch.syspath_prepend(str(HERE))
     monkeypatch.setitem(backends.BACKENDS, "echo", "echo_backend")           # its registry line
 
@@ -46,6 +41,7 @@ def echo(tmp_path, monkeypatch):
 
 def test_a_fourth_backend_is_its_package_a_registry_line_and_a_server_entry(echo):
     jobs = echo()
+    assert "echo" in config.schema()["properties"]["server"]["properties"]["backend"]["enum"]   # from the registry
     grid = expand(jobs)
     base, spec = sorted(grid.servers, key=lambda s: not grid.servers[s].is_baseline)
     assert base.startswith("base-echo-target-") and spec.startswith("tiny-echo-dflash-k3-")      # its id tag
@@ -55,7 +51,11 @@ def test_a_fourth_backend_is_its_package_a_registry_line_and_a_server_entry(echo
 
     env = preflight.environment(jobs[0]["server"])                                                # its checks
     assert env["server_env"] == {"echo": "1.0"}
-    assert [c.name for c in preflight.run_checks(jobs, env)] == ["dataset", "echo", "set_acceptance"]
+    assert [c.name for c in preflight.run_checks(jobs, env)] == ["dataset", "echo", "set_acceptance", "verification",
+                                                                 "k_schedule"]         # refused by capability
+    [refused] = [c for c in preflight.run_checks(echo("sweep.set_acceptance=[3.0]"), env) if c.status == "fail"]
+    assert refused.message == ("sweep.set_acceptance [3.0] is not implemented on the echo backend: run these cells "
+                               "on a backend that has it (server.backend vllm or local), or drop sweep.set_acceptance")
     assert backends.get("echo").describe(env) == "echo 1.0"
 
     bench = next(iter(grid.benches[spec].values())).spec                                          # its session
@@ -67,10 +67,10 @@ def test_a_fourth_backend_is_its_package_a_registry_line_and_a_server_entry(echo
     assert (m["backend"], m["valid"], m["greedy_agreement"], m["baseline_cell"]) == ("echo", True, 1.0, base)
     assert m["spec_decode"] is None and m["spec_decode_source"] == "counters"
 
-    row = {"pair": "tiny", "method": "dflash", "num_speculative_tokens": "3", "dataset": "synthetic",
-           "thinking": "False", "concurrency": "1", "backend": "echo"}
-    assert tracking.run_name(row) == "tiny · dflash K=3 · echo · data=synthetic · c=1"           # its name, as ids
-    assert tracking.server_versions(row, {bid: m}) == {"echo_version": "1.0"}                    # its versions
+    row = {"pair": "tiny", "method": "dflash", "num_speculative_tokens": 3, "dataset": "synthetic",
+           "thinking": False, "concurrency": 1, "backend": "echo"}
+    assert labels.label(row) == "tiny · dflash K=3 · echo · data=synthetic · c=1"                # its name, as ids
+    assert mlflow_runs.server_versions(row, [m]) == {"echo_version": "1.0"}                      # its versions
 
 
 def test_the_new_backend_is_nowhere_in_the_library():

@@ -8,12 +8,12 @@ def test_each_k_has_one_colour_and_the_baseline_is_black():
     table = pd.DataFrame({"method": ["none", "dflash", "dflash", "ngram"],
                           "num_speculative_tokens": [0, 3, 7, 3]})
     styles = k_styles(table)
-    assert styles["none", None, ""] == ("baseline", BASELINE_COLOUR)
-    assert styles["dflash", 3, ""][1] == styles["ngram", 3, ""][1] != styles["dflash", 7, ""][1]
-    assert [styles[m, k, ""][0] for m, k in (("dflash", 3), ("ngram", 3), ("dflash", 7))] == [
+    assert styles["baseline"] == ("baseline", BASELINE_COLOUR)
+    assert styles["dflash K=3"][1] == styles["ngram K=3"][1] != styles["dflash K=7"][1]
+    assert [styles[key][0] for key in ("dflash K=3", "ngram K=3", "dflash K=7")] == [
         "dflash K=3", "ngram K=3", "dflash K=7"]
     one_method = k_styles(table[table.method != "ngram"])
-    assert one_method["dflash", 7, ""][0] == "K=7"
+    assert one_method["dflash K=7"][0] == "K=7"
 
 
 def test_a_set_acceptance_cell_is_its_own_curve_never_its_ks_real_one(tmp_path):
@@ -24,13 +24,13 @@ def test_a_set_acceptance_cell_is_its_own_curve_never_its_ks_real_one(tmp_path):
     from specsweep.plots import _by_k
 
     table = pd.DataFrame({"method": ["none", "dflash", "dflash", "dflash"], "num_speculative_tokens": [0, 7, 15, 15],
-                          "set_acceptance": [None, None, None, "6.54"], "valid": True, "dataset": "synthetic",
+                          "set_acceptance": [None, None, None, 6.54], "valid": True, "dataset": "synthetic",
                           "thinking": False, "concurrency": 1, "speedup_e2e_geomean": [None, 0.8, 0.79, 4.5]})
     styles = k_styles(table)
-    assert styles["dflash", 15, "AL set 6.54"][0] == "K=15, AL set 6.54"
-    assert styles["dflash", 15, "AL set 6.54"][1] != styles["dflash", 15, ""][1]
-    assert k_styles(table.assign(set_acceptance=[None, None, None, "[0.9, 0.5]"]))[
-        "dflash", 15, "rates set (AL 2.40)"][0] == "K=15, rates set (AL 2.40)"
+    assert styles["dflash K=15 · AL set 6.54"][0] == "K=15 · AL set 6.54"     # labels.setting's spelling
+    assert styles["dflash K=15 · AL set 6.54"][1] != styles["dflash K=15"][1]
+    assert k_styles(table.assign(set_acceptance=[None, None, None, [0.9, 0.5]]))[
+        "dflash K=15 · AL set 2.4 (rates)"][0] == "K=15 · AL set 2.4 (rates)"
     fig, ax = plt.subplots()
     _by_k(ax, table, styles, "speedup_e2e_geomean", lambda g: ([0] * len(g), [0] * len(g)))
     lines = [list(line.get_ydata()) for line in ax.get_lines() if len(line.get_ydata()) > 1]
@@ -86,8 +86,8 @@ def test_the_ceiling_plot_draws_the_curve_and_the_drafter_only_where_a_study_has
     rows = [{"method": "none", "pair": "baseline", "num_speculative_tokens": 0, "set_acceptance": None},
             *({"method": "dflash", "pair": "p", "num_speculative_tokens": 7, "set_acceptance": s,
                "mean_acceptance_length": al, "speedup_e2e_geomean": sp, "speedup_e2e_ci_low": sp * 0.9,
-               "speedup_e2e_ci_high": sp * 1.1} for s, al, sp in ((None, 3.1, 1.2), ("2.0", 2.0, 0.8),
-                                                                  ("4.0", 4.0, 1.5), ("6.0", 6.0, 2.1)))]
+               "speedup_e2e_ci_high": sp * 1.1} for s, al, sp in ((None, 3.1, 1.2), (2.0, 2.0, 0.8),
+                                                                  (4.0, 4.0, 1.5), (6.0, 6.0, 2.1)))]
     rows = [dict(r, valid=True, backend="vllm", dataset="d", thinking=False, concurrency=4) for r in rows]
     table = pd.DataFrame(ceiling.annotate(rows))
     path = tmp_path / "c.png"

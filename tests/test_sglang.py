@@ -1,7 +1,7 @@
 """The SGLang backend: its argv, its acceptance figures, a server cell end to end, and its preflight checks.
 
 No real SGLang runs here (no GPU, and SGLang refuses DFLASH on CPU); a real 0.5.17 ran on an H200
-(bench/h200/sglang/), and what it answered is kept in tests/data/sglang0517/. The server here is a stand-in,
+(bench/archive/h200/sglang/), and what it answered is kept in tests/data/sglang0517/. The server here is a stand-in,
 tests/fake_sglang/sglang/launch_server.py, that answers as that 0.5.17 did (or as 0.5.23's source reads, under
 STANDIN_SGLANG_VERSION); it runs as a real process through the same lifecycle (server.python -m
 sglang.launch_server, on 127.0.0.1).
@@ -23,7 +23,7 @@ from specsweep.config import ConfigError, _spec_flag_fix, compose_jobs
 from specsweep.datasets import materialise
 from specsweep.errors import CellError
 
-from helpers import files_holding, standin_site
+from helpers import files_holding, last_launch, standin_site
 
 FAKE = Path(__file__).parent / "fake_sglang"
 DATA = Path(__file__).parent / "data" / "sglang0517"
@@ -264,7 +264,7 @@ def test_a_server_cell_runs_end_to_end_against_the_stand_in(fake, tmp_path, issu
 
     bm = json.loads(grid.metrics_path(base, bid).read_text())
     assert bm["spec_decode"] is None and bm["backend"] == "sglang"
-    server = json.loads((grid.server_dir(spec) / "logs" / "server.json").read_text())
+    server = last_launch(grid.server_dir(spec) / "logs")
     assert server["argv"][:3] == [PY, "-m", "sglang.launch_server"] and server["cuda_visible_devices"] == "0"
     assert "stopped_at" in server and port_is_free("127.0.0.1", server["port"])
     assert f"[stand-in sglang {version}] serving target" in Path(server["log"]).read_text()

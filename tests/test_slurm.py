@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import BIN, REPO, SMOKE_OVERRIDES, popen_group, prebuilt_pair, standin_site, wait_for
+from helpers import BIN, REPO, SMOKE_OVERRIDES, last_launch, popen_group, prebuilt_pair, standin_site, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.dag]
 
@@ -140,7 +140,7 @@ def test_smoke_study_on_slurm_has_a_local_runs_cells_and_files(slurm_smoke):
     assert remote == local
     assert files_of(results / "smoke") == files_of(local_results / "smoke")
     for sid in servers:
-        server = json.loads((results / "smoke" / sid / "logs" / "server.json").read_text())
+        server = last_launch(results / "smoke" / sid / "logs")
         assert "stopped_at" in server and not psutil.pid_exists(server["pid"])
     # the session's store also holds other tests' studies: compare the smoke study's runs
     smoke_runs = {c for c in cell_runs(local_results / "mlflow.db") if c == "study:smoke" or c.split("/")[0] in local}
@@ -164,8 +164,8 @@ def wait_for_server(spec: Path, since: float, proc: subprocess.Popen, log: Path)
     def launched():
         assert proc.poll() is None, log.read_text()[-3000:]
         try:
-            info = json.loads((spec / "logs" / "server.json").read_text())
-        except (OSError, ValueError):
+            info = last_launch(spec / "logs")
+        except (OSError, ValueError, IndexError):
             return None
         return info if info["started_at"] > since and "stopped_at" not in info else None
     return wait_for(launched, 900, "the DFlash cell's job to start vLLM", interval_s=1)
@@ -210,7 +210,7 @@ def test_requeue_mid_cell_resumes_the_job_without_losing_or_duplicating_anything
     show = subprocess.run(["scontrol", "show", "job", jobid], capture_output=True, text=True, timeout=30).stdout
     assert "Restarts=1" in show and "JobState=COMPLETED" in show        # the same job ran again, to the end
     assert not psutil.pid_exists(first["pid"])
-    second = json.loads((spec / "logs" / "server.json").read_text())
+    second = last_launch(spec / "logs")
     assert second["pid"] != first["pid"] and "stopped_at" in second
     bench_dirs = [p for p in spec.iterdir() if p.is_dir() and p.name not in ("logs", "runs")]
     assert len(bench_dirs) == 2                             # the smoke study's two repeats

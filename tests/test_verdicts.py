@@ -133,10 +133,10 @@ def test_a_cell_of_bursty_streams_has_no_streamed_figures_in_its_metrics_or_the_
     assert "<th>speedup_streamed_tpot_geomean</th>" in first and "<th>speedup_streamed_tpot_na</th>" in first
     assert "this cell repeat 1 of 2: 18 of 18 streams arrived in a burst" in first
     # MLflow's configuration runs, tagged from the summary rows: the streamed TPOT for K=7, the reason for K=3
-    from specsweep.tracking import row_tags, summary_rows
+    from specsweep import table as tables
+    from specsweep.mlflow_runs import row_tags
 
-    by_k = {int(r["num_speculative_tokens"]): row_tags(r)
-            for r in summary_rows(str(tmp_path / "results" / "v" / "summary.csv"))}
+    by_k = {r["num_speculative_tokens"]: row_tags(r) for r in tables.read(tmp_path / "results" / "v" / "summary.csv")}
     assert "speedup_streamed_tpot" not in by_k[3] and \
         by_k[3]["speedup_streamed_tpot_na"].startswith("this cell repeat 1 of 2")
     assert by_k[3]["streamed_figures_invalid"].startswith("repeat 1 of 2: 18 of 18 streams")
@@ -185,6 +185,7 @@ def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_st
 
     from mlflow.tracking import MlflowClient
 
+    from specsweep import table as tables
     from specsweep import tracking
     from specsweep.errors import TrackingError
 
@@ -192,7 +193,7 @@ def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_st
     (out / "env.json").write_text("{}")
     args = ingest_args(grid)
     first = tracking.ingest(Study.load(out, grid), *args)
-    client = MlflowClient(tracking_uri=tracking.tracking_uri(grid, "v"))
+    client = MlflowClient(tracking_uri=grid.tracking_uri("v"))
     exp = client.get_experiment_by_name("specsweep")
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
     assert first["url"].endswith(f"/#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning")
@@ -204,8 +205,8 @@ def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_st
     for run in faster:
         row = next(x for x in rows if x["num_speculative_tokens"] == run.data.tags["K"])
         assert run.info.run_name == f"tiny · dflash K={row['num_speculative_tokens']} · data=jsonl · c=4"
-        for figure in tracking.VERDICT_FIGURES:        # the summary's own figures, none recomputed
-            if row[figure]:
+        for figure in tables.metric_names():        # every figure of the summary's own, none recomputed
+            if row[figure] and tables.columns(tables.SUMMARY)[figure].encoding != tables.JSON:   # a list: `.<i>`
                 assert run.data.metrics[figure] == pytest.approx(float(row[figure]))
         assert run.data.metrics["speedup_e2e_ci_low"] > 1.3 and run.data.tags["speedup_e2e"].startswith("1.")
         assert "per_position_acceptance.0" in run.data.metrics
@@ -244,15 +245,15 @@ def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_st
 
 
 def test_configuration_run_names_read_like_the_configuration():
-    from specsweep.tracking import config_id, run_name
+    from specsweep.labels import config_id, label
 
-    row = {"pair": "tiny", "method": "dflash", "num_speculative_tokens": "7", "set_acceptance": "", "backend": "vllm",
-           "dataset": "synthetic", "thinking": "False", "concurrency": "4", "server_cell": "tiny-dflash-k7-ab12"}
-    assert run_name(row) == "tiny · dflash K=7 · data=synthetic · c=4"
+    row = {"pair": "tiny", "method": "dflash", "num_speculative_tokens": 7, "set_acceptance": None, "backend": "vllm",
+           "dataset": "synthetic", "thinking": False, "concurrency": 4, "server_cell": "tiny-dflash-k7-ab12"}
+    assert label(row) == "tiny · dflash K=7 · data=synthetic · c=4"
     assert config_id(row) == "tiny-dflash-k7-ab12/synthetic-t0-c4"
-    assert run_name({**row, "set_acceptance": "3.0"}) == "tiny · dflash K=7 · AL set 3.0 · data=synthetic · c=4"
-    assert run_name({**row, "set_acceptance": "[0.9, 0.6]"}).startswith("tiny · dflash K=7 · AL set 2.5 (rates) ·")
-    assert run_name({**row, "thinking": "True", "backend": "sglang"}) == \
+    assert label({**row, "set_acceptance": 3.0}) == "tiny · dflash K=7 · AL set 3.0 · data=synthetic · c=4"
+    assert label({**row, "set_acceptance": [0.9, 0.6]}).startswith("tiny · dflash K=7 · AL set 2.5 (rates) ·")
+    assert label({**row, "thinking": True, "backend": "sglang"}) == \
         "tiny · dflash K=7 · sglang · data=synthetic · think · c=4"
-    base = {**row, "pair": "baseline", "method": "none", "num_speculative_tokens": "0"}
-    assert run_name(base, "tiny") == "tiny · baseline · data=synthetic · c=4"
+    base = {**row, "pair": "baseline", "method": "none", "num_speculative_tokens": 0}
+    assert label(base, "tiny") == "tiny · baseline · data=synthetic · c=4"

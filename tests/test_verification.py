@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from specsweep import tracking
+from specsweep import labels, mlflow_runs
 from specsweep.backends.vllm import launch
 from specsweep.cells import expand
 from specsweep.config import ConfigError, compose_jobs
@@ -57,6 +57,6 @@ def test_block_beside_a_set_acceptance_is_one_line():
 def test_the_run_name_and_tags_say_block():
     row = {"pair": "tiny", "method": "dflash", "num_speculative_tokens": 7, "verification": "block",
            "dataset": "synthetic", "thinking": False, "concurrency": 4, "backend": "vllm", "server_cell": "x"}
-    assert tracking.run_name(row) == "tiny · dflash K=7 · block verification · data=synthetic · c=4"
-    assert tracking.run_name({**row, "verification": "standard"}) == "tiny · dflash K=7 · data=synthetic · c=4"
-    assert tracking.row_tags(row)["verification"] == "block"
+    assert labels.label(row) == "tiny · dflash K=7 · block verification · data=synthetic · c=4"
+    assert labels.label({**row, "verification": "standard"}) == "tiny · dflash K=7 · data=synthetic · c=4"
+    assert mlflow_runs.row_tags(row)["verification"] == "block"

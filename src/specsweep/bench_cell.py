@@ -142,8 +142,25 @@ def output_length_warning(grid: Grid, sid: str, bid: str, figures: dict) -> str 
     return metrics.length_mismatch(figures, read_json(grid.metrics_path(base, bid)))
 
 
-def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: bool = True) -> dict:
-    """Measure one bench cell on an open session and write its files; metrics.json last."""
+def refresh_comparisons(grid: Grid, base: str, bid: str) -> None:
+    """A baseline cell just finished: its speculative cells at the same bench id that finished before it (a group's
+    turns rotate, so a K cell's repeat can run before its baseline's) get their comparison now, rewritten in place."""
+    for sid, of in grid.baseline_of.items():
+        if of != base or not grid.metrics_path(sid, bid).exists():
+            continue
+        figures = read_json(grid.metrics_path(sid, bid))
+        if figures.get("baseline_cell"):
+            continue
+        rows = read_jsonl(grid.bench_dir(sid, bid) / layout.REQUESTS)
+        figures.update(compare_with_baseline(grid, sid, bid, figures, rows))
+        figures["output_length_warning"] = output_length_warning(grid, sid, bid, figures)
+        atomic_write_json(grid.metrics_path(sid, bid), figures)
+
+
+def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: bool = True,
+                   context: dict | None = None) -> dict:
+    """Measure one bench cell on an open session and write its files; metrics.json last. `context`: how its
+    server was kept (residency.Launch.facts), recorded with its figures."""
     bench = grid.benches[sid][bid].spec
     out = grid.bench_dir(sid, bid)
     out.mkdir(parents=True, exist_ok=True)
@@ -185,7 +202,7 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     figures["invalid_reason"] = "; ".join(reasons) or None
     figures.update(compare_with_baseline(grid, sid, bid, figures, m.rows))
     figures["output_length_warning"] = output_length_warning(grid, sid, bid, figures)
-    figures.update(server_cell=sid, bench_cell=bid, started_at=started_at, finished_at=finished_at)
+    figures.update(server_cell=sid, bench_cell=bid, started_at=started_at, finished_at=finished_at, **(context or {}))
     if session.log_path:
         figures["server_log"] = str(session.log_path)
         link = out / layout.SERVER_LOG_LINK
@@ -193,4 +210,6 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
         link.symlink_to(os.path.relpath(session.log_path, out))
     (out / layout.FAILED).unlink(missing_ok=True)
     atomic_write_json(out / layout.METRICS, figures)
+    if cell.is_baseline:
+        refresh_comparisons(grid, sid, bid)
     return figures

@@ -2,15 +2,14 @@
 (sweep.set_acceptance: vLLM's synthetic sampler accepts drafts at a set rate while drafting and verifying
 cost what they cost), and where the measured drafter sits on that curve.
 
-Pure: summary rows in, the same rows with the ceiling's columns out. A curve is the set-acceptance rows of
+Pure: typed summary rows in (summary.rows, table.read), the same rows with the ceiling's columns out. A curve is the set-acceptance rows of
 one (pair, backend, K, dataset, thinking, concurrency), each a point (measured mean acceptance length, paired
 e2e speedup with its CI). Lengths between points are read off the straight line between them; nothing is
 extrapolated past the measured range.
 """
 from __future__ import annotations
 
-import json
-import math
+from .table import blank, value
 
 TARGETS = {"break_even_al": 1.0, "al_for_1_5x": 1.5, "al_for_2x": 2.0}
 COLUMNS = ["ceiling_points", *TARGETS, "break_even_al_low", "break_even_al_high", "ceiling_speedup_at_al",
@@ -18,19 +17,11 @@ COLUMNS = ["ceiling_points", *TARGETS, "break_even_al_low", "break_even_al_high"
 _GROUP = ("pair", "backend", "num_speculative_tokens", "dataset", "thinking", "concurrency")
 
 
-def _number(value) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(out) else out
-
-
 def _point(row: dict) -> tuple[float, float, float | None, float | None] | None:
-    al, speedup = _number(row.get("mean_acceptance_length")), _number(row.get("speedup_e2e_geomean"))
+    al, speedup = value(row, "mean_acceptance_length"), value(row, "speedup_e2e_geomean")
     if al is None or speedup is None:
         return None
-    return al, speedup, _number(row.get("speedup_e2e_ci_low")), _number(row.get("speedup_e2e_ci_high"))
+    return al, speedup, value(row, "speedup_e2e_ci_low"), value(row, "speedup_e2e_ci_high")
 
 
 def length_for(points: list[tuple[float, float]], target: float) -> float | None:
@@ -63,7 +54,7 @@ def curves(rows: list[dict]) -> dict[tuple, list[tuple[float, float, float | Non
     """(pair, backend, K, dataset, thinking, concurrency) -> the curve's points, from valid set-acceptance rows."""
     out: dict[tuple, list] = {}
     for row in rows:
-        if row.get("method") == "none" or not row.get("set_acceptance") or str(row.get("valid")).lower() != "true":
+        if row.get("method") == "none" or blank(row.get("set_acceptance")) or row.get("valid") is not True:
             continue
         point = _point(row)
         if point:
@@ -82,8 +73,8 @@ def _reason(points: list, row: dict) -> str | None:
                      "set length for the break-even")
     if high[1] < 2:
         notes.append(f"no point reaches 2x (the highest, AL {high[0]:.3g}, gives {high[1]:.3g}x)")
-    al = _number(row.get("mean_acceptance_length"))
-    if not row.get("set_acceptance") and al is not None and not low[0] <= al <= high[0]:
+    al = value(row, "mean_acceptance_length")
+    if blank(row.get("set_acceptance")) and al is not None and not low[0] <= al <= high[0]:
         notes.append(f"the drafter's AL {al:.3g} is outside the curve's {low[0]:.3g}-{high[0]:.3g}")
     return "; ".join(notes) or None
 
@@ -96,19 +87,19 @@ def annotate(rows: list[dict]) -> list[dict]:
     for row in rows:
         row.update(dict.fromkeys(COLUMNS))
         # a K schedule's cell (sweep.k_schedule) runs several Ks: no one K's curve is its own
-        points = by_key.get(curve_key(row)) if row.get("method") != "none" and not row.get("k_schedule") else None
+        points = by_key.get(curve_key(row)) if row.get("method") != "none" and blank(row.get("k_schedule")) else None
         if points is None:
             continue
         line = [(a, s) for a, s, _, _ in points]
-        row["ceiling_points"] = json.dumps([[round(a, 4), round(s, 4), lo, hi] for a, s, lo, hi in points])
+        row["ceiling_points"] = [[round(a, 4), round(s, 4), lo, hi] for a, s, lo, hi in points]
         for column, target in TARGETS.items():
             row[column] = length_for(line, target)
         if all(lo is not None and hi is not None for _, _, lo, hi in points):
             # the CI's upper bounds reach 1x first (the shortest break-even the data allow), the lower ones last
             row["break_even_al_low"] = length_for([(a, hi) for a, _, _, hi in points], 1.0)
             row["break_even_al_high"] = length_for([(a, lo) for a, _, lo, _ in points], 1.0)
-        al = _number(row.get("mean_acceptance_length"))
-        if not row.get("set_acceptance") and al is not None:
+        al = value(row, "mean_acceptance_length")
+        if blank(row.get("set_acceptance")) and al is not None:
             row["ceiling_speedup_at_al"] = speedup_at(line, al)
         row["ceiling_na"] = _reason(points, row)
     return rows

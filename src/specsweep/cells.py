@@ -107,6 +107,16 @@ class ServerCell:
     def sets_acceptance(self) -> bool:
         return self.spec.get("set_acceptance") is not None
 
+    @property
+    def random_weights(self) -> bool:
+        """Served with weights the server makes itself (`--load-format dummy`, vLLM's and SGLang's flag)."""
+        return random_weights(self.spec["server"].get("extra_args") or [])
+
+
+def random_weights(extra_args: list) -> bool:
+    args = [str(a) for a in extra_args]
+    return "--load-format=dummy" in args or any(a == "--load-format" and b == "dummy" for a, b in zip(args, args[1:]))
+
 
 def _acceptance_tag(value) -> str:
     """A set acceptance in a server cell's name: `-al3.5` for a length, `-al3.4-rates` for rates (by the mean
@@ -232,6 +242,14 @@ def sweep_rounds(sweep: dict) -> int:
     return min(int(sweep.get("rounds", 1)), int(sweep.get("repeats", 1)))
 
 
+MIN_BLOCKS = 5      # co-resident repeats below which the paired CI does not resample them as blocks (Grid.block_of)
+
+
+def _rotated(items: list, by: int) -> list:
+    by %= len(items)
+    return items[by:] + items[:by]
+
+
 def round_of_repeat(repeat: int, rounds: int, repeats: int) -> int:
     """Repeat r of R rounds over n repeats runs in round r * R // n, so each round holds a contiguous block of
     repeats (10 repeats in 3 rounds: 0-3, 4-6, 7-9)."""
@@ -253,6 +271,16 @@ class Grid:
     def study_files(self, study: str) -> layout.StudyFiles:
         return layout.study_files(self.results_dir, study)
 
+    def tracking_uri(self, study: str) -> str:
+        """The study's MLflow store: tracking.uri, or the default SQLite store under results/."""
+        return self.tracking[study]["uri"] or f"sqlite:///{layout.mlflow_db(self.results_dir).resolve()}"
+
+    def mlflow_marker(self, study: str) -> Path:
+        """The ingest rule's output, one per tracking store (its key hashes the store and the experiment): a store
+        that was down is ingested on a later run."""
+        key = stable_hash([self.tracking_uri(study), self.tracking[study]["experiment"]])[:10]
+        return self.study_files(study).mlflow_marker(key)
+
     def server_dir(self, sid: str) -> Path:
         if sid in self.diagnosed_by:        # a counterfactual cell lies under the cell it diagnoses
             return layout.counterfactual_dir(self.server_dir(self.diagnosed_by[sid]), sid)
@@ -272,9 +300,10 @@ class Grid:
 
     # ---- the low-acceptance diagnosis (counterfactuals.py) ------------------------------------------------
     def diagnosed(self, sid: str) -> bool:
-        """Whether a server cell gets a diagnosis (its diagnose job): a speculative cell of real acceptance."""
+        """Whether a server cell gets a diagnosis (its diagnose job): a speculative cell of real acceptance, served
+        with real weights (a random drafter's acceptance says nothing a counterfactual could find)."""
         cell = self.servers[sid]
-        return not cell.is_baseline and not cell.sets_acceptance and sid not in self.diagnosed_by
+        return not (cell.is_baseline or cell.sets_acceptance or cell.random_weights or sid in self.diagnosed_by)
 
     def diagnosis_path(self, sid: str) -> Path:
         return layout.diagnosis(self.server_dir(sid))
@@ -302,10 +331,10 @@ class Grid:
         return [(sid, bid) for sid, cell in self.servers.items() if cell.study == study and sid not in self.diagnosed_by
                 for bid in self.benches[sid]]
 
-    # ---- rounds (sweep.rounds): scheduling, never part of an id --------------------------------------
+    # ---- groups, rounds and turns (sweep.residency, sweep.rounds): scheduling, never part of an id -------------
     def rounds(self, sid: str) -> int:
-        """How many rounds the server cell runs in: one server launch each, interleaved with the other
-        cells of its group (round_order)."""
+        """How many launches of its group the server cell runs in (sweep.rounds); each holds a contiguous block
+        of its repeats (round_of)."""
         return sweep_rounds(self.configs.get(sid, {}).get("sweep", {}))
 
     def round_of(self, sid: str, bid: str) -> int:
@@ -317,33 +346,76 @@ class Grid:
         """The bench cells of one round of a server cell; rnd None: all of them."""
         return [bid for bid in self.benches[sid] if rnd is None or self.round_of(sid, bid) == rnd]
 
-    def round_order(self, sid: str) -> list[tuple[str, int]]:
-        """The (server cell, round) launches of a server cell's group (its baseline and the speculative cells
-        compared with it, in grid order; without a baseline, the study's cells of its pair), interleaved:
-        baseline, K_a, K_b, baseline, K_a, K_b, ..."""
-        def group_of(s: str) -> tuple:
-            cell = self.servers[s]
-            if s in self.baseline_of or cell.is_baseline:
-                return ("baseline", self.baseline_of.get(s, s))
-            return ("pair", cell.study, cell.pair["name"])
-        group = [s for s in self.servers if group_of(s) == group_of(sid)]
-        return [(s, r) for r in range(max(self.rounds(s) for s in group)) for s in group if r < self.rounds(s)]
+    def block_of(self, sid: str, bid: str) -> int | None:
+        """The stretch of time a bench cell ran in together with its group's other members, which the paired CI
+        resamples as one (stats._cluster_bootstrap), or None where there is no such stretch to resample:
+        co-resident members take turns repeat by repeat, so repeat r of each ran back to back (with at least
+        MIN_BLOCKS repeats; fewer give the draw too few outcomes); relaunched ones share a round (with 2 or more)."""
+        if self.residency(sid) == "relaunch":
+            return self.round_of(sid, bid) if self.rounds(sid) > 1 else None
+        repeats = int(self.configs[sid]["sweep"]["repeats"])
+        return int(self.benches[sid][bid].spec["repeat"]) if repeats >= MIN_BLOCKS else None
 
-    @staticmethod
-    def marker_round(todo: str) -> int | None:
-        """The round a run marker's name (its stem) is for; None for a one-round cell's marker."""
-        m = re.fullmatch(r"round(\d+)-[0-9a-f]+", todo)
-        return int(m.group(1)) if m else None
+    def residency(self, sid: str) -> str:
+        """How the cell's group keeps its servers (sweep.residency): `coresident` (all up for the group's whole
+        round, taking turns), `sleep` (all up, one awake: vLLM's sleep mode) or `relaunch` (one launch per turn)."""
+        return self.configs.get(sid, {}).get("sweep", {}).get("residency", "coresident")
+
+    def group_of(self, sid: str) -> str:
+        """The lead of the server cell's group, the cells compared with each other and so run in one job: a
+        baseline and its speculative cells (lead: the baseline). A cell without a baseline (sweep.baseline=false),
+        and a diagnosis's counterfactual cell, is a group of its own, so such cells still run side by side on
+        disjoint GPUs."""
+        return self.baseline_of.get(sid, sid)
+
+    def group(self, lead: str) -> list[str]:
+        """A group's server cells, the lead first, then grid order."""
+        return [lead] + [s for s in self.servers if self.baseline_of.get(s) == lead]
+
+    def leads(self) -> list[str]:
+        return [s for s in self.servers if self.group_of(s) == s]
+
+    def turns(self, members: list[str]) -> list[tuple[int, str, list[str]]]:
+        """The (round, server cell, bench cells) turns a group's job takes, in order, unfinished cells only. Round
+        by round; within a round, co-resident members (`coresident`, `sleep`) take turns repeat by repeat, in an
+        order that rotates with the repeat (baseline, K_a, K_b; K_a, K_b, baseline; ...), so that a load that
+        shifts during the round falls on every member alike; `relaunch` members take one turn a round, all of
+        that round's repeats in one launch, in an order that rotates with the round."""
+        out: list[tuple[int, str, list[str]]] = []
+        rounds = max(self.rounds(s) for s in members)
+        for rnd in range(rounds):
+            if self.residency(members[0]) == "relaunch":
+                for sid in _rotated(members, rnd):
+                    todo = [b for b in self.round_cells(sid, rnd) if rnd < self.rounds(sid) and self._unfinished(sid, b)]
+                    out += [(rnd, sid, todo)] if todo else []
+                continue
+            repeats = sorted({int(self.benches[s][b].spec["repeat"]) for s in members for b in self.round_cells(s, rnd)
+                              if rnd < self.rounds(s)})
+            for i, rep in enumerate(repeats):
+                for sid in _rotated(members, i):
+                    todo = [b for b in self.round_cells(sid, rnd) if rnd < self.rounds(sid)
+                            and int(self.benches[sid][b].spec["repeat"]) == rep and self._unfinished(sid, b)]
+                    out += [(rnd, sid, todo)] if todo else []
+        return out
+
+    def _unfinished(self, sid: str, bid: str) -> bool:
+        return not self.metrics_path(sid, bid).exists()
 
     def pending(self, sid: str, rnd: int | None = None) -> list[str]:
         """The unfinished bench cells of a server cell, or of one of its rounds."""
-        return [bid for bid in self.round_cells(sid, rnd) if not self.metrics_path(sid, bid).exists()]
+        return [bid for bid in self.round_cells(sid, rnd) if self._unfinished(sid, bid)]
 
-    def run_marker(self, sid: str, rnd: int | None = None) -> Path:
-        """The server job's output: named after the bench cells it still has to run; a round's (rnd, with
-        sweep.rounds > 1) starts with `round<rnd>-`."""
-        todo = stable_hash(sorted(self.pending(sid, rnd)))[:12]
-        return layout.run_marker(self.server_dir(sid), todo, rnd)
+    def group_pending(self, lead: str) -> list[tuple[str, str]]:
+        return [(sid, bid) for sid in self.group(lead) for bid in self.pending(sid)]
+
+    def run_marker(self, lead: str) -> Path:
+        """A group's job output, in its lead's folder: named after the bench cells the group still has to run."""
+        todo = stable_hash(sorted(self.group_pending(lead)))[:12]
+        return layout.run_marker(self.server_dir(lead), todo)
+
+    def group_gpus(self, lead: str) -> int:
+        """The GPUs a group's job holds: co-resident members share their GPUs (the most any member needs)."""
+        return max(self.servers[s].gpus for s in self.group(lead))
 
     def cells_done(self, sid: str) -> Path:
         """A marker that every bench cell of a server cell is finished; named after that set of cells."""
@@ -351,7 +423,8 @@ class Grid:
 
     def subset(self, *sids: str) -> "Grid":
         """The part of the grid a job needs: some server cells, their baselines, and their bench cells."""
-        keep = set(sids) | {self.baseline_of[s] for s in sids if s in self.baseline_of}
+        wanted = set(sids) | {self.baseline_of[s] for s in sids if s in self.baseline_of}
+        keep = [s for s in self.servers if s in wanted]      # in grid order: a group's turns follow it
         return Grid(results_dir=self.results_dir,
                     servers={s: self.servers[s] for s in keep}, benches={s: self.benches[s] for s in keep},
                     baseline_of={s: b for s, b in self.baseline_of.items() if s in keep},

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from . import backends, drafter_config
 from .claims import port_is_free, port_owner
+from .cells import random_weights
 from .config import aslist
 
 THINKING_MIN_TOKENS, THINKING_WARN_TOKENS = 512, 2048
@@ -108,11 +109,12 @@ def check_drafter(cfg, env):
     ids = drafter_config.target_layer_ids(cfg_d) or []
     backend = (cfg.get("server") or {}).get("backend", "vllm")     # `specsweep drafter inspect` gives no server
     offset = env.get("server_env", {}).get("dflash_layer_offset")    # what this vLLM adds to each (its probe)
+    facts = backends.get(backend) if backend in backends.names() else None
     if offset is None:      # else the backend's fact: the local engine reads hidden_states[id + 1] up to id n - 1
-        offset = getattr(backends.get(backend), "LAYER_ID_OFFSET", 1) if backend in backends.names() else 1
+        offset = getattr(facts, "LAYER_ID_OFFSET", 1)
     bad = [i for i in ids if not 0 <= i <= n - 1 - offset]
     if bad:
-        who = "vLLM" if backend == "vllm" else f"the {backend} backend"
+        who = getattr(facts, "LABEL", f"the {backend} backend")
         return fail(name, f"target_layer_ids {bad} out of range for a {n}-layer target: {who} adds {offset} to "
                           f"each, so each must be 0..{n - 1 - offset}; fix dflash_config.target_layer_ids")
     if cfg_d.get("hidden_size") != target.get("hidden_size"):
@@ -183,6 +185,8 @@ def check_memory(cfg, env):
     s, pair = cfg["server"], cfg["pair"]
     sizes = [weights_bytes(pair["target"]), weights_bytes(pair["drafter"]) if pair["method"] == "dflash" else 0]
     free_disk = shutil.disk_usage(Path(cfg["results_dir"]).resolve().anchor).free
+    if None in sizes and random_weights(s.get("extra_args") or []):
+        return ok(name, "random weights (--load-format dummy): the server makes them, nothing to download")
     if None in sizes:
         if free_disk < 20 * 2**30:
             return warn(name, f"weights not on this machine yet and only {free_disk / 2**30:.1f} GiB of disk is free: "
@@ -235,38 +239,53 @@ def check_prompt_length(cfg, env):
     return ok(name, f"prompt lengths {lengths} fit" + (f" server.max_model_len={limit}" if limit else ""))
 
 
+def _refused(name: str, feature: str, asked: str, cfg: dict, drop: str):
+    """A feature the cell's backend does not implement (backends.FEATURES, its CAPABILITIES): one line naming the
+    backends that do, from the registry."""
+    backend = cfg["server"]["backend"]
+    if feature in backends.capabilities(backend):
+        return ok(name, f"{backends.FEATURES[feature]}: the {backend} backend's own check")
+    having = backends.having(feature)
+    where = f"server.backend {' or '.join(having)}" if having else "no backend implements it yet"
+    return fail(name, f"{asked} is not implemented on the {backend} backend: run these cells on a backend that "
+                      f"has it ({where}), or {drop}")
+
+
 def check_set_acceptance(cfg, env):
-    """sweep.set_acceptance runs on vLLM's synthetic rejection sampler only (its own check, backends/vllm/checks.py):
-    every other backend refuses it."""
-    name = "set_acceptance"
+    """sweep.set_acceptance, refused where the backend cannot set acceptance (a backend that can checks it itself)."""
     fixed = [a for a in cfg["sweep"]["set_acceptance"] if a is not None]
     if not fixed:
-        return ok(name, "real acceptance")
-    return fail(name, f"sweep.set_acceptance {fixed} is not implemented on the {cfg['server']['backend']} backend "
-                      "yet: run these cells with server=vllm_gpu, or drop sweep.set_acceptance")
+        return ok("set_acceptance", "real acceptance")
+    return _refused("set_acceptance", "set_acceptance", f"sweep.set_acceptance {fixed}", cfg,
+                    "drop sweep.set_acceptance")
 
 
 def check_verification(cfg, env):
-    """sweep.verification=block is vLLM's block verification (its own check, backends/vllm/checks.py): every other
-    backend refuses it."""
-    name = "verification"
+    """sweep.verification=block, refused where the backend has no block verification."""
     methods = [m for m in cfg["sweep"]["verification"] if m != "standard"]
     if not methods or cfg["pair"]["method"] == "none":
-        return ok(name, "standard")
-    return fail(name, f"sweep.verification {methods} is not implemented on the {cfg['server']['backend']} backend: "
-                      "run these cells with server=vllm_gpu, or set sweep.verification=[standard]")
+        return ok("verification", "standard")
+    return _refused("verification", "block_verification", f"sweep.verification {methods}", cfg,
+                    "set sweep.verification=[standard]")
 
 
 def check_k_schedule(cfg, env):
-    """sweep.k_schedule is vLLM's num_speculative_tokens_per_batch_size (its own check, backends/vllm/checks.py):
-    every other backend refuses it."""
-    name = "k_schedule"
+    """sweep.k_schedule (K by batch size), refused where the backend has no K schedule."""
     schedule = cfg["sweep"].get("k_schedule")
     if not schedule or cfg["pair"]["method"] == "none":
-        return ok(name, "fixed K")
-    return fail(name, f"sweep.k_schedule {schedule} is vLLM's num_speculative_tokens_per_batch_size, not "
-                      f"implemented on the {cfg['server']['backend']} backend: run it with a vLLM server, or drop "
-                      "sweep.k_schedule")
+        return ok("k_schedule", "fixed K")
+    return _refused("k_schedule", "k_schedule", f"sweep.k_schedule {schedule}", cfg, "drop sweep.k_schedule")
+
+
+# each feature's refusal, which preflight adds to the checks of every backend without that feature
+REFUSALS = {"set_acceptance": check_set_acceptance, "block_verification": check_verification,
+            "k_schedule": check_k_schedule}
+
+
+def refusals(backend: str) -> list:
+    """The shared refusals of a backend: one per feature (backends.FEATURES) it does not implement."""
+    caps = backends.capabilities(backend)
+    return [check for feature, check in REFUSALS.items() if feature not in caps]
 
 
 def check_base_url(url: str, model: str, timeout_s: float = 10.0) -> Check:

@@ -78,7 +78,7 @@ def cmd_ingest(args) -> int:
     """Log finished studies into MLflow that ran elsewhere (a GPU host with tracking=off), copied here whole:
     each bench cell's config.yaml holds the composed job it came from, so Study.load rebuilds the grid from them."""
     from .study import Study
-    from .tracking import ingest, marker
+    from .tracking import ingest
 
     for study_dir in map(Path, args.study_dirs):
         results = Study.load(study_dir)
@@ -95,7 +95,7 @@ def cmd_ingest(args) -> int:
         if absent:     # MLflow's dataset input is the prompts file's digest
             raise ConfigError(f"{absent[0]} is missing: copy {Path(absent[0]).parent.name} (results/"
                               f"{Path(absent[0]).parent.name}/) beside results/<study> too")
-        out = ingest(results, *files, marker(grid, study))
+        out = ingest(results, *files, grid.mlflow_marker(study))
         print(f"specsweep: {study}: {json.dumps(out)}")
     return 0
 

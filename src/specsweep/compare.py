@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import layout, phases, stats
+from . import labels, layout, phases, stats
 from .cells import ADDED_SPEC_KEYS, Grid
 from .datasets import load_prompt_rows, prompts_digest
 from .errors import ConfigError
@@ -141,10 +141,10 @@ def compare(path_a: str | Path, path_b: str | Path, required: bool = True) -> li
     for key, matched in groups.items():
         point = dict(zip(KEY, key))
         a_runs, b_runs = [a.requests() for a, _ in matched], [b.requests() for _, b in matched]
-        b_spec = matched[0][1].config["server_spec"]
+        a_spec, b_spec = matched[0][0].server_spec, matched[0][1].server_spec
         row = {"method": point["method"], "num_speculative_tokens": point["num_speculative_tokens"],
-               "set_acceptance": point["set_acceptance"], "verification": point["verification"],
-               "k_schedule": point["k_schedule"], "b_method": b_spec["method"],
+               "set_acceptance": a_spec.get("set_acceptance"), "verification": point["verification"],
+               "k_schedule": a_spec.get("k_schedule"), "b_method": b_spec["method"],
                "b_num_speculative_tokens": b_spec["num_speculative_tokens"], "dataset": point["dataset"],
                "thinking": point["thinking"], "concurrency": point["concurrency"],
                "max_tokens": matched[0][0].bench["max_tokens"], "prompt_length": point["prompt_length"],
@@ -176,39 +176,37 @@ def compare(path_a: str | Path, path_b: str | Path, required: bool = True) -> li
 
 def phase_figures(name: str, cells: list[Cell]) -> dict:
     """A side's acceptance by phase over its cells' requests (phases.py), under the summary's names with the
-    side's prefix (a_think_acceptance_length, ...); blank for a baseline, with phase_split_na's reason."""
+    side's prefix (a_think_acceptance_length, ...; per-position lists as JSON); blank for a baseline, with
+    phase_split_na's reason."""
     if not cells or cells[0].server_spec["method"] == "none":
         cols = phases.columns({"na": "baseline: no drafts", "requests": 0})
     else:
         thinking = bool(cells[0].bench["thinking"])
         cols = phases.columns(phases.pooled([phases.request_split(r, thinking) for c in cells for r in c.requests()
                                              if r.get("ok")]))
-    return {f"{name}_{k}": v for k, v in cols.items()}
+    return {f"{name}_{k}": json.dumps(v) if isinstance(v, list) else v for k, v in cols.items()}
 
 
 def _fmt(row: dict, stem: str, point: str = "geomean") -> str:
     return stats.format_ratio(row[f"{stem}_{point}"], row[f"{stem}_ci_low"], row[f"{stem}_ci_high"])
 
 
-def _number(value: float | None) -> str:
+def _two_places(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
 
 
 def table_lines(rows: list[dict]) -> list[str]:
-    """The printed table: a few lines per grid point."""
+    """The printed table: a few lines per grid point, each headed by its configuration's label (labels.label, less
+    the pair: a grid point is matched across pairs)."""
     out = []
     for r in rows:
         b_cell = "" if (r["b_method"], r["b_num_speculative_tokens"]) == (r["method"], r["num_speculative_tokens"]) \
-            else f" (B: {r['b_method']} K={r['b_num_speculative_tokens']})"
-        setting = "".join(f" {name} {r[key]}" for key, name in (("set_acceptance", "AL set"),
-                                                                 ("k_schedule", "K schedule")) if r.get(key))
-        if r.get("verification") not in (None, "standard"):
-            setting += f" {r['verification']} verification"
-        out.append(f"{r['method']} K={r['num_speculative_tokens']}{setting}{b_cell} {r['dataset']} "
-                   f"think={r['thinking']} c={r['concurrency']}, {r['repeats']} repeat(s):")
+            else " (B: " + labels.SEP.join(labels.setting({"method": r["b_method"],
+                                                           "num_speculative_tokens": r["b_num_speculative_tokens"]})) + ")"
+        out.append(f"{labels.label(r, with_pair=False)}{b_cell}, {r['repeats']} repeat(s):")
         if r["method"] != "none":
-            out += [f"  acceptance       A {_number(r['a_mean_acceptance_length'])}  "
-                    f"B {_number(r['b_mean_acceptance_length'])}  B/A {_fmt(r, 'b_vs_a_acceptance', 'ratio')}",
+            out += [f"  acceptance       A {_two_places(r['a_mean_acceptance_length'])}  "
+                    f"B {_two_places(r['b_mean_acceptance_length'])}  B/A {_fmt(r, 'b_vs_a_acceptance', 'ratio')}",
                     f"  vs own baseline  A {_fmt(r, 'a_speedup_e2e')} {r['a_verdict'] or 'no CI'}  "
                     f"B {_fmt(r, 'b_speedup_e2e')} {r['b_verdict'] or 'no CI'}"]
         out.append(f"  B vs A           e2e {_fmt(r, 'b_vs_a_speedup_e2e')} {r['b_vs_a_verdict'] or 'no CI'}  "
@@ -409,11 +407,10 @@ def prediction_lines(rows: list[dict], unmatched: list[str]) -> list[str]:
                    "speedup over each one's own baseline [95% CI]; agree: each CI holds the other's figure")
     for r in rows:
         sides = f"replay in {r['predicted_side']}, measured in {r['measured_side']}; " if r["predicted_side"] else ""
-        out.append(f"{r['pair']} {r['method']} K={r['num_speculative_tokens']} {r['dataset']} think={r['thinking']} "
-                   f"c={r['concurrency']} ({sides}{r['rates_source']}; {r['predicted_repeats']} and "
+        out.append(f"{labels.label(r)} ({sides}{r['rates_source']}; {r['predicted_repeats']} and "
                    f"{r['measured_repeats']} repeat(s)):")
-        out.append(f"  AL       replayed {r['replayed_al']:.3f}  realised {_number(r['predicted_al'])}  "
-                   f"measured {_number(r['measured_al'])}")
+        out.append(f"  AL       replayed {r['replayed_al']:.3f}  realised {_two_places(r['predicted_al'])}  "
+                   f"measured {_two_places(r['measured_al'])}")
         agree = {True: "agree", False: "disagree", None: "no CI"}[r["agree"]]
         ratio = "n/a" if r["predicted_over_measured"] is None else f"{r['predicted_over_measured']:.3f}"
         out.append(f"  speedup  predicted {_fmt(r, 'predicted_speedup_e2e')}  measured {_fmt(r, 'measured_speedup_e2e')}"

@@ -5,6 +5,8 @@ resolved dicts and therefore the same cell ids.
 """
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import shlex
 from pathlib import Path
@@ -99,14 +101,32 @@ def _hydra_message(e: Exception, overrides: list[str]) -> str:
     return f"config: {text.split(' full_key')[0]} (overrides: {' '.join(overrides) or 'none'})"
 
 
+@functools.cache
+def _workflow_schema(path: Path, mtime_ns: int) -> dict:
+    """The workflow's schema file, parsed once per version of it (parsing took 40 ms of every validate)."""
+    return yaml.safe_load(path.read_text())
+
+
+def schema() -> dict:
+    """The config schema: the workflow's (SCHEMA), the registry's backend names as server.backend's enum, and
+    each backend's fragment (its SCHEMA fact) where server.backend names it."""
+    from . import backends
+
+    out = copy.deepcopy(_workflow_schema(SCHEMA, SCHEMA.stat().st_mtime_ns))
+    out["properties"]["server"]["properties"]["backend"] = {"enum": list(backends.names())}
+    out.setdefault("allOf", []).extend(
+        {"if": {"properties": {"server": {"properties": {"backend": {"const": name}}}}}, "then": fragment}
+        for name in backends.names() if (fragment := backends.schema_fragment(name)))
+    return out
+
+
 def validate(cfg: dict) -> dict:
-    """Check one resolved config against the workflow schema with Snakemake's own validator."""
-    from snakemake.exceptions import WorkflowError
-    from snakemake.utils import validate as sm_validate
+    """Check one resolved config against the schema (schema(): the workflow's and the backends' fragments)."""
+    import jsonschema
 
     try:
-        sm_validate(cfg, str(SCHEMA), set_default=False)
-    except WorkflowError as e:
+        jsonschema.Draft202012Validator(schema()).validate(cfg)
+    except jsonschema.ValidationError as e:
         raise ConfigError(_schema_message(e)) from None
     for item in cfg["server"].get("extra_args", []):
         fix = _spec_flag_fix(cfg["server"]["backend"], item)

@@ -1,5 +1,5 @@
 """Why a cell's acceptance is low: the known causes in order, each decided by a counterfactual cell's measured
-acceptance against the cell's own, never by the config alone (docs/results.md#low-acceptance-diagnosis).
+acceptance against the cell's own, never by the config alone (docs/methods.md#low-acceptance-diagnosis).
 
 Pure: step histograms and already-measured figures in, each cause's status and the row's diagnosis out. Running
 the counterfactual cells is counterfactuals.py's.
@@ -15,6 +15,8 @@ as well: neither alone decides.
 from __future__ import annotations
 
 import math
+
+from .table import value
 
 BELOW_AL = 1.5        # sweep.diagnose.below_al's default: a pooled acceptance length below it is diagnosed
 PROMPTS = 4           # sweep.diagnose.prompts's default: the counterfactual cells' prompts (one repeat)
@@ -122,10 +124,7 @@ def decide(causes: list[dict], rates: list[float] | None, al: float) -> dict:
 def ceiling_text(row: dict) -> str:
     """What the system's curve says an undertrained drafter would need, from a summary row's ceiling columns;
     without a curve, how to get one."""
-    def number(key):
-        v = row.get(key)
-        return None if v is None or v != v else float(v)
-    be, x15 = number("break_even_al"), number("al_for_1_5x")
+    be, x15 = value(row, "break_even_al"), value(row, "al_for_1_5x")
     if be is None and x15 is None:
         return ("no set-acceptance curve at this K and concurrency: sweep.set_acceptance=[null,1,2,4,8] gives the "
                 "acceptance length this system needs")

@@ -1,4 +1,4 @@
-"""The results tree: every file and folder name under `results/`, and where each lies (docs/results.md).
+"""The results tree: every file and folder name under `results/`, and where each lies (docs/reference.md).
 
 This module is the one place that spells them; the library, the rules and the scripts ask it
 (`tests/test_layout.py` checks that nothing else in `src/` or `workflow/` does). It knows names and shapes,
@@ -92,9 +92,9 @@ def bench_dir(results_dir: str | Path, study: str, sid: str, bid: str) -> Path:
     return server_dir(results_dir, study, sid) / bid
 
 
-def run_marker(server: Path, todo: str, rnd: int | None = None) -> Path:
-    """A server job's output in its server cell's folder: `runs/<todo>.done`, a round's `runs/round<r>-<todo>.done`."""
-    return server / RUNS / (f"{todo}{MARKER_SUFFIX}" if rnd is None else f"round{rnd}-{todo}{MARKER_SUFFIX}")
+def run_marker(server: Path, todo: str) -> Path:
+    """A group's job output in its lead server cell's folder: `runs/<todo>.done`."""
+    return server / RUNS / f"{todo}{MARKER_SUFFIX}"
 
 
 def cells_done(server: Path, cellset: str) -> Path:

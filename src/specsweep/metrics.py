@@ -1,7 +1,7 @@
 """Pure metric functions over request records and counter deltas; no I/O.
 
 Each timing figure is defined here once, and every reader (metrics.json, the summary, stats, tune, compare,
-the pages, the plots and MLflow) takes it from here under one name (docs/results.md lists them):
+the pages, the plots and MLflow) takes it from here under one name (docs/reference.md lists them):
 - `streamed_tpot` (`request_tpot`): a request's streamed time per output token after its first chunk;
 - per-token ITL (`per_token_itl`): a chunk's gap spread over its tokens;
 - `e2e_ms_per_output_token`: a repeat's summed end-to-end time over its summed output tokens (TTFT included);

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import layout
+from . import labels, layout
 from .nested import flatten
 from .results import atomic_write_text, read_json
 from .study import Study
+from .table import K_COMPARISON, K_READ_FIRST, READ_FIRST, frame
 
 STYLE = """<style>
 body { font-family: sans-serif; font-size: 13px; margin: 1em; }
@@ -21,22 +22,6 @@ th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: left; vertical-al
 th { background: #f0f0f0; position: sticky; top: 0; }
 code, pre { font-size: 12px; white-space: pre-wrap; word-break: break-all; }
 </style>"""
-
-
-# the verdict's figure first; the paired streamed TPOT beside it, blank where the streams failed their check,
-# with the reason in speedup_streamed_tpot_na; any disagreement between a row's figures last
-KEY_COLUMNS = ["server_cell", "method", "num_speculative_tokens", "dataset", "thinking", "concurrency", "valid",
-               "output_tok_s", "mean_acceptance_length", "speedup_e2e_geomean", "speedup_e2e_ci_low",
-               "speedup_e2e_ci_high", "verdict", "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low",
-               "speedup_streamed_tpot_ci_high", "speedup_streamed_tpot_na", "figures_disagree", "diagnosis",
-               "diagnosis_evidence",
-               # issue #31: the length axes and acceptance by phase (summary.AXES_COLUMNS, docs/axes.md)
-               "max_tokens", "prompt_length", "think_acceptance_length", "think_acceptance_length_ci_low",
-               "think_acceptance_length_ci_high", "answer_acceptance_length", "answer_acceptance_length_ci_low",
-               "answer_acceptance_length_ci_high", "think_token_share", "phase_split_na"]
-K_KEY_COLUMNS = ["statement", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high",
-                 "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
-                 "speedup_streamed_tpot_na", "paired_prompts", "server_cell_a", "server_cell_b"]
 
 
 def page(title: str, *sections: str) -> str:
@@ -56,12 +41,17 @@ def key_values(record: dict, caption: str = "") -> str:
 
 
 def summary_page(summary_csv: str | Path, k_comparison_csv: str | Path, out: str | Path) -> None:
-    """The summary, one row per cell, and the K-against-K statements."""
-    summary = pd.read_csv(summary_csv)
-    sections = [table(summary[[c for c in KEY_COLUMNS if c in summary]], "The figures to read first"),
+    """The summary, one row per cell: first each configuration's label and the figures to read first
+    (table.READ_FIRST: the verdict's figure first, the paired streamed TPOT beside it, blank where the streams
+    failed their check with the reason beside it, any disagreement between a row's figures, the diagnosis), then
+    the whole table; then the K-against-K statements."""
+    summary = frame(summary_csv)
+    first = summary[[c for c in READ_FIRST if c in summary]].copy()
+    first.insert(0, "configuration", [labels.label(r) for _, r in summary.iterrows()])
+    sections = [table(first, "The figures to read first"),
                 table(summary, f"{layout.SUMMARY}: one row per cell over its repeats")]
-    if not (k := pd.read_csv(k_comparison_csv)).empty:
-        sections.append(table(k[[c for c in K_KEY_COLUMNS if c in k]], "K against K"))
+    if not (k := frame(k_comparison_csv, K_COMPARISON)).empty:
+        sections.append(table(k[[c for c in K_READ_FIRST if c in k]], "K against K"))
     atomic_write_text(out, page("Summary", *sections))
 
 
@@ -70,18 +60,22 @@ def env_page(env_json: str | Path, out: str | Path) -> None:
 
 
 def launch_page(study: Study, sid: str, out: str | Path) -> None:
-    """A server cell's launch record (server.json: argv, PID, process group, versions) and its bench cells. The
-    local engine backend starts no server, so its cells have none."""
-    record = study.server_record(sid) or {"server": "none: the local engine ran inside the job"}
-    argv = " ".join(record.get("argv") or [])
+    """A server cell's launch records (server.json, one per launch: argv, PID, process group, versions, residency)
+    and its bench cells. The local engine backend starts no server, so its cells have none."""
+    records = study.launches(sid) or [{"server": "none: the local engine ran inside the job"}]
+    sections = []
+    for i, record in enumerate(records, 1):
+        argv = " ".join(record.get("argv") or [])
+        sections += [f"<h3>launch {i} of {len(records)}: argv</h3><pre>{html.escape(argv)}</pre>",
+                     key_values({k: v for k, v in record.items() if k != "argv"}, f"launch record {i}")]
     cells = []
     for bid in study.grid.benches[sid]:
         m = study.metrics(sid, bid) or {}
         cells.append({"bench cell": bid, "valid": m.get("valid"), "requests": m.get("requests_completed"),
-                      "output tok/s": m.get("output_tok_s"), "server log": m.get("server_log")})
-    atomic_write_text(out, page(f"Server cell {sid}", f"<h3>argv</h3><pre>{html.escape(argv)}</pre>",
-                                key_values({k: v for k, v in record.items() if k != "argv"}, "launch record"),
-                                table(pd.DataFrame(cells), "bench cells"), diagnosis_section(study.diagnosis(sid))))
+                      "output tok/s": m.get("output_tok_s"), "residency": m.get("residency"),
+                      "server log": m.get("server_log")})
+    atomic_write_text(out, page(f"Server cell {sid}", *sections, table(pd.DataFrame(cells), "bench cells"),
+                                diagnosis_section(study.diagnosis(sid))))
 
 
 def diagnosis_section(record: dict | None) -> str:

@@ -144,9 +144,8 @@ def pooled(splits: list[dict]) -> dict:
 # ---- the summary's columns (one name each; summary, pages, plots and MLflow take them from here) ----------------
 def columns(pooled_figures: dict) -> dict:
     """The summary row's phase columns from `pooled`'s figures: per phase (think_, answer_) acceptance length and
-    its CI, acceptance rate, per-position rates (JSON) and token share; phase_split_na says why they are blank."""
-    import json
-
+    its CI, acceptance rate, per-position rates (a list: the table writes it as JSON) and token share;
+    phase_split_na says why they are blank."""
     out = {"phase_split_na": pooled_figures["na"], "phase_requests": pooled_figures["requests"]}
     for phase in PHASES:
         fig = pooled_figures.get(phase) or {}
@@ -154,7 +153,7 @@ def columns(pooled_figures: dict) -> dict:
                     f"{phase}_acceptance_length_ci_low": fig.get("acceptance_length_ci_low"),
                     f"{phase}_acceptance_length_ci_high": fig.get("acceptance_length_ci_high"),
                     f"{phase}_acceptance_rate": fig.get("acceptance_rate"),
-                    f"{phase}_per_position_acceptance": json.dumps(fig["per_position_acceptance"]) if fig else None,
+                    f"{phase}_per_position_acceptance": fig["per_position_acceptance"] if fig else None,
                     f"{phase}_token_share": fig.get("token_share")})
     return out
 

@@ -1,4 +1,5 @@
-"""The plots of one study, from its tables. Every plot gives a K the same colour and label (`k_styles`): speedup
+"""The plots of one study, from its tables (table.frame: typed). Every plot gives a setting (a K, a set acceptance
+at a K) the same colour and label (`k_styles`; the label is labels.setting's): speedup
 against K with its paired 95% CI, acceptance length against K beside the per-position acceptance, the
 acceptance-length histogram, throughput against concurrency, the throughput Pareto plot (as `vllm bench
 sweep plot_pareto` draws it), for a study with set-acceptance cells the system's speedup against acceptance
@@ -10,7 +11,6 @@ A plot is one function registered with `@plot(name)` (PLOTS, in drawing order; i
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -23,7 +23,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from . import layout  # noqa: E402
+from . import labels, layout  # noqa: E402
+from .table import BY_CATEGORY, blank, frame  # noqa: E402
 
 BASELINE_COLOUR = "black"
 
@@ -55,38 +56,37 @@ def shown(table: pd.DataFrame, speculative: bool = True) -> pd.DataFrame:
     return table[keep & (table.method != "none")] if speculative else table[keep]
 
 
-def set_acceptance(row) -> str:
-    """'' for a cell with real acceptance; else what it was set to, as the plots label it: `AL set 6.54`, or
-    `rates set (AL 4.87)` for per-position rates."""
-    value = getattr(row, "set_acceptance", None)
-    if value is None or (isinstance(value, float) and np.isnan(value)) or value == "":
-        return ""
-    value = json.loads(value) if isinstance(value, str) else value
-    if isinstance(value, list):
-        return f"rates set (AL {1 + sum(value):.2f})"
-    return f"AL set {float(value):g}"
+def acceptance(row) -> str:
+    """'' for a cell with real acceptance; else what it was set to (labels.acceptance_label: `AL set 6.54`)."""
+    return labels.acceptance_label(getattr(row, "set_acceptance", None))
 
 
 def k_styles(table: pd.DataFrame) -> dict:
-    """(method, K, set acceptance) -> (label, colour): one colour per K (and per set acceptance at that K) in
-    every plot of the study, black for the baseline. A cell whose acceptance was set never looks like its K's
-    real cell."""
+    """A row's setting (style_key: `dflash K=7 · AL set 3.0`) -> (label, colour): one colour per K (and per set
+    acceptance, schedule or verification at that K) in every plot of the study, black for the baseline; the label
+    is the setting's, less the method where the study has one. A cell whose acceptance was set never looks like
+    its K's real cell."""
     spec = table[table.method != "none"]
-    keys = {(r.method, int(r.num_speculative_tokens), set_acceptance(r)) for r in spec.itertuples(index=False)}
-    curves = sorted({(k, source) for _, k, source in keys}, key=lambda t: (t[1] != "", t))   # real Ks first
-    colours = {c: plt.get_cmap("tab10")(i % 10) for i, c in enumerate(curves)}
     methods = spec.method.nunique()
-    styles = {("none", None, ""): ("baseline", BASELINE_COLOUR)}
-    for method, k, source in keys:
-        label = (f"{method} K={k}" if methods > 1 else f"K={k}") + (f", {source}" if source else "")
-        styles[method, k, source] = (label, colours[k, source])
+    rows = {style_key(r): r for r in spec.itertuples(index=False)}
+    # a colour per setting less the method, real Ks first (a setting of one part), by K
+    curve = {key: labels.setting(r, method=False) for key, r in rows.items()}
+    order = sorted({(len(parts) > 1, int(rows[key].num_speculative_tokens), labels.SEP.join(parts))
+                    for key, parts in curve.items()})
+    colours = {c: plt.get_cmap("tab10")(i % 10) for i, (_, _, c) in enumerate(order)}
+    styles = {"baseline": ("baseline", BASELINE_COLOUR)}
+    for key, r in rows.items():
+        styles[key] = (labels.SEP.join(labels.setting(r, method=methods > 1)), colours[labels.SEP.join(curve[key])])
     return styles
 
 
+def style_key(row) -> str:
+    """A row's setting as labels.setting spells it: `baseline`, `dflash K=7`, `dflash K=15 · AL set 6.54`."""
+    return labels.SEP.join(labels.setting(row))
+
+
 def style_of(styles: dict, row) -> tuple[str, object]:
-    if row.method == "none":
-        return styles["none", None, ""]
-    return styles[row.method, int(row.num_speculative_tokens), set_acceptance(row)]
+    return styles[style_key(row)]
 
 
 def _group_label(dataset, thinking, conc) -> str:
@@ -113,7 +113,7 @@ def _by_k(ax, table: pd.DataFrame, styles: dict, column: str, err) -> None:
     """`column` against K: one grey line per bench group and acceptance source (real, or each set value), each
     point in its style's colour with error bars `err(g)`."""
     spec = shown(table)
-    spec = spec.assign(source=[set_acceptance(r) for r in spec.itertuples(index=False)])
+    spec = spec.assign(source=[acceptance(r) for r in spec.itertuples(index=False)])
     groups = spec.groupby(["dataset", "thinking", "concurrency"])
     for marker, ((dataset, thinking, conc), group) in zip("osD^v<>p" * 8, groups):
         for source, g in group.groupby("source"):
@@ -184,7 +184,7 @@ def acceptance_vs_k(table: pd.DataFrame, styles: dict, path: Path) -> None:
     several = spec.groupby(["dataset", "thinking", "concurrency"]).ngroups > 1
     seen = set()
     for _, row in spec.iterrows():
-        rates = json.loads(row.per_position_acceptance)
+        rates = [] if blank(row.per_position_acceptance) else row.per_position_acceptance
         label, colour = style_of(styles, row)
         if several:
             label = f"{label} {_group_label(row.dataset, row.thinking, row.concurrency)}"
@@ -203,7 +203,7 @@ def histogram(table: pd.DataFrame, styles: dict, path: Path) -> None:
     spec = shown(table).sort_values("num_speculative_tokens")
     width = 0.8 / max(len(spec), 1)
     for i, (_, row) in enumerate(spec.iterrows()):
-        shares = json.loads(row.acceptance_length_shares)
+        shares = [] if blank(row.acceptance_length_shares) else row.acceptance_length_shares
         label, colour = style_of(styles, row)
         ax.bar([n + 1 + (i - (len(spec) - 1) / 2) * width for n in range(len(shares))], shares, width=width,
                color=colour, label=f"{label} {_group_label(row.dataset, row.thinking, row.concurrency)}")
@@ -262,19 +262,20 @@ def speedup_vs_acceptance(table: pd.DataFrame, styles: dict, path: Path) -> bool
     colours = plt.get_cmap("tab10")
     for i, ((pair, k, dataset, thinking, conc), g) in enumerate(curves):
         colour = colours(i % 10)
-        points = np.array([p[:2] for p in json.loads(g.ceiling_points.iloc[0])])
-        bounds = json.loads(g.ceiling_points.iloc[0])
+        bounds = g.ceiling_points.iloc[0]
+        points = np.array([p[:2] for p in bounds])
         err = None
         if all(b[2] is not None and b[3] is not None for b in bounds):
             err = np.array([[b[1] - b[2] for b in bounds], [b[3] - b[1] for b in bounds]])
         ax.errorbar(points[:, 0], points[:, 1], yerr=err, marker="o", color=colour, capsize=3,
-                    label=f"{pair} K={k} c={conc}: the system")
+                    label=f"{pair} · {labels.k_label(k)} · c={conc}: the system")
         for r in g[g.set_acceptance.isna()].itertuples(index=False):
             ax.errorbar([r.mean_acceptance_length], [r.speedup_e2e_geomean],
                         yerr=[[r.speedup_e2e_geomean - r.speedup_e2e_ci_low],
                               [r.speedup_e2e_ci_high - r.speedup_e2e_geomean]],
                         marker="*", markersize=13, color=colour, linestyle="none", capsize=3,
-                        label=f"{pair} K={k} c={conc}: your drafter (AL {r.mean_acceptance_length:.2f})")
+                        label=f"{pair} · {labels.k_label(k)} · c={conc}: your drafter (AL "
+                              f"{r.mean_acceptance_length:.2f})")
         be = g.break_even_al.dropna()
         if not be.empty:
             ax.axvline(be.iloc[0], color=colour, linestyle=":", linewidth=1)
@@ -350,6 +351,11 @@ def speedup_vs_prompt_length(table: pd.DataFrame, styles: dict, path: Path) -> b
     return _speedup_vs(table, styles, path, "prompt_length", "prompt length (sweep.prompt_length, tokens)")
 
 
+def _num(value) -> float | None:
+    """A table value as a float, None where it is blank (None or NaN)."""
+    return None if value is None or value != value else float(value)
+
+
 @plot("acceptance_by_phase")
 def acceptance_by_phase(table: pd.DataFrame, styles: dict, path: Path) -> bool:
     """Acceptance length in the thinking span and in the answer span (phases.py), with 95% CIs, per speculative
@@ -365,15 +371,15 @@ def acceptance_by_phase(table: pd.DataFrame, styles: dict, path: Path) -> bool:
     for i, (_, row) in enumerate(spec.iterrows()):
         label, colour = style_of(styles, row)
         for j, (phase, hatch) in enumerate((("think", "//"), ("answer", ""))):
-            al = row[f"{phase}_acceptance_length"]
-            if al != al:
+            al, lo, hi, share = (_num(row[f"{phase}_{c}"]) for c in ("acceptance_length", "acceptance_length_ci_low",
+                                                                       "acceptance_length_ci_high", "token_share"))
+            if al is None:
                 continue
-            lo, hi = row[f"{phase}_acceptance_length_ci_low"], row[f"{phase}_acceptance_length_ci_high"]
-            err = [[al - lo if lo == lo else 0], [hi - al if hi == hi else 0]]
+            err = [[al - lo if lo is not None else 0], [hi - al if hi is not None else 0]]
             name = f"{phase} span"
             ax.bar(i + (j - 0.5) * width, al, width, yerr=err, capsize=3, color=colour, hatch=hatch,
                    edgecolor="black", label=None if name in ax.get_legend_handles_labels()[1] else name)
-            ax.text(i + (j - 0.5) * width, 0.05, f"{row[f'{phase}_token_share']:.0%}", ha="center", fontsize=7)
+            ax.text(i + (j - 0.5) * width, 0.05, f"{share:.0%}" if share is not None else "", ha="center", fontsize=7)
     ax.set_xticks(range(len(spec)), [f"{style_of(styles, r)[0]}\nthink={str(r.thinking).lower()} "
                                      f"out={r.max_tokens}" for _, r in spec.iterrows()], fontsize=7)
     ax.set(ylabel="acceptance length (pooled, 95% CI)",
@@ -384,7 +390,7 @@ def acceptance_by_phase(table: pd.DataFrame, styles: dict, path: Path) -> bool:
 
 def plot_study(summary_csv: str | Path, by_category_csv: str | Path, out_dir: str | Path) -> list[Path]:
     """Every registered plot of one study, from its summary and per-category tables, into out_dir."""
-    tables = {"summary": pd.read_csv(summary_csv), "by_category": pd.read_csv(by_category_csv)}
+    tables = {"summary": frame(summary_csv), "by_category": frame(by_category_csv, BY_CATEGORY)}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     styles = k_styles(tables["summary"])

@@ -1,7 +1,8 @@
 """Preflight: every known misconfiguration, caught before a server starts (`env_check`, `specsweep doctor`).
 
-Each backend lists its checks in full (backends/<name>/checks.py, CHECKS; the ones they share are in
-checks.py); each passes, warns or fails with one line that names the problem and the fix. The machine's
+Each backend lists its checks (backends/<name>/checks.py, CHECKS; the ones they share are in checks.py), and
+every feature it does not implement (backends.FEATURES, its CAPABILITIES) adds the shared refusal
+(checks.refusals); each passes, warns or fails with one line that names the problem and the fix. The machine's
 record (versions, GPUs, and what the backend records about the Python that will really run it) is written to
 env.json with the checks.
 """
@@ -17,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .backends import parts
-from .checks import Check
+from .checks import Check, refusals
 from .claims import gpu_records
 from .errors import PreflightError
 from .results import atomic_write_json
@@ -56,10 +57,12 @@ def _version(name):
 
 
 def run_checks(configs: list[dict], env: dict) -> list[Check]:
-    """Every check of its backend on every job config of a study; identical results are reported once."""
+    """Every check of its backend, and the refusals of what it lacks, on every job config of a study; identical
+    results are reported once."""
     seen, out = set(), []
     for cfg in configs:
-        for check in parts.checks(cfg["server"]["backend"]).CHECKS:
+        backend = cfg["server"]["backend"]
+        for check in [*parts.checks(backend).CHECKS, *refusals(backend)]:
             result = check(cfg, env)
             key = (result.name, result.status, result.message)
             if key not in seen:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from . import layout
+
 
 def _umask() -> int:
     mask = os.umask(0o022)
@@ -54,6 +56,16 @@ def read_json(path: str | Path):
 def read_jsonl(path: str | Path) -> list[dict]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def launches(log_dir: str | Path) -> list[dict]:
+    """A server cell's launch records (its logs/server.json, one entry per launch), oldest first; a record written
+    before server.json was a list (one dict, the last launch) reads as a list of one."""
+    try:
+        data = json.loads((Path(log_dir) / layout.SERVER_RECORD).read_text())
+    except (OSError, ValueError):
+        return []
+    return data if isinstance(data, list) else [data]
 
 
 def tail(path: str | Path, n: int = 40) -> str:

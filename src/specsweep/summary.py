@@ -7,36 +7,16 @@ bootstrap resamples prompts and each cell's repeats, and with sweep.rounds > 1 t
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from . import ceiling, diagnosis, phases, stats
+from . import ceiling, diagnosis, phases, stats, table
 from .cells import stable_hash
+from .labels import k_label
 from .metrics import length_shares, median_mad
 from .nested import at
-from .results import atomic_write_text
 from .study import Study
-
-# summary column -> its path in metrics.json: the median over valid repeats, with `<column>_mad` beside it
-FIGURES = {
-    "output_tok_s": ("output_tok_s",), "request_throughput": ("request_throughput",),
-    "streamed_tpot_ms": ("streamed_tpot_ms", "mean"), "streamed_itl_ms_median": ("streamed_itl_ms", "median"),
-    "ttft_ms_median": ("ttft_ms", "median"), "e2e_ms_median": ("e2e_ms", "median"),
-    "e2e_ms_per_output_token": ("e2e_ms_per_output_token",),
-    "mean_acceptance_length": ("spec_decode", "mean_acceptance_length"),
-    "acceptance_rate": ("spec_decode", "acceptance_rate"),
-    "greedy_agreement": ("greedy_agreement",), "error_rate": ("error_rate",),
-}
-STREAMED = ("streamed_tpot_ms", "streamed_itl_ms_median")   # blank where a repeat's streams fail their check
-PAIRED = ["speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "speedup_streamed_tpot_geomean",
-          "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high", "speedup_streamed_tpot_na",
-          "paired_prompts", "paired_requests", "verdict"]
-K_COLUMNS = ["study", "pair", "method", "dataset", "thinking", "concurrency", "max_tokens", "prompt_length", "k_a", "k_b", "server_cell_a",
-             "server_cell_b", "repeats_a", "repeats_b", *PAIRED, "schedule_a", "resolved", "statement"]
-CATEGORY_COLUMNS = ["study", "server_cell", "pair", "method", "num_speculative_tokens", "dataset", "thinking",
-                    "concurrency", "max_tokens", "prompt_length", "category", "prompts", "mean_acceptance_length", *PAIRED]
 
 
 def rows(study: Study) -> list[dict]:
@@ -48,38 +28,36 @@ def rows(study: Study) -> list[dict]:
         row = {"study": study.name, "server_cell": sid, "backend": cell.spec["server"]["backend"],
                "pair": cell.pair["name"], "method": cell.spec["method"],
                "num_speculative_tokens": cell.spec["num_speculative_tokens"],
-               "set_acceptance": json.dumps(cell.spec["set_acceptance"]) if cell.sets_acceptance else None,
+               "set_acceptance": cell.spec["set_acceptance"] if cell.sets_acceptance else None,
                "verification": None if cell.is_baseline else cell.spec.get("verification", "standard"),
-               "k_schedule": json.dumps(cell.spec["k_schedule"]) if cell.spec.get("k_schedule") else None,
+               "k_schedule": cell.spec.get("k_schedule") or None,
                "dataset": dataset, "thinking": thinking, "concurrency": conc, "repeats": len(bids),
                "valid_repeats": len(valid),
                "valid": bool(valid), "bench_cells": " ".join(sorted(bids))}
         row["bursty_streams"] = sum(m.get("bursty_streams") or 0 for m in valid)
         row["streamed_figures_invalid"] = next((f"repeat {i + 1} of {len(valid)}: {m['streamed_figures_invalid']}"
                                                 for i, m in enumerate(valid) if m.get("streamed_figures_invalid")), None)
-        for name, path in FIGURES.items():
-            row[name], row[f"{name}_mad"] = (None, None) if row["streamed_figures_invalid"] and name in STREAMED \
-                else median_mad([at(m, path) for m in valid])
+        for c in table.medians():
+            row[c.name], row[c.name + table.MAD] = (None, None) if row["streamed_figures_invalid"] and c.streamed \
+                else median_mad([at(m, c.source) for m in valid])
         row.update(_against_baseline(cells, sid, bids, valid))
         row["figures_disagree"] = "; ".join(disagreements(row)) or None
         # None where the server does not say which drafts it accepted (SGLang 0.5.17: a counter alone)
         per_pos = [m["spec_decode"]["per_position_acceptance"] or [] for m in valid if m.get("spec_decode")]
         width = max((len(p) for p in per_pos), default=0)
         medians = [median_mad([p[i] for p in per_pos if i < len(p)])[0] for i in range(width)]
-        row["per_position_acceptance"] = json.dumps(medians)
-        row["acceptance_length_shares"] = json.dumps(length_shares(medians) if medians else [])
+        row["per_position_acceptance"] = medians
+        row["acceptance_length_shares"] = length_shares(medians) if medians else []
         row.update(axes_columns(cells, sid, bids, lengths))
         out.append(row)
     out = ceiling.annotate(out)
     for row in out:
-        row.update(diagnosis_columns(study.diagnosis(row["server_cell"]) if row["method"] != "none" else None, row))
+        row.update(diagnosis_columns(study.diagnosis(row["server_cell"]) if row["method"] != "none" else None, row,
+                                     study.grid.servers[row["server_cell"]].random_weights))
     return out
 
 
-# ---- issue #31's columns: the length axes and acceptance by phase (one block, docs/axes.md) -------------------
-AXES_COLUMNS = ["max_tokens", "prompt_length", "prompt_tokens_mean", *phases.COLUMNS]
-
-
+# ---- issue #31: the length axes and acceptance by phase (table.AXES, docs/axes.md) ----------------------------
 def _group_order(item) -> tuple:
     """Study.groups' items in a stable order: a prompt length of None (the dataset's own) before set ones."""
     (sid, dataset, thinking, conc, (max_tokens, prompt_length)), _ = item
@@ -105,10 +83,13 @@ def axes_columns(study: Study, sid: str, bids: list[str], lengths: tuple) -> dic
 DIAGNOSIS_COLUMNS = ["diagnosis", "diagnosis_evidence"]
 
 
-def diagnosis_columns(record: dict | None, row: dict) -> dict:
+def diagnosis_columns(record: dict | None, row: dict, random_weights: bool = False) -> dict:
     """A row's diagnosis from its server cell's diagnosis.json: the diagnosis (a cause's name) and its evidence;
     both empty where no diagnosis was needed. An undertrained drafter's evidence adds what the system's curve
     says it would need (the row's ceiling columns)."""
+    if random_weights and row["method"] != "none":
+        return {"diagnosis": None, "diagnosis_evidence": "none: served with random weights (--load-format dummy), "
+                                                          "whose acceptance says nothing a diagnosis could find"}
     entry = next((g for g in (record or {}).get("groups", []) if g.get("needed") and
                   (g["dataset"], g["thinking"], g["concurrency"]) == (row["dataset"], row["thinking"],
                                                                         row["concurrency"])), None)
@@ -124,7 +105,7 @@ def _against_baseline(cells: Study, sid: str, bids: list[str], valid: list[dict]
     """Output tok/s as a ratio of medians over repeats (a CI from 3 repeats), and the paired speedup."""
     base = cells.grid.baseline_of.get(sid)
     out = {"speedup_output_tok_s": 1.0 if cells.grid.servers[sid].is_baseline else None,
-           "speedup_output_tok_s_ci_low": None, "speedup_output_tok_s_ci_high": None, **dict.fromkeys(PAIRED)}
+           "speedup_output_tok_s_ci_low": None, "speedup_output_tok_s_ci_high": None, **dict.fromkeys(table.names(table.PAIRED))}
     if base is None:
         return out
     ref_metrics = [cells.metrics(base, b) for b in bids if cells.valid(base, b)]
@@ -138,20 +119,12 @@ def _against_baseline(cells: Study, sid: str, bids: list[str], valid: list[dict]
 
 
 # ---- the figures of one row against each other ------------------------------------------------------------
-NO_CI_TOLERANCE = 0.25    # a figure without a CI stands for x / 1.25 .. x * 1.25 (docs/results.md says why)
-SPEEDUPS = {"e2e": ("speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high"),
-            "streamed TPOT": ("speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low",
-                              "speedup_streamed_tpot_ci_high"),
-            "output tok/s": ("speedup_output_tok_s", "speedup_output_tok_s_ci_low", "speedup_output_tok_s_ci_high")}
-
-
-def _number(value) -> float | None:
-    return None if value is None or value != value else float(value)      # None and NaN (a CSV's blank) alike
+NO_CI_TOLERANCE = 0.25    # a figure without a CI stands for x / 1.25 .. x * 1.25 (docs/reference.md says why)
 
 
 def _interval(row: dict, point: str, low: str, high: str) -> tuple[float, float] | None:
     """A figure's CI, or for a figure without one, itself widened by NO_CI_TOLERANCE; None where it is blank."""
-    x, lo, hi = (_number(row.get(c)) for c in (point, low, high))
+    x, lo, hi = (table.value(row, c) for c in (point, low, high))
     if x is None:
         return None
     return (lo, hi) if lo is not None and hi is not None else (x / (1 + NO_CI_TOLERANCE), x * (1 + NO_CI_TOLERANCE))
@@ -166,7 +139,7 @@ def disagreements(row: dict) -> list[str]:
       (widened by the tolerance) and the streamed-TPOT speedup.
     Per token, in ms: the streamed TPOT is at most the e2e time per output token (which adds TTFT), within the
     tolerance. A blank figure (not measured, or void by its own check) is not compared."""
-    shown = {name: iv for name, cols in SPEEDUPS.items() if (iv := _interval(row, *cols)) is not None}
+    shown = {name: iv for name, cols in table.SPEEDUPS.items() if (iv := _interval(row, *cols)) is not None}
     out = []
     for a, b in itertools.combinations(shown, 2):
         (alo, ahi), (blo, bhi) = shown[a], shown[b]
@@ -184,25 +157,20 @@ def disagreements(row: dict) -> list[str]:
         if ahi < lo or alo > hi:
             out.append(f"the e2e speedup [{alo:.2f}, {ahi:.2f}] lies outside [{lo:.2f}, {hi:.2f}], between no change "
                        "and the streamed TPOT speedup")
-    tpot, per_token = _number(row.get("streamed_tpot_ms")), _number(row.get("e2e_ms_per_output_token"))
+    tpot, per_token = table.value(row, "streamed_tpot_ms"), table.value(row, "e2e_ms_per_output_token")
     if tpot is not None and per_token is not None and tpot > per_token * (1 + NO_CI_TOLERANCE):
         out.append(f"the streamed TPOT {tpot:.3g} ms exceeds the e2e time per output token {per_token:.3g} ms, "
                    "which includes TTFT")
     return out
 
 
-def assert_consistent(table) -> None:
+def assert_consistent(summary) -> None:
     """Raise AssertionError, naming each row and problem, where a summary row's figures disagree (disagreements);
-    `table` is summary rows (dicts) or the summary as a DataFrame."""
-    records = table.to_dict("records") if isinstance(table, pd.DataFrame) else table
+    `summary` is summary rows (dicts) or the summary as a DataFrame."""
+    records = summary.to_dict("records") if isinstance(summary, pd.DataFrame) else summary
     problems = [f"{r['server_cell']} {r['dataset']} c={r['concurrency']}: {p}" for r in records
                 for p in disagreements(r)]
     assert not problems, "summary figures disagree:\n" + "\n".join(problems)
-
-
-def schedule_label(schedule) -> str:
-    """`K schedule 1-4:7,5-64:3` for sweep.k_schedule [[1,4,7],[5,64,3]]; '' for none."""
-    return "K schedule " + ",".join(f"{a}-{b}:{k}" for a, b, k in schedule) if schedule else ""
 
 
 def k_comparison(study: Study) -> list[dict]:
@@ -216,8 +184,7 @@ def k_comparison(study: Study) -> list[dict]:
             families.setdefault(stable_hash(rest), []).append(sid)
 
     def label(sid: str) -> str:
-        schedule = grid.servers[sid].spec.get("k_schedule")
-        return schedule_label(schedule) if schedule else f"K={grid.servers[sid].spec['num_speculative_tokens']}"
+        return k_label(grid.servers[sid].spec["num_speculative_tokens"], grid.servers[sid].spec.get("k_schedule"))
 
     out = []
     for sids in families.values():
@@ -244,7 +211,7 @@ def k_comparison(study: Study) -> list[dict]:
                             "concurrency": conc, "max_tokens": lengths[0], "prompt_length": lengths[1],
                             "k_a": ka, "k_b": kb, "server_cell_a": hi, "server_cell_b": lo,
                             "repeats_a": len(hi_runs), "repeats_b": len(lo_runs), **paired,
-                            "schedule_a": schedule_label(grid.servers[hi].spec.get("k_schedule")) or None,
+                            "schedule_a": la if grid.servers[hi].spec.get("k_schedule") else None,
                             "resolved": stats.direction(paired["verdict"]) in (stats.FASTER, stats.SLOWER),
                             "statement": f"{la} vs {lb}: {text} {result}"})
     return out
@@ -279,11 +246,11 @@ def phase_text(row: dict, phase: str) -> str:
     return f"{al:.2f} [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else f"{al:.2f} (no CI)"
 
 
-def verdict_lines(table: list[dict], ks: list[dict]) -> list[str]:
+def verdict_lines(summary: list[dict], ks: list[dict]) -> list[str]:
     """What the summarize job prints: each speculative cell's verdict, then each K comparison."""
     lines = []
-    several = len({r.get("max_tokens") for r in table}) > 1       # a length axis: each line names its length
-    for r in table:
+    several = len({r.get("max_tokens") for r in summary}) > 1       # a length axis: each line names its length
+    for r in summary:
         if r["method"] != "none":
             text = stats.format_ratio(r["speedup_e2e_geomean"], r["speedup_e2e_ci_low"], r["speedup_e2e_ci_high"])
             lengths = (f" out={r['max_tokens']}" if several else "") + \
@@ -309,12 +276,11 @@ def verdict_lines(table: list[dict], ks: list[dict]) -> list[str]:
 def write_summary(study: Study, summary_csv: str | Path, k_comparison_csv: str | Path,
                   by_category_csv: str | Path) -> pd.DataFrame:
     """The study's three tables, each at the path given (the summarize rule's outputs); prints the verdicts."""
-    table, ks, cats = rows(study), k_comparison(study), category_rows(study)
-    frame = pd.DataFrame(table)
-    atomic_write_text(summary_csv, frame.to_csv(index=False))
-    atomic_write_text(k_comparison_csv, pd.DataFrame(ks, columns=K_COLUMNS).to_csv(index=False))
-    atomic_write_text(by_category_csv, pd.DataFrame(cats, columns=CATEGORY_COLUMNS).to_csv(index=False))
+    summary, ks, cats = rows(study), k_comparison(study), category_rows(study)
+    frame = table.write(table.SUMMARY, summary, summary_csv)
+    table.write(table.K_COMPARISON, ks, k_comparison_csv)
+    table.write(table.BY_CATEGORY, cats, by_category_csv)
     print(f"summary: {len(frame)} rows -> {summary_csv}; {len(ks)} K comparisons -> {k_comparison_csv}, "
           f"{len(cats)} category rows -> {by_category_csv}")
-    print("\n".join(verdict_lines(table, ks)))
+    print("\n".join(verdict_lines(summary, ks)))
     return frame

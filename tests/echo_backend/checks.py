@@ -1,5 +1,6 @@
-"""The echo backend's checks: two shared ones and its own."""
-from specsweep.checks import check_dataset, check_set_acceptance, ok
+"""The echo backend's checks: a shared one and its own (preflight adds the refusals of what it lacks: all of
+backends.FEATURES, since it claims no CAPABILITIES)."""
+from specsweep.checks import check_dataset, ok
 
 from . import VERSION
 
@@ -12,4 +13,4 @@ def check_echo(cfg, env):
     return ok("echo", f"echo {env['server_env']['echo']} answers every prompt with itself")
 
 
-CHECKS = [check_dataset, check_echo, check_set_acceptance]
+CHECKS = [check_dataset, check_echo]

@@ -32,5 +32,5 @@ class EchoSession:
 
 
 @contextmanager
-def open_session(grid, sid: str, progress: bool = True):
+def open_session(grid, sid: str, progress: bool = True, how=None):
     yield EchoSession()

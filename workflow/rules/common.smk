@@ -23,56 +23,42 @@ def diagnoses_of(study):
 RUN_MARKERS = {}
 
 
-def cell_rounds(sid):
-    """The rounds a server cell runs in, one job each: [None] (the whole cell in one job) unless sweep.rounds > 1."""
-    return [None] if GRID.rounds(sid) == 1 else list(range(GRID.rounds(sid)))
-
-
-def run_marker(sid, rnd=None):
-    """The server job this run asks of a server cell (or of its round rnd), or None when its cells are all
-    finished: looked at once per run. Each finished checkpoint makes Snakemake re-evaluate every server cell's
-    inputs, also those whose jobs are still running; a fresh look would name a running job's unfinished cells as
-    a new job, and on a GPU host it started (a second server for the same cell, on the other GPU: measured on two
-    H200s)."""
-    if (sid, rnd) not in RUN_MARKERS:
-        RUN_MARKERS[sid, rnd] = GRID.run_marker(sid, rnd).stem if GRID.pending(sid, rnd) else None
-    return RUN_MARKERS[sid, rnd]
+def run_marker(lead):
+    """The job this run asks of a group (its lead's id), or None when its cells are all finished: looked at once per
+    run. Each finished checkpoint makes Snakemake re-evaluate every server cell's inputs, also those whose jobs are
+    still running; a fresh look would name a running job's unfinished cells as a new job, and on a GPU host it
+    started (a second server for the same cell, on the other GPU: measured on two H200s)."""
+    if lead not in RUN_MARKERS:
+        RUN_MARKERS[lead] = GRID.run_marker(lead).stem if GRID.group_pending(lead) else None
+    return RUN_MARKERS[lead]
 
 
 def cell_metrics(wildcards):
-    """The metrics.json of a server cell's bench cells. While any is unfinished, its server job (a checkpoint;
-    one per round with sweep.rounds > 1) is asked for first; once that has run, Snakemake re-evaluates this and
-    gets the paths a finished grid gives."""
-    sid = wildcards.server
-    for rnd in cell_rounds(sid):
-        if run_marker(sid, rnd):
-            checkpoints.serve_and_bench.get(study=wildcards.study, server=sid, todo=run_marker(sid, rnd))
-    return [str(GRID.metrics_path(sid, bid)) for bid in GRID.benches[sid]]
-
-
-def previous_launch(sid, rnd):
-    """The run marker of the launch before round rnd of a server cell in its group's interleaved order
-    (GRID.round_order: round i of each cell after round i of the one before it, round i+1 after round i of the
-    last), skipping launches with nothing left to run; None for the first."""
-    order = GRID.round_order(sid)
-    for s, r in reversed(order[: order.index((sid, rnd))]):
-        r = None if GRID.rounds(s) == 1 else r
-        if run_marker(s, r):
-            return str(layout.run_marker(GRID.server_dir(s), run_marker(s, r), None))
-    return None
+    """The metrics.json of a server cell's bench cells. While any of its group's is unfinished, the group's job (a
+    checkpoint) is asked for first; once that has run, Snakemake re-evaluates this and gets the paths a finished
+    grid gives."""
+    lead = GRID.group_of(wildcards.server)
+    if run_marker(lead):
+        checkpoints.serve_and_bench.get(study=wildcards.study, server=lead, todo=run_marker(lead))
+    return [str(GRID.metrics_path(wildcards.server, bid)) for bid in GRID.benches[wildcards.server]]
 
 
 def serve_inputs(wildcards):
-    sid = wildcards.server
-    inputs = sorted({GRID.dataset_file(b.spec["dataset"]) for b in GRID.benches[sid].values()})
-    rnd = GRID.marker_round(wildcards.todo)
-    base = GRID.baseline_of.get(sid)
-    if rnd is not None:  # a round: after the launch before it (its baseline's same round comes earlier)
-        before = previous_launch(sid, rnd)
-        inputs += [before] if before else []
-    elif base:  # a speculative cell is compared with its matched baseline, so the baseline runs first
-        inputs.append(str(GRID.cells_done(base)))
+    members = GRID.group(wildcards.server)
+    inputs = sorted({GRID.dataset_file(b.spec["dataset"]) for sid in members for b in GRID.benches[sid].values()})
     return inputs + [str(GRID.study_files(wildcards.study).env)]  # env.json comes after the pair is built
+
+
+def group_runtime(lead):
+    """A group's time limit on a cluster: its members' together, since they take turns in one job."""
+    return sum(GRID.servers[sid].run["job"]["runtime_min"] for sid in GRID.group(lead))
+
+
+def group_mem_mb(lead):
+    """A group's host memory on a cluster: the most one member asks for, or what its members need up together."""
+    from specsweep import residency  # only where a job is scheduled: a no-op run never imports it
+
+    return residency.group_mem_mb(GRID, GRID.group(lead))
 
 
 def dataset_cfg(wildcards):

@@ -1,6 +1,6 @@
 # The single MLflow writer: one run per configuration (a summary.csv row) and one per study, idempotent by id.
-# Its marker names the tracking store, so a store that was down when cells finished is ingested later.
-from specsweep.tracking import marker as mlflow_marker
+# Its marker names the tracking store (GRID.mlflow_marker), so a store that was down when cells finished is
+# ingested later.
 
 
 rule ingest_mlflow:

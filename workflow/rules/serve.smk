@@ -1,10 +1,10 @@
-# One job per server cell (per round of it with sweep.rounds > 1: common.smk's previous_launch orders the
-# rounds of a group's cells interleaved): start vLLM, run its unfinished bench cells, stop vLLM. Its output is a marker
-# named after the set of bench cells it still had to run; finished cells are never declared outputs, so a
-# failed job cannot make Snakemake delete them. It is a checkpoint: `server_cell_done` asks for it only
-# while cells are unfinished, and afterwards reads the same metrics.json paths a finished grid gives, so a
-# rerun runs exactly what is missing. A CPU server takes every core, so CPU cells never run side by side
-# and skew each other's timings; GPU cells run side by side on disjoint GPUs.
+# One job per group (GRID.group: a baseline and its speculative cells, compared with each other): start its servers
+# once, let them take turns over their unfinished bench cells, repeat by repeat (sweep.residency, runner.py), stop
+# them. Its output is a marker in the lead's folder named after the set of bench cells it still had to run; finished
+# cells are never declared outputs, so a failed job cannot make Snakemake delete them. It is a checkpoint:
+# `server_cell_done` asks for it only while cells are unfinished, and afterwards reads the same metrics.json paths a
+# finished grid gives, so a rerun runs exactly what is missing. A CPU server takes every core, so CPU groups never
+# run side by side and skew each other's timings; GPU groups run side by side on disjoint GPUs.
 
 
 checkpoint serve_and_bench:
@@ -14,20 +14,19 @@ checkpoint serve_and_bench:
         layout.run_marker(layout.server_dir(RESULTS, "{study}", "{server}"), "{todo}"),
     log:
         layout.log(layout.server_dir(RESULTS, "{study}", "{server}"), "job-{todo}"),
-    threads: lambda w: 1 if GRID.servers[w.server].gpus else all_cores(w.server)
+    threads: lambda w: 1 if GRID.group_gpus(w.server) else all_cores(w.server)
     resources:
-        gpu=lambda w: GRID.servers[w.server].gpus,
+        gpu=lambda w: GRID.group_gpus(w.server),
         # what a cluster executor (profiles/slurm) asks for; a local run ignores them
         gpu_model=lambda w: GRID.servers[w.server].run["job"]["gpu_model"] or "",
-        runtime=lambda w: GRID.servers[w.server].run["job"]["runtime_min"],
-        mem_mb=lambda w: GRID.servers[w.server].run["job"]["mem_mb"],
+        runtime=lambda w: group_runtime(w.server),
+        mem_mb=lambda w: group_mem_mb(w.server),
         slurm_extra=lambda w: slurm_extra(w.server),
     params:
-        pending=lambda w: GRID.pending(w.server, GRID.marker_round(w.todo)),
-        round=lambda w: GRID.marker_round(w.todo),  # None: the whole server cell (sweep.rounds 1)
-        grid=lambda w: GRID.subset(w.server),
+        pending=lambda w: " ".join(f"{sid}/{bid}" for sid, bid in GRID.group_pending(w.server)),
+        grid=lambda w: GRID.subset(*GRID.group(w.server)),
     message:
-        "server cell {wildcards.server}: bench cells to run: {params.pending}"
+        "group {wildcards.server}: bench cells to run: {params.pending}"
     script:
         "../scripts/serve_and_bench.py"
 

@@ -1,5 +1,4 @@
 from specsweep import runner, snakejob
 
-snakejob.run(snakemake.log[0], lambda: runner.run_server_cell(snakemake.params.grid, snakemake.wildcards.server,
-                                                              snakemake.output[0],
-                                                              rnd=snakemake.params.round))
+snakejob.run(snakemake.log[0], lambda: runner.run_group(snakemake.params.grid, snakemake.wildcards.server,
+                                                        snakemake.output[0]))

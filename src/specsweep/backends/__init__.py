@@ -7,7 +7,10 @@ A backend package owns everything it knows (docs/development.md, adding a backen
   (`""` for vLLM, the first backend); `ID_BY_BLOCK`, whether they are named by block size (`-b4`) rather
   than by method and K; `VERSION_FIELDS`, the figures that name the server's version (MLflow tags them); `LAYER_ID_OFFSET`, what
   it adds to a DFlash target_layer_id beyond HF's hidden_states[id + 1] (the diagnosis's layer shifts; 1 when
-  left out); and `describe(env)`, the line `specsweep doctor` prints about it;
+  left out); `LABEL`, how messages name it (`the NAME backend` when left out); `CAPABILITIES`, which of `FEATURES` it implements (none when left out: preflight then refuses
+  each, checks.refusals); `SCHEMA`, the JSON Schema fragment its configs must also satisfy (the server keys
+  it needs, the kernel keys it refuses; config.schema() adds it, and its name to the schema's backend list);
+  and `describe(env)`, the line `specsweep doctor` prints about it;
 - `session.py`: `open_session(grid, sid, progress)`, a context manager that brings a server cell up and
   yields a `bench_cell.Session`;
 - `checks.py`: `CHECKS`, its preflight checks in order, and `environment(server_run)`, what preflight
@@ -31,8 +34,35 @@ BACKENDS = {
 }
 
 
+# What a backend may implement beyond plain decoding (its CAPABILITIES), each with the config that asks for it:
+# a backend without one is refused by the shared check (checks.refusals), whatever its name.
+FEATURES = {
+    "set_acceptance": "sweep.set_acceptance",
+    "block_verification": "sweep.verification=block",
+    "k_schedule": "sweep.k_schedule",
+}
+
+
 def names() -> tuple[str, ...]:
     return tuple(BACKENDS)
+
+
+def capabilities(name: str) -> frozenset[str]:
+    """The FEATURES a backend implements, from its facts."""
+    caps = frozenset(getattr(get(name), "CAPABILITIES", ()))
+    if caps - FEATURES.keys():
+        raise ValueError(f"backend {name!r} claims {sorted(caps - FEATURES.keys())}: not one of {sorted(FEATURES)}")
+    return caps
+
+
+def having(feature: str) -> tuple[str, ...]:
+    """The backends that implement a feature, in registry order."""
+    return tuple(n for n in names() if feature in capabilities(n))
+
+
+def schema_fragment(name: str) -> dict:
+    """The JSON Schema fragment a backend's configs must also satisfy ({} when it has none)."""
+    return getattr(get(name), "SCHEMA", {})
 
 
 def get(name: str) -> ModuleType:

@@ -1,6 +1,6 @@
 """x @ w.T for skinny x (a decode step's block x batch rows) as a Triton split-K GEMM.
 
-cuBLAS reads a 4096x4096 weight at about 1.2 TB/s for 16 rows (bench/h200): a few dozen tiles leave most
+cuBLAS reads a 4096x4096 weight at about 1.2 TB/s for 16 rows (bench/archive/h200): a few dozen tiles leave most
 of the 132 SMs idle. Here each program streams a BLOCK_N x (K / SPLIT_K) slice of the weight, so a
 skinny product spreads over every SM. The split partials are summed in a fixed order by a second kernel
 (no atomics), so a row's result never depends on the other rows or on timing: a block of 16 rows gives

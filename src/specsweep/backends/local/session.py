@@ -18,6 +18,7 @@ from ...cells import Grid
 from ...claims import take_gpus
 from ...errors import ServerError
 from ...phases import THINK_END, think_end_position
+from ...residency import Launch
 
 
 class LocalPair:
@@ -180,10 +181,14 @@ class LocalSession:
 
 
 @contextmanager
-def open_session(grid: Grid, sid: str, progress: bool = True) -> Iterator[LocalSession]:
-    """Take a cuda cell's GPU (claimed, or SLURM's) before CUDA starts, so it becomes cuda:0; load the pair once."""
+def open_session(grid: Grid, sid: str, progress: bool = True, how: Launch | None = None) -> Iterator[LocalSession]:
+    """Take a cuda cell's GPU (claimed, or SLURM's; or its group's, `how`) before CUDA starts, so it becomes cuda:0;
+    load the pair once. Co-resident members are pairs loaded side by side in the job's process."""
     cell = grid.servers[sid]
-    gpu_ids, claims = take_gpus(cell.gpus) if cell.gpus else ([], [])
+    if how is not None and how.gpu_ids:
+        gpu_ids, claims = list(how.gpu_ids), []
+    else:
+        gpu_ids, claims = take_gpus(cell.gpus) if cell.gpus else ([], [])
     if gpu_ids:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
     try:

@@ -34,10 +34,23 @@ SPEC_FLAGS = {
     "--config": "pass each option in server.extra_args instead: a config file could set what the cell sets, unchecked",
 }
 
+LABEL = "SGLang"         # how messages name it
 ID_TAG = "-sglang"
 ID_BY_BLOCK = False
 LAYER_ID_OFFSET = 1                  # assumed as vLLM: ids 0..n-2 (not probed)
 VERSION_FIELDS = ("sglang_version",)
+CAPABILITIES: frozenset[str] = frozenset()   # backends.FEATURES: none yet
+# What its configs must also hold (config.schema() adds it): a server's launch settings (no `executable`: it
+# always runs as `server.python -m sglang.launch_server`)
+SCHEMA = {"properties": {
+    "server": {"required": ["python", "host", "port", "port_range", "tensor_parallel_size", "data_parallel_size",
+                            "max_model_len", "gpu_memory_utilization", "extra_args", "env", "ready_timeout_s",
+                            "stop_grace_s", "request_timeout_s", "job"]},
+    "kernel": {"properties": {"attn_implementation": {
+        "const": None,
+        "fix": "the local engine's attention implementation, which a server backend does not take: use kernel=cpu "
+               "on CPU or kernel=flash_attn_graphs on a GPU, which set kernel.attention_backend"}}},
+}}
 
 
 def describe(env: dict) -> str:

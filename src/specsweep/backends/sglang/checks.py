@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ... import drafter_config
-from ...checks import (_tokenizer_ids, check_dataset, check_drafter, check_max_tokens, check_prompt_length, check_memory,
-                       check_num_speculative_tokens, check_parallel, check_port, check_set_acceptance, check_thinking,
-                       check_verification, check_k_schedule, fail, local_dir, ok, warn)
+from ...checks import (_tokenizer_ids, check_dataset, check_drafter, check_max_tokens, check_memory,
+                       check_num_speculative_tokens, check_parallel, check_port, check_prompt_length, check_thinking, fail, local_dir, ok,
+                       warn)
 from ...config import aslist
 from ...errors import ServerError
 from .launch import (DRAFT_ATTENTION, TESTED_VERSION, compilation_problem, extra_problem, method_problem, probe,
@@ -144,5 +144,4 @@ def check_sglang_mask_token(cfg, env):
 
 CHECKS = [check_dataset, check_sglang_device, check_parallel, check_sglang_server, check_sglang_dflash,
           check_sglang_kernel, check_drafter, check_sglang_mask_token, check_num_speculative_tokens, check_thinking,
-          check_port, check_memory, check_max_tokens, check_prompt_length, check_set_acceptance, check_verification,
-          check_k_schedule]
+          check_port, check_memory, check_max_tokens, check_prompt_length]   # and the shared refusals of all FEATURES (checks.refusals)

@@ -24,6 +24,7 @@ from ... import client, metrics
 from ...bench_cell import Measurement
 from ...cells import Grid
 from ...errors import ServerError
+from ...residency import Launch
 from ...server import Server, ServerSession
 from .launch import KNOWN, Release, build_argv, launch_release, release_of, server_python, unknown_release
 
@@ -51,15 +52,21 @@ RESOLVED = ("speculative_algorithm", "speculative_num_draft_tokens", "speculativ
             "attention_backend", "max_running_requests")
 
 
-def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> tuple[Server, str, Release]:
-    """The SGLang server of a server cell, not started yet, with the version and release it will run."""
+def server_for(grid: Grid, sid: str, log_dir: Path | None = None,
+               how: Launch | None = None) -> tuple[Server, str, Release]:
+    """The SGLang server of a server cell, not started yet, with the version and release it will run; `how`: its
+    group's launch of it (residency: shared GPUs, its memory share)."""
     cell = grid.servers[sid]
+    spec = cell.spec if how is None or how.gpu_memory_utilization is None else \
+        {**cell.spec, "server": {**cell.spec["server"], "gpu_memory_utilization": how.gpu_memory_utilization}}
     python = server_python(cell.run)
     version, rel = launch_release(python, cell.spec["server"]["env"])
     name = cell.served_name
-    srv = Server(lambda port: build_argv(python, cell.spec, cell.run["host"], port, name, rel), cell.run,
+    srv = Server(lambda port: build_argv(python, spec, cell.run["host"], port, name, rel), cell.run,
                  log_dir or grid.log_dir(sid), env=cell.spec["server"]["env"], gpus_needed=cell.gpus,
-                 served_name=name, kind="SGLang", key_config_flag="--config", record={"python": python})
+                 served_name=name, kind="SGLang", key_config_flag="--config",
+                 gpu_ids=list(how.gpu_ids) if how is not None and how.gpu_ids else None,
+                 record={"python": python, **(how.facts() if how is not None else {})})
     return srv, version, rel
 
 
@@ -212,10 +219,10 @@ class SglangSession(ServerSession):
 
 
 @contextmanager
-def open_session(grid: Grid, sid: str, progress: bool = True) -> Iterator[SglangSession]:
+def open_session(grid: Grid, sid: str, progress: bool = True, how: Launch | None = None) -> Iterator[SglangSession]:
     cell = grid.servers[sid]
     t0 = time.monotonic()
-    srv, version, rel = server_for(grid, sid)
+    srv, version, rel = server_for(grid, sid, how=how)
     with srv:
         session = SglangSession(srv, cell.spec, cell.run, rel)
         print(f"[specsweep] {sid}: SGLang ready on {srv.url} in {time.monotonic() - t0:.0f} s "

@@ -26,10 +26,22 @@ SPEC_FLAGS = {
     "--middleware": "drop it: specsweep sets vLLM's middleware",
 }
 
+LABEL = "vLLM"         # how messages name it
 ID_TAG = ""            # the first backend: its cell ids carry no tag, and stay as they were
 ID_BY_BLOCK = False
 LAYER_ID_OFFSET = 1                  # adds 1 to each target_layer_id (its probe in env.json says): ids 0..n-2
 VERSION_FIELDS = ("vllm_version",)
+CAPABILITIES = frozenset({"set_acceptance", "block_verification", "k_schedule"})   # backends.FEATURES
+# What its configs must also hold (config.schema() adds it): a server's launch settings, and the command it runs
+SCHEMA = {"properties": {
+    "server": {"required": ["python", "host", "port", "port_range", "tensor_parallel_size", "data_parallel_size",
+                            "max_model_len", "gpu_memory_utilization", "extra_args", "env", "ready_timeout_s",
+                            "stop_grace_s", "request_timeout_s", "job", "executable"]},
+    "kernel": {"properties": {"attn_implementation": {
+        "const": None,
+        "fix": "the local engine's attention implementation, which a server backend does not take: use kernel=cpu "
+               "on CPU or kernel=flash_attn_graphs on a GPU, which set kernel.attention_backend"}}},
+}}
 
 
 def describe(env: dict) -> str:

@@ -16,13 +16,25 @@ import httpx
 from ... import client, layout, metrics, phases
 from ...bench_cell import Measurement
 from ...cells import Grid
+from ...errors import ServerError
+from ...residency import Launch
 from ...server import Server, ServerSession
 from . import launch, promstats
 
 
-def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> Server:
-    """The `vllm serve` process of a server cell, not started yet."""
+def launched_spec(spec: dict, how: Launch | None) -> dict:
+    """The spec a member is launched with: its share of the GPU where its group is co-resident on one (the cell's
+    id keeps the configured value; server.json and metrics.json record the share)."""
+    if how is None or how.gpu_memory_utilization is None:
+        return spec
+    return {**spec, "server": {**spec["server"], "gpu_memory_utilization": how.gpu_memory_utilization}}
+
+
+def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | None = None) -> Server:
+    """The `vllm serve` process of a server cell, not started yet; `how`: its group's launch of it (residency)."""
     cell = grid.servers[sid]
+    spec = launched_spec(cell.spec, how)
+    sleep = how is not None and how.residency == "sleep"
     command = launch.server_command(cell.run)
     python = launch.interpreter_of(command)
     probe = launch.probe_python(python, cell.spec["server"]["env"]) if python else {}
@@ -33,12 +45,17 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None) -> Server:
     env = launch.guarded_env(cell.spec["server"]["env"])
     # one compile cache for every cell of the results_dir, set here and not in server.env, which the cell id hashes
     env.setdefault("VLLM_CACHE_ROOT", str(cache_root(grid)))
-    return Server(lambda port: launch.build_argv(command, cell.spec, cell.run["host"], port, name, level), cell.run,
-                  log_dir or grid.log_dir(sid), env=env, gpus_needed=cell.gpus, served_name=name,
+    if sleep:       # vLLM serves /sleep and /wake_up only in its dev mode
+        env["VLLM_SERVER_DEV_MODE"] = "1"
+    extra = ["--enable-sleep-mode"] if sleep else []
+    return Server(lambda port: launch.build_argv(command, spec, cell.run["host"], port, name, level) + extra,
+                  cell.run, log_dir or grid.log_dir(sid), env=env, gpus_needed=cell.gpus, served_name=name,
                   kind="vLLM", key_env="VLLM_API_KEY", log_facts=startup_facts,
+                  gpu_ids=list(how.gpu_ids) if how is not None and how.gpu_ids else None,
                   record={"python": python, "vllm_version": version, "per_request_spec_metrics": level,
                           "per_request_spec_metrics_wanted": wanted, "vllm_cache_root": env["VLLM_CACHE_ROOT"],
-                          "vllm_cache_warm": cache_warm(Path(env["VLLM_CACHE_ROOT"]))})
+                          "vllm_cache_before": cache_state(Path(env["VLLM_CACHE_ROOT"])),
+                          **(how.facts() if how is not None else {})})
 
 
 # vLLM's cache root (VLLM_CACHE_ROOT, envs.py: compiled graphs under torch_compile_cache/, model-architecture
@@ -47,10 +64,12 @@ def cache_root(grid: Grid) -> Path:
     return layout.vllm_cache(grid.results_dir).resolve()
 
 
-def cache_warm(root: Path) -> bool:
-    """Whether an earlier server left compiled graphs there (not that they fit this server's config)."""
+def cache_state(root: Path) -> dict:
+    """The compiled graphs an earlier server left in the cache (torch_compile_cache/<hash>/ folders), before this
+    launch: whether one fits this server's config is only known after it (startup_facts: compile_s, cache_hit)."""
     compiled = root / "torch_compile_cache"
-    return compiled.is_dir() and any(compiled.iterdir())
+    folders = sorted(p.name for p in compiled.iterdir()) if compiled.is_dir() else []
+    return {"compiled_configs": len(folders)}
 
 
 # vLLM's start-up lines: 0.26 logs "GPU KV cache size: N tokens" and "Maximum concurrency for M tokens per request:
@@ -61,8 +80,46 @@ KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 CONCURRENCY = re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x")
 
 
+# Where a start-up went (0.26 and 0.32 alike): backends.py "Compiling a graph for compile range R takes S s" per graph
+# compiled, "Directly load the compiled graph(s) ... from the cache" per graph found in the compile cache, monitor.py
+# "torch.compile took S s in total", core.py "init engine (profile, create kv cache, warmup model) took S s"; each
+# line stamped "MM-DD HH:MM:SS".
+COMPILED = re.compile(r"Compiling a graph for compile range .* takes ([\d.]+) s")
+CACHE_HIT = re.compile(r"Directly load the compiled graph")
+COMPILE_TOTAL = re.compile(r"torch\.compile took ([\d.]+) s in total")
+ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
+STAMP = re.compile(r"(\d\d-\d\d \d\d:\d\d:\d\d)")
+
+
+def _stamp_s(line: str) -> float | None:
+    m = STAMP.search(line)
+    if not m:
+        return None
+    t = time.strptime(f"2000-{m.group(1)}", "%Y-%m-%d %H:%M:%S")
+    return time.mktime(t)
+
+
+def startup_breakdown(log: str) -> dict:
+    """Where the start-up went: what torch.compile did (compiled or loaded from the compile cache, seconds) and the
+    seconds from the server's first log line to its engine's first, and the engine's own initialisation."""
+    lines = log.splitlines()
+    stamped = [(t, line) for line in lines if (t := _stamp_s(line)) is not None]
+    first = stamped[0][0] if stamped else None
+    engine = next((t for t, line in stamped if "EngineCore" in line), None)
+    init = ENGINE_INIT.search(log)
+    compiled = [float(x) for x in COMPILED.findall(log)]
+    hits = len(CACHE_HIT.findall(log))
+    totals = [float(x) for x in COMPILE_TOTAL.findall(log)]
+    cache = "hit" if hits and not compiled else "miss" if compiled and not hits else "partial" if compiled else None
+    return {"compile_cache": cache, "graphs_compiled": len(compiled), "graphs_from_cache": hits,
+            "torch_compile_s": round(sum(totals), 2) if totals else None,
+            "before_engine_s": engine - first if engine is not None and first is not None else None,
+            "engine_init_s": float(init.group(1)) if init else None}
+
+
 def startup_facts(log: str) -> dict:
-    """The model runner and the KV-cache capacity, from a vLLM server's log (None where it says nothing)."""
+    """The model runner, the KV-cache capacity and where the start-up went (startup_breakdown), from a vLLM server's
+    log (None where it says nothing)."""
     tokens, concurrency = KV_TOKENS.search(log), CONCURRENCY.search(log)
     if "Using V2 Model Runner" in log:
         runner = "V2"
@@ -71,7 +128,8 @@ def startup_facts(log: str) -> dict:
     else:
         runner = None
     return {"model_runner": runner, "kv_cache_tokens": int(tokens.group(1).replace(",", "")) if tokens else None,
-            "kv_cache_max_concurrency": float(concurrency.group(1)) if concurrency else None}
+            "kv_cache_max_concurrency": float(concurrency.group(1)) if concurrency else None,
+            **startup_breakdown(log)}
 
 
 # --per-request-spec-decode-metrics: each request's figures ride on its final (usage) chunk
@@ -131,6 +189,24 @@ def _think_id(tokenizer: str) -> int | None:
 
 
 class VllmSession(ServerSession):
+    def sleep(self) -> None:
+        """vLLM's sleep mode, level 1: weights to host memory, KV cache freed, until wake()."""
+        self._post("/sleep", {"level": "1"})
+
+    def wake(self) -> None:
+        self._post("/wake_up", {})
+
+    def _post(self, path: str, params: dict) -> None:
+        t0 = time.monotonic()
+        try:
+            r = httpx.post(f"{self.srv.url}{path}", params=params, headers=self.srv.auth,
+                           timeout=self.run["ready_timeout_s"])
+            r.raise_for_status()
+        except httpx.HTTPError as e:
+            raise ServerError(f"vLLM's {path} failed ({type(e).__name__}: {e}): sweep.residency sleep needs vLLM's "
+                              "sleep mode (a CUDA GPU); use sweep.residency=relaunch") from None
+        self.srv.info.setdefault("sleep_mode_s", []).append([path, round(time.monotonic() - t0, 3)])
+
     def measure(self, prompts: list[list[str]], bench: dict, progress: bool, desc: str) -> Measurement:
         settings = client.settings_for(bench, self.srv.served_name, self.run["request_timeout_s"],
                                        spec_field=SPEC_FIELD, api_key=self.srv.api_key,
@@ -150,9 +226,9 @@ class VllmSession(ServerSession):
 
 
 @contextmanager
-def open_session(grid: Grid, sid: str, progress: bool = True) -> Iterator[VllmSession]:
+def open_session(grid: Grid, sid: str, progress: bool = True, how: Launch | None = None) -> Iterator[VllmSession]:
     t0 = time.monotonic()
-    with server_for(grid, sid) as srv:
+    with server_for(grid, sid, how=how) as srv:
         print(f"[specsweep] {sid}: vLLM ready on {srv.url} in {time.monotonic() - t0:.0f} s "
               f"(vLLM {srv.info['vllm_version']}, {srv.info['python']})", flush=True)
         if srv.info["per_request_spec_metrics"] != srv.info["per_request_spec_metrics_wanted"]:

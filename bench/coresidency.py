@@ -1,0 +1,141 @@
+"""What an idle co-resident server costs the one taking traffic, and how much launches of one server differ.
+
+A study's group keeps its servers up together (sweep.residency coresident, docs/residency.md): while the baseline
+measures, its speculative servers sit idle beside it (on a CPU paused by SIGSTOP, sweep.pause_idle). This measures
+the baseline's output tok/s in three states, on the same requests (ignore_eos: every request decodes max_tokens):
+- `alone`: no other server up;
+- `idle`: the study's first speculative server up beside it, idle;
+- `paused`: that server up, SIGSTOPped (what the study does on a CPU).
+Each round: (with --relaunch, a fresh baseline launch) alone, then the other server launched, idle, paused, then
+that server stopped, alone again. idle/alone and paused/alone are each set against the mean of the round's two
+`alone` passes, which bracket them, so a drift in the machine's load over the round cancels; the ratios' geometric
+mean over the rounds comes with a 95% t interval. With --relaunch the `alone` passes also give the spread between
+launches of one configuration against the spread within one launch (a one-way analysis of variance on log tok/s).
+
+    PYTHONPATH=src .venv/bin/python bench/coresidency.py --overrides "pair.target=... pair.drafter=..." \\
+        --rounds 4 --relaunch --out bench/archive/cpu/coresidency
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from specsweep.backends.vllm import session as vllm
+from specsweep.cells import expand
+from specsweep.client import settings_for
+from specsweep.config import compose_jobs
+from specsweep.datasets import load_prompt_rows, materialise
+from specsweep.results import atomic_write_json, atomic_write_text
+
+
+def cells(overrides: list[str], results: Path):
+    grid = expand(compose_jobs([f"results_dir={results}", "tracking=off", "sweep.ignore_eos=true", *overrides]))
+    base = next(s for s, c in grid.servers.items() if c.is_baseline)
+    spec = next(s for s, c in grid.servers.items() if not c.is_baseline)
+    bench = next(iter(grid.benches[base].values())).spec
+    path = grid.dataset_file(bench["dataset"])
+    if not Path(path).exists():
+        materialise(bench["dataset"], path)
+    prompts = [p["turns"] for p in load_prompt_rows(path, bench["dataset"])[0]]
+    return grid, base, spec, bench, prompts
+
+
+def tok_s(srv, grid, sid, bench, prompts) -> float:
+    settings = settings_for(bench, srv.served_name, grid.servers[sid].run["request_timeout_s"], api_key=srv.api_key)
+    _, figures = asyncio.run(vllm.measure(srv.url, prompts, settings, bench["concurrency"], bench["warmup"],
+                                          progress=False))
+    assert figures["requests_errored"] == 0, figures
+    return figures["output_tok_s"]
+
+
+def interval(logs: list[float]) -> tuple[float, float, float]:
+    m = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(m), float("nan"), float("nan")
+    h = stats.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(m), math.exp(m - h), math.exp(m + h)
+
+
+def launch_spread(alone: list[list[float]]) -> dict:
+    """Between-launch against within-launch spread of log tok/s (one-way ANOVA over the launches' passes)."""
+    groups = [np.log(a) for a in alone if len(a) > 1]
+    if len(groups) < 2:
+        return {}
+    f, p = stats.f_oneway(*groups)
+    within = math.sqrt(statistics.fmean([statistics.variance(g) for g in groups]))
+    between = statistics.stdev([statistics.fmean(g) for g in groups])
+    return {"launches": len(groups), "within_launch_sd_log": within, "between_launch_sd_log": between,
+            "anova_f": float(f), "anova_p": float(p)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--overrides", default="", help="Hydra overrides of the study (pair, server, sweep)")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--relaunch", action="store_true", help="a fresh baseline launch every round")
+    ap.add_argument("--results", default=None, help="a results_dir for the servers' logs (default: a temp dir)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    results = Path(args.results or tempfile.mkdtemp(prefix="coresidency-"))
+    grid, base, spec, bench, prompts = cells(args.overrides.split(), results)
+    passes, alone_by_launch = [], []
+    t0 = time.time()
+    base_srv = None
+    try:
+        for rnd in range(args.rounds):
+            if base_srv is None or args.relaunch:
+                if base_srv is not None:
+                    base_srv.stop()
+                base_srv = vllm.server_for(grid, base, results / "logs" / f"base-{rnd}").__enter__()
+                alone_by_launch.append([])
+            row = {"round": rnd, "alone_before": tok_s(base_srv, grid, base, bench, prompts)}
+            with vllm.server_for(grid, spec, results / "logs" / f"spec-{rnd}") as other:
+                row["idle"] = tok_s(base_srv, grid, base, bench, prompts)
+                other.pause()
+                row["paused"] = tok_s(base_srv, grid, base, bench, prompts)
+                other.resume()
+            row["alone_after"] = tok_s(base_srv, grid, base, bench, prompts)
+            alone_by_launch[-1] += [row["alone_before"], row["alone_after"]]
+            row["idle_ratio"] = row["idle"] / statistics.fmean([row["alone_before"], row["alone_after"]])
+            row["paused_ratio"] = row["paused"] / statistics.fmean([row["alone_before"], row["alone_after"]])
+            passes.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        if base_srv is not None:
+            base_srv.stop()
+    out = Path(args.out)
+    summary = {"rounds": passes, "overrides": args.overrides, "relaunch": args.relaunch, "host": platform.node(),
+               "wall_s": round(time.time() - t0, 1), "baseline": base, "co_resident": spec,
+               "prompts": len(prompts), "bench": {k: bench[k] for k in ("concurrency", "max_tokens", "warmup")}}
+    for name in ("idle_ratio", "paused_ratio"):
+        g, lo, hi = interval([math.log(r[name]) for r in passes])
+        summary[name] = {"geomean": g, "ci95_low": lo, "ci95_high": hi}
+    summary["launch_spread"] = launch_spread(alone_by_launch)
+    atomic_write_json(out / "coresidency.json", summary)
+    lines = ["| round | alone | idle | paused | alone | idle/alone | paused/alone |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['round']} | {r['alone_before']:.1f} | {r['idle']:.1f} | {r['paused']:.1f} | {r['alone_after']:.1f} "
+              f"| {r['idle_ratio']:.3f} | {r['paused_ratio']:.3f} |" for r in passes]
+    for name in ("idle_ratio", "paused_ratio"):
+        s = summary[name]
+        lines.append(f"\n{name}: {s['geomean']:.3f} [{s['ci95_low']:.3f}, {s['ci95_high']:.3f}] (95% t, {len(passes)} rounds)")
+    if summary["launch_spread"]:
+        s = summary["launch_spread"]
+        lines.append(f"\nlaunch to launch: between-launch SD of log tok/s {s['between_launch_sd_log']:.3f}, within "
+                     f"{s['within_launch_sd_log']:.3f} ({s['launches']} launches; ANOVA F {s['anova_f']:.2f}, "
+                     f"p {s['anova_p']:.3f})")
+    atomic_write_text(out / "coresidency.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

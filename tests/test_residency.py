@@ -1,0 +1,125 @@
+"""sweep.residency: what a group's job does when its servers cannot all be up together, and each member's share of a
+GPU (residency.plan). Pure: the device's and the host's memory are given; the models are the random tiny pair's
+files and an 8B-shaped config written here."""
+import json
+
+import pytest
+
+from specsweep import residency
+from specsweep.cells import expand
+from specsweep.config import compose_jobs
+from specsweep.errors import ConfigError
+
+GIB = 1024 ** 3
+
+
+def grid(*overrides):
+    return expand(compose_jobs(list(overrides)))
+
+
+def shaped(root, name, layers=36, hidden=4096, kv_heads=8, heads=32, inter=12288, vocab=151936):
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"num_hidden_layers": layers, "hidden_size": hidden, "head_dim": 128,
+                                               "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+                                               "intermediate_size": inter, "vocab_size": vocab}))
+    return d
+
+
+def gpu_grid(tmp_path, *extra):
+    target, drafter = shaped(tmp_path, "target"), shaped(tmp_path, "drafter", layers=1)
+    return grid(f"results_dir={tmp_path / 'r'}", "server=vllm_gpu", f"pair.target={target}",
+                f"pair.drafter={drafter}", "pair.built_by_workflow=false", "sweep.concurrency=[8]",
+                "server.max_model_len=4096", "+server.extra_args=[--load-format,dummy]", *extra)
+
+
+def lead_members(g):
+    lead = g.leads()[0]
+    return g.group(lead)
+
+
+def test_a_cpu_group_is_coresident_with_idle_members_paused_when_the_host_has_the_memory():
+    g = grid()
+    ms = lead_members(g)
+    plan = residency.plan(g, ms, available_bytes=20 * GIB)
+    assert {p.residency for p in plan.values()} == {"coresident"} and all(p.pause_idle for p in plan.values())
+    assert residency.plan(g, ms, available_bytes=20 * GIB) == plan                  # the same inputs, the same plan
+
+
+def test_a_cpu_group_that_does_not_fit_is_relaunched_and_says_why():
+    g = grid()
+    plan = residency.plan(g, lead_members(g), available_bytes=6 * GIB)
+    assert {p.residency for p in plan.values()} == {"relaunch"}
+    note = next(iter(plan.values())).note
+    assert "3 co-resident servers need about 9.3 GiB" in note and "6.0 GiB free" in note
+
+
+def test_pause_idle_can_be_turned_off():
+    g = grid("sweep.pause_idle=false")
+    assert not any(p.pause_idle for p in residency.plan(g, lead_members(g), available_bytes=20 * GIB).values())
+
+
+def test_relaunch_is_kept_as_asked():
+    g = grid("sweep.residency=relaunch", "sweep.rounds=3")
+    assert {p.residency for p in residency.plan(g, lead_members(g)).values()} == {"relaunch"}
+
+
+def test_gpu_members_split_the_budget_by_their_needs(tmp_path):
+    g = gpu_grid(tmp_path)
+    ms = lead_members(g)
+    needs = {s: residency.gpu_need_bytes(g, s) for s in ms}
+    # the 8B shape: about 17 GiB of weights (2 bytes a parameter; vLLM 0.26 loaded 17.2 GiB on the H200), 8 x 4096
+    # tokens of KV at 144 KiB a token (4.5 GiB) and the 4 GiB overhead
+    assert 24 * GIB < needs[ms[0]] < 27 * GIB
+    assert needs[ms[1]] == needs[ms[2]] > needs[ms[0]]                     # a drafter adds its weights and KV
+    plan = residency.plan(g, ms, ["0"], device_bytes=140 * GIB)
+    shares = [plan[s].gpu_memory_utilization for s in ms]
+    assert {p.residency for p in plan.values()} == {"coresident"} and sum(shares) <= 0.85
+    assert shares[1] == shares[2] > shares[0] and all(s * 140 * GIB >= needs[m] for s, m in zip(shares, ms))
+    assert all(p.gpu_ids == ("0",) and not p.pause_idle for p in plan.values())
+
+
+def test_a_gpu_group_that_does_not_fit_sleeps_on_vllm_and_says_the_sizes(tmp_path):
+    g = gpu_grid(tmp_path)
+    plan = residency.plan(g, lead_members(g), ["0"], device_bytes=40 * GIB)
+    assert {p.residency for p in plan.values()} == {"sleep"}
+    note = next(iter(plan.values())).note
+    assert "more than 0.85 of the 40 GiB GPU" in note and "sleep mode" in note
+    assert all(p.gpu_memory_utilization == 0.85 for p in plan.values())   # one awake at a time: the whole budget
+
+
+def test_an_unknown_device_size_is_no_split(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSWEEP_GPUS", "0")               # an inventory without memory sizes
+    g = gpu_grid(tmp_path)
+    plan = residency.plan(g, lead_members(g), ["0"])
+    assert {p.residency for p in plan.values()} == {"sleep"}
+    assert "memory or a model's size is unknown" in next(iter(plan.values())).note
+
+
+def test_the_device_size_comes_from_the_inventory(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSWEEP_GPUS", json.dumps([{"index": "0", "memory_total_mib": 143771},
+                                                     {"index": "1", "memory_total_mib": 81559}]))
+    assert residency.device_memory(["0"]) == 143771 * 1024 ** 2
+    assert residency.device_memory(["0", "1"]) == 81559 * 1024 ** 2
+    assert residency.device_memory(["2"]) is None
+
+
+def test_memory_split_rounds_down_and_refuses_what_does_not_fit():
+    split = residency.memory_split({"a": 10 * GIB, "b": 30 * GIB}, 100 * GIB, 0.8)
+    assert split == {"a": 0.2, "b": 0.6}
+    assert residency.memory_split({"a": 50 * GIB, "b": 40 * GIB}, 100 * GIB, 0.8) is None
+
+
+def test_a_cluster_job_asks_for_what_its_members_need_up_together():
+    g = grid()
+    ms = lead_members(g)
+    assert residency.group_mem_mb(g, ms) == max(8000, int(3 * (1 + residency.CPU_SERVER_GIB) * 1024))
+    relaunch = grid("sweep.residency=relaunch")
+    assert residency.group_mem_mb(relaunch, lead_members(relaunch)) == 8000
+
+
+def test_an_unknown_residency_is_one_line():
+    with pytest.raises(ConfigError, match="sweep.residency 'bogus' is not one of coresident, sleep, relaunch"):
+        g = grid()
+        g.configs[g.leads()[0]]["sweep"]["residency"] = "bogus"
+        residency.plan(g, lead_members(g))

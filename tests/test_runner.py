@@ -1,0 +1,167 @@
+"""The one loop (runner.run_group) on fake sessions: a group's members start once, are paused between their turns and
+resumed for them, a member that never comes up or dies fails only its own cells, and whatever opened is stopped,
+also when the job is stopped while its members start side by side."""
+import signal
+import threading
+import time
+import types
+from contextlib import contextmanager
+
+import pytest
+
+from specsweep import metrics, runner, server
+from specsweep.bench_cell import Measurement
+from specsweep.cells import expand
+from specsweep.config import compose_jobs
+from specsweep.datasets import materialise
+from specsweep.errors import CellError, ServerError
+from specsweep.results import read_json
+
+GIB = 1024 ** 3
+
+
+class FakeSession:
+    log_path = None
+
+    def __init__(self, sid, events, dies_after=None):
+        self.sid, self.events, self.dies_after, self.cells = sid, events, dies_after, 0
+
+    def alive(self):
+        return self.dies_after is None or self.cells < self.dies_after
+
+    def log_tail(self):
+        return ""
+
+    def pause(self):
+        self.events.append(("pause", self.sid))
+
+    def resume(self):
+        self.events.append(("resume", self.sid))
+
+    def measure(self, prompts, bench, progress, desc):
+        self.cells += 1
+        self.events.append(("measure", self.sid, bench["repeat"]))
+        rows = [{"index": i, "turn": 0, "ok": True, "error": None, "text": f"answer {i}", "prompt_tokens": 4,
+                 "completion_tokens": 8, "ttft_s": 0.01, "e2e_s": 0.08, "itl_s": [], "chunk_t_s": [0.01 * t for t in
+                 range(1, 9)], "chunk_tokens": [1] * 8} for i in range(len(prompts))]
+        failure = None if self.alive() else "server died during the cell"
+        figures = metrics.request_figures(rows, 0.1)
+        figures.update(spec_decode=None, backend="fake")
+        return Measurement(rows, figures, failure, counted=False)
+
+
+def fake_backend(monkeypatch, events, broken=(), dies=None, slow=None):
+    """parts.session() answers with a backend whose sessions are FakeSessions: `broken` never come up, `dies` (sid,
+    n) dies during its n-th cell, `slow` (sid, s) takes s seconds to come up."""
+    @contextmanager
+    def open_session(grid, sid, progress=True, how=None):
+        if slow and sid == slow[0]:
+            deadline = time.monotonic() + slow[1]
+            while time.monotonic() < deadline:
+                if server.ABANDON.is_set():
+                    events.append(("abandoned", sid))
+                    raise ServerError("start-up abandoned")
+                time.sleep(0.05)
+        if sid in broken:
+            raise ServerError("exited with code 1 before it was ready")
+        events.append(("start", sid, how.residency))
+        try:
+            yield FakeSession(sid, events, dies[1] if dies and dies[0] == sid else None)
+        finally:
+            events.append(("stop", sid))
+    monkeypatch.setattr(runner.parts, "session", lambda name: types.SimpleNamespace(open_session=open_session))
+    monkeypatch.setattr(runner.residency.psutil, "virtual_memory", lambda: types.SimpleNamespace(available=20 * GIB))
+
+
+@pytest.fixture
+def group(tmp_path):
+    g = expand(compose_jobs([f"results_dir={tmp_path}", "sweep.repeats=2", "dataset.num_prompts=3"]))
+    bench = next(iter(next(iter(g.benches.values())).values())).spec
+    materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
+    lead = g.leads()[0]
+    return g, lead, g.group(lead)
+
+
+def test_members_start_once_and_are_paused_between_their_turns(group, monkeypatch, tmp_path):
+    g, lead, (base, k3, k7) = group
+    events = []
+    fake_backend(monkeypatch, events)
+    runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    assert sorted(e for e in events if e[0] == "start") == sorted(("start", s, "coresident") for s in (base, k3, k7))
+    assert [e[1:] for e in events if e[0] == "measure"] == [(base, 0), (k3, 0), (k7, 0), (k3, 1), (k7, 1), (base, 1)]
+    for sid in (base, k3, k7):          # every turn between a resume and a pause; paused from start-up to its turn
+        mine = [e[0] for e in events if e[1] == sid]
+        assert mine == ["start", "pause"] + ["resume", "measure", "pause"] * 2 + ["stop"]
+    assert (tmp_path / "marker.done").exists()
+    for sid in (base, k3, k7):
+        for bid in g.benches[sid]:
+            m = read_json(g.metrics_path(sid, bid))
+            assert m["residency"] == "coresident" and m["baseline_cell"] == base and m["round"] == 0
+
+
+def test_a_member_that_never_comes_up_fails_only_its_cells(group, monkeypatch, tmp_path):
+    g, lead, (base, k3, k7) = group
+    events = []
+    fake_backend(monkeypatch, events, broken=(k3,))
+    with pytest.raises(CellError) as e:
+        runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    first = str(e.value).splitlines()[0]
+    assert first.startswith(f"group {base}: 2 bench cell(s) not finished") and k3 in first and k7 not in first
+    assert f"first: server cell {k3}: exited with code 1" in first
+    assert all(g.metrics_path(s, b).exists() for s in (base, k7) for b in g.benches[s])
+    assert not (tmp_path / "marker.done").exists()
+    # a rerun starts only what is missing: K=3 alone
+    events.clear()
+    fake_backend(monkeypatch, events)
+    runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    assert [e[1] for e in events if e[0] == "start"] == [k3]
+
+
+def test_a_member_that_dies_takes_no_more_turns_and_the_others_finish(group, monkeypatch, tmp_path):
+    g, lead, (base, k3, k7) = group
+    events = []
+    fake_backend(monkeypatch, events, dies=(k7, 1))
+    with pytest.raises(CellError, match=f"group {base}: 2 bench cell"):
+        runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    assert [e[1:] for e in events if e[0] == "measure" and e[1] == k7] == [(k7, 0)]     # its second turn never ran
+    assert all(g.metrics_path(s, b).exists() for s in (base, k3) for b in g.benches[s])
+    assert {e[1] for e in events if e[0] == "stop"} == {base, k3, k7}
+
+
+def test_relaunch_starts_a_member_for_each_turn(tmp_path, monkeypatch):
+    g = expand(compose_jobs([f"results_dir={tmp_path}", "sweep.repeats=2", "sweep.rounds=2", "dataset.num_prompts=3",
+                             "sweep.residency=relaunch"]))
+    bench = next(iter(next(iter(g.benches.values())).values())).spec
+    materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
+    events = []
+    fake_backend(monkeypatch, events)
+    lead = g.leads()[0]
+    runner.run_group(g, lead, tmp_path / "m.done", progress=False)
+    base, k3, k7 = g.group(lead)
+    assert [(e[0], e[1]) for e in events if e[0] in ("start", "stop")] == [
+        (a, s) for s in (base, k3, k7, k3, k7, base) for a in ("start", "stop")]
+    assert not [e for e in events if e[0] in ("pause", "resume")]
+
+
+def test_a_sigterm_while_members_start_side_by_side_stops_every_one(group, monkeypatch, tmp_path):
+    g, lead, (base, k3, k7) = group
+    events = []
+    fake_backend(monkeypatch, events, slow=(k7, 30))
+
+    class Stop(BaseException):
+        pass
+
+    def stop(signum, frame):
+        raise Stop()
+    old = signal.signal(signal.SIGUSR1, stop)
+    timer = threading.Timer(0.5, lambda: signal.raise_signal(signal.SIGUSR1))
+    timer.start()
+    try:
+        with pytest.raises(Stop):
+            runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, old)
+    assert ("abandoned", k7) in events
+    assert {e[1] for e in events if e[0] == "start"} == {e[1] for e in events if e[0] == "stop"} == {base, k3}
+    assert not server.ABANDON.is_set()
