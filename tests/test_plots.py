@@ -68,7 +68,8 @@ def test_each_plot_is_one_registered_function_whose_name_is_its_file():
 
     assert [p.name for p in plots.PLOTS] == ["speedup_vs_k", "acceptance_vs_k", "acceptance_length_histogram",
                                              "throughput_vs_concurrency", "pareto", "speedup_vs_acceptance",
-                                             "category_by_k"]
+                                             "category_by_k", "speedup_vs_output_length", "speedup_vs_prompt_length",
+                                             "acceptance_by_phase"]
     assert len({p.draw for p in plots.PLOTS}) == len(plots.PLOTS)
     table = pd.DataFrame({"method": ["none", "dflash"], "valid": [True, False]})
     assert list(plots.shown(table).method) == [] and list(plots.shown(table, speculative=False).method) == ["none"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from . import layout, metrics, stats
+from . import layout, metrics, phases, stats
 from .cells import Grid
 from .datasets import load_prompt_rows, prompts_digest
 from .errors import CellError
@@ -118,6 +118,22 @@ def add_per_request_acceptance(figures: dict, m: Measurement, num_spec_tokens: i
     return problem
 
 
+def lengthen_prompts(grid: Grid, sid: str, prompts: list[list[str]], length: int | None) -> dict | None:
+    """The prompts set to `length` tokens of the target's tokenizer (datasets.lengthen), and their first turns'
+    token counts re-encoded (min, max: the check that the cut text encodes to the length); None where unset."""
+    if length is None:
+        return None
+    from transformers import AutoTokenizer
+
+    from .datasets import lengthen
+
+    tok = AutoTokenizer.from_pretrained(grid.servers[sid].spec["tokenizer"])
+    encode = lambda text: tok(text, add_special_tokens=False).input_ids  # noqa: E731
+    out = lengthen(prompts, length, encode, tok.decode)
+    counts = [len(encode(p[0])) for p in out]
+    return {"prompts": out, "tokens": {"set": length, "min": min(counts), "max": max(counts)}}
+
+
 def output_length_warning(grid: Grid, sid: str, bid: str, figures: dict) -> str | None:
     """A warning when this cell's mean output length is not its baseline's (see metrics.length_mismatch)."""
     base = grid.baseline_of.get(sid)
@@ -152,6 +168,8 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     if bench.get("prompts_limit"):            # a counterfactual cell of a diagnosis: the dataset's first prompts
         prompt_rows = prompt_rows[: bench["prompts_limit"]]
     prompts = [p["turns"] for p in prompt_rows]
+    lengthened = lengthen_prompts(grid, sid, prompts, bench.get("prompt_length"))   # sweep.prompt_length
+    prompts = lengthened["prompts"] if lengthened else prompts
     atomic_write_yaml(out / layout.CONFIG, cell_config(grid, sid, bid))
     started_at = time.time()                  # wall clock: the cell's MLflow run spans these
     m = session.measure(prompts, bench, progress, f"{sid}/{bid}")
@@ -169,6 +187,8 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     figures = m.figures
     figures["dataset_lines_skipped"] = skipped
     figures["prompts_sha256"] = prompts_digest(prompts)
+    if lengthened:
+        figures["prompt_length_tokens"] = lengthened["tokens"]
     cell = grid.servers[sid]
     reasons = [f"error rate {figures['error_rate']:.3f} is above sweep.max_error_rate {bench['max_error_rate']}"] \
         if figures["error_rate"] > bench["max_error_rate"] else []
@@ -176,6 +196,8 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     figures.setdefault("spec_decode_exact", None)
     if not cell.is_baseline:
         reasons += filter(None, [add_per_request_acceptance(figures, m, cell.spec["num_speculative_tokens"])])
+    if not cell.is_baseline:                  # acceptance by phase (phases.py), blank with its reason
+        figures["phases"] = phases.pooled([phases.request_split(r, bool(bench["thinking"])) for r in m.rows if r["ok"]])
     figures["valid"] = not reasons
     figures["invalid_reason"] = "; ".join(reasons) or None
     figures.update(compare_with_baseline(grid, sid, bid, figures, m.rows))

@@ -39,7 +39,9 @@ ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False,     # bench spec: swe
                                       "server.sampling_backend": None, "server.cuda_graph_max_bs": None,
                                       "server.mm_feature_transport": None,
                                       # bench spec: a counterfactual cell's first prompts only (sweep.diagnose)
-                                      "prompts_limit": None}
+                                      "prompts_limit": None,
+                                      # bench spec: one sweep.prompt_length entry (null: the dataset's own prompts)
+                                      "prompt_length": None}
 
 
 def stable_hash(obj) -> str:
@@ -230,7 +232,8 @@ class BenchCell:
     @property
     def id(self) -> str:
         s = self.spec
-        return (f"{_slug(s['dataset']['name'])}-t{int(s['thinking'])}-c{s['concurrency']}"
+        prompt = f"-p{s['prompt_length']}" if s.get("prompt_length") is not None else ""   # sweep.prompt_length
+        return (f"{_slug(s['dataset']['name'])}-t{int(s['thinking'])}-c{s['concurrency']}{prompt}"
                 f"-r{s['repeat']}-{spec_hash(s)[:8]}")
 
 
@@ -492,16 +495,22 @@ def _bench_specs(cfg: dict, concurrencies: list[int], ignore_eos: bool = False) 
     baseline's: a set acceptance changes the text, so only a fixed length compares the same work)."""
     sweep = cfg["sweep"]
     out = []
+    # the length axes (docs/axes.md): each output length (sweep.max_tokens, a scalar or a list) and prompt length
+    # (sweep.prompt_length, null: the dataset's own prompts) is a bench cell dimension; a scalar hashes as before
+    lengths = [(int(mt), None if pl is None else int(pl)) for mt in aslist(sweep["max_tokens"])
+               for pl in (aslist(sweep.get("prompt_length")) or [None])]
     for thinking in aslist(sweep["thinking"]):
         for conc in concurrencies:
             if conc < 1:
                 raise ConfigError(f"config: sweep.concurrency {conc} must be at least 1")
-            for rep in range(sweep["repeats"]):
-                out.append({"dataset": cfg["dataset"], "thinking": bool(thinking), "concurrency": int(conc),
-                            "repeat": rep, "max_tokens": sweep["max_tokens"],
-                            "temperature": sweep["temperature"], "seed": sweep["seed"],
-                            "warmup": sweep["warmup"], "max_error_rate": sweep["max_error_rate"],
-                            "ignore_eos": ignore_eos or sweep.get("ignore_eos", False)})
+            for max_tokens, prompt_length in lengths:
+                for rep in range(sweep["repeats"]):
+                    out.append({"dataset": cfg["dataset"], "thinking": bool(thinking), "concurrency": int(conc),
+                                "repeat": rep, "max_tokens": max_tokens,
+                                "temperature": sweep["temperature"], "seed": sweep["seed"],
+                                "warmup": sweep["warmup"], "max_error_rate": sweep["max_error_rate"],
+                                "ignore_eos": ignore_eos or sweep.get("ignore_eos", False),
+                                "prompt_length": prompt_length})
     return out
 
 

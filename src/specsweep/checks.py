@@ -209,7 +209,7 @@ def check_memory(cfg, env):
 
 def check_max_tokens(cfg, env):
     name = "max_tokens"
-    mt = cfg["sweep"]["max_tokens"]
+    mt = min(aslist(cfg["sweep"]["max_tokens"]))       # an output-length axis: its shortest length decides
     if True not in aslist(cfg["sweep"]["thinking"]):
         return ok(name, f"max_tokens {mt}")
     if cfg["pair"]["built_by_workflow"]:
@@ -221,6 +221,22 @@ def check_max_tokens(cfg, env):
         return warn(name, f"sweep.max_tokens={mt} with thinking on: long traces will be cut; "
                           f"{THINKING_WARN_TOKENS} or more is safer")
     return ok(name, f"max_tokens {mt} leaves room for thinking")
+
+
+def check_prompt_length(cfg, env):
+    """sweep.prompt_length with sweep.max_tokens within the server's server.max_model_len (the chat template adds
+    a few tokens more): a longer request would be refused by the server for every prompt."""
+    name = "prompt_length"
+    lengths = aslist(cfg["sweep"].get("prompt_length"))
+    limit = cfg["server"].get("max_model_len")
+    if not lengths:
+        return ok(name, "the dataset's own prompts")
+    need = max(lengths) + max(aslist(cfg["sweep"]["max_tokens"]))
+    if limit and need > limit:
+        return fail(name, f"sweep.prompt_length {max(lengths)} + sweep.max_tokens {max(aslist(cfg['sweep']['max_tokens']))}"
+                          f" = {need} tokens is over server.max_model_len={limit}: shorten them, or raise "
+                          "server.max_model_len (within the target's positions)")
+    return ok(name, f"prompt lengths {lengths} fit" + (f" server.max_model_len={limit}" if limit else ""))
 
 
 def _refused(name: str, feature: str, asked: str, cfg: dict, drop: str):

@@ -34,6 +34,7 @@ class RequestRecord:
     text: str = ""
     start_s: float = 0.0        # seconds since the cell's start
     spec: dict | None = None    # the request's own spec-decode stats, where the server reports them (spec_field)
+    token_ids: list[int] | None = None   # the output's token ids, where asked for (return_token_ids: phases.py)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -52,6 +53,7 @@ class ChatSettings:
     ignore_eos: bool = False             # decode exactly max_tokens
     api_key: str | None = field(default=None, repr=False)   # sent as a Bearer token; never recorded
     per_chunk_usage: bool = True         # continuous_usage_stats: each chunk's token count (off only to measure its cost)
+    return_token_ids: bool = False       # vLLM's return_token_ids: each chunk's token ids (where </think> falls)
 
 
 def settings_for(bench: dict, model: str, timeout_s: float, **server_fields) -> ChatSettings:
@@ -67,7 +69,8 @@ def _payload(messages: list[dict], s: ChatSettings) -> dict:
             "stream_options": {"include_usage": True,                                   # usage on every chunk
                                **({"continuous_usage_stats": True} if s.per_chunk_usage else {})},
             "chat_template_kwargs": {"enable_thinking": s.thinking},
-            **({"ignore_eos": True} if s.ignore_eos else {}), **(s.extra_body or {})}
+            **({"ignore_eos": True} if s.ignore_eos else {}),
+            **({"return_token_ids": True} if s.return_token_ids else {}), **(s.extra_body or {})}
 
 
 def _reason_for_body(status: int, body: bytes, content_type: str) -> str:
@@ -150,6 +153,8 @@ async def chat_once(http: httpx.AsyncClient, url: str, messages: list[dict], s: 
                             parts.append(piece)
                         if choice.get("finish_reason"):
                             rec.finish_reason = choice["finish_reason"]
+                        if s.return_token_ids and choice.get("token_ids") is not None:
+                            rec.token_ids = (rec.token_ids or []) + list(choice["token_ids"])
                     usage = chunk.get("usage")
                     if usage:
                         rec.prompt_tokens = usage.get("prompt_tokens")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import labels, layout, stats
+from . import labels, layout, phases, stats
 from .cells import ADDED_SPEC_KEYS, Grid
 from .datasets import load_prompt_rows, prompts_digest
 from .errors import ConfigError
@@ -83,6 +83,11 @@ def check_same_work(a: Cell, b: Cell) -> None:
                           f"{db[:12]}): compare cells of the same dataset file and dataset.num_prompts")
 
 
+def _without_max_tokens(key: tuple) -> tuple:
+    i = KEY.index("max_tokens")
+    return key[:i] + (None,) + key[i + 1:]
+
+
 def _pairs(a: Side, b: Side, required: bool = True) -> list[tuple[Cell, Cell]]:
     if a.kind != b.kind:
         raise ConfigError(f"compare: A is a {a.kind} and B a {b.kind}: give two studies or two bench cells")
@@ -98,6 +103,10 @@ def _pairs(a: Side, b: Side, required: bool = True) -> list[tuple[Cell, Cell]]:
             keyed[c.key] = c
         by_key.append(keyed)
     common = sorted(set(by_key[0]) & set(by_key[1]), key=repr)
+    if not common:      # two studies of one output length each: matched without it, so check_same_work says so
+        by_key = [{_without_max_tokens(k): c for k, c in keyed.items()} for keyed in by_key]
+        if all(len(keyed) == len(side.cells) for keyed, side in zip(by_key, (a, b))):
+            common = sorted(set(by_key[0]) & set(by_key[1]), key=repr)
     if not common and required:
         raise ConfigError("compare: no cell of A matches one of B on (method, K, set acceptance, verification, K "
                           "schedule, dataset, thinking, concurrency, ignore_eos, repeat): compare studies that ran "
@@ -137,12 +146,15 @@ def compare(path_a: str | Path, path_b: str | Path, required: bool = True) -> li
                "set_acceptance": a_spec.get("set_acceptance"), "verification": point["verification"],
                "k_schedule": a_spec.get("k_schedule"), "b_method": b_spec["method"],
                "b_num_speculative_tokens": b_spec["num_speculative_tokens"], "dataset": point["dataset"],
-               "thinking": point["thinking"], "concurrency": point["concurrency"], "repeats": len(matched),
+               "thinking": point["thinking"], "concurrency": point["concurrency"],
+               "max_tokens": matched[0][0].bench["max_tokens"], "prompt_length": point["prompt_length"],
+               "repeats": len(matched),
                "cell_a": str(matched[0][0].path), "cell_b": str(matched[0][1].path)}
         for side, (name, cells) in ((side_a, ("a", [a for a, _ in matched])), (side_b, ("b", [b for _, b in matched]))):
             row[f"{name}_mean_acceptance_length"] = median_mad([(c.metrics.get("spec_decode") or {})
                                                                 .get("mean_acceptance_length") for c in cells])[0]
             row[f"{name}_output_tok_s"] = median_mad([c.metrics.get("output_tok_s") for c in cells])[0]
+            row.update(phase_figures(name, cells))
             vs_base = _own_baseline(side, cells)
             row.update({f"{name}_{figure}": vs_base[figure] for figure in
                         ("speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "verdict")})
@@ -160,6 +172,19 @@ def compare(path_a: str | Path, path_b: str | Path, required: bool = True) -> li
                    b_vs_a_output_tok_s_ci_high=tok["ci_high"])
         out.append(row)
     return out
+
+
+def phase_figures(name: str, cells: list[Cell]) -> dict:
+    """A side's acceptance by phase over its cells' requests (phases.py), under the summary's names with the
+    side's prefix (a_think_acceptance_length, ...; per-position lists as JSON); blank for a baseline, with
+    phase_split_na's reason."""
+    if not cells or cells[0].server_spec["method"] == "none":
+        cols = phases.columns({"na": "baseline: no drafts", "requests": 0})
+    else:
+        thinking = bool(cells[0].bench["thinking"])
+        cols = phases.columns(phases.pooled([phases.request_split(r, thinking) for c in cells for r in c.requests()
+                                             if r.get("ok")]))
+    return {f"{name}_{k}": json.dumps(v) if isinstance(v, list) else v for k, v in cols.items()}
 
 
 def _fmt(row: dict, stem: str, point: str = "geomean") -> str:

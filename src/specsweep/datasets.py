@@ -130,3 +130,27 @@ def load_prompt_rows(path: str | Path, cfg: dict) -> tuple[list[dict], int]:
 def prompts_digest(prompts: list[list[str]]) -> str:
     """sha256 of the prompt texts in order: two cells are paired by prompt index only if this matches."""
     return hashlib.sha256(json.dumps(prompts, ensure_ascii=False).encode()).hexdigest()
+
+
+# ---- the prompt-length axis (sweep.prompt_length, docs/axes.md) --------------------------------------------------
+CONTEXT_SEPARATOR = "\n\n"
+
+
+def lengthen(prompts: list[list[str]], length: int, encode, decode) -> list[list[str]]:
+    """Each prompt's first turn set to `length` tokens (as `encode` counts them: the target's tokenizer, without
+    the chat template) from the dataset's own text: the next prompt's first turn is put just before it, the one
+    after that before that, and so on (wrapping round as often as needed), separated by blank lines, and the
+    text is cut to its last `length` tokens, so the prompt's own question stays whole at the end (a question longer
+    than `length` keeps its last `length` tokens). Later turns are left as they are."""
+    if length < 1:
+        raise ValueError(f"prompt length {length} must be at least 1")
+    firsts = [p[0] for p in prompts]
+    out = []
+    for i, turns in enumerate(prompts):
+        ids = encode(turns[0])
+        j = 1
+        while len(ids) < length:
+            ids = encode(firsts[(i + j) % len(firsts)] + CONTEXT_SEPARATOR) + ids
+            j += 1
+        out.append([decode(ids[-length:]), *turns[1:]])
+    return out

@@ -75,8 +75,20 @@ def label(row, pair: str | None = None, with_pair: bool = True) -> str:
     return SEP.join(parts + bench(row))
 
 
-def config_id(row) -> str:
+def config_id(row, lengths: bool = False) -> str:
     """A configuration's id: its server cell and bench settings, as a bench cell id reads without its repeat
-    (`tiny-dflash-k7-ab12/synthetic-t0-c4`)."""
-    return f"{_get(row, 'server_cell')}/{_get(row, 'dataset')}-t{int(bool(_get(row, 'thinking')))}-c" \
-           f"{_get(row, 'concurrency')}"
+    (`tiny-dflash-k7-ab12/synthetic-t0-c4`); a set prompt length adds `-p<tokens>`, and `lengths` (a study of more
+    than one output length: several_output_lengths) `-o<max_tokens>`, so a study of one output length keeps the
+    ids it had before the length axes (docs/axes.md)."""
+    out = f"{_get(row, 'server_cell')}/{_get(row, 'dataset')}-t{int(bool(_get(row, 'thinking')))}-c" \
+          f"{_get(row, 'concurrency')}"
+    if _get(row, "prompt_length") is not None:
+        out += f"-p{int(_get(row, 'prompt_length'))}"
+    if lengths and _get(row, "max_tokens") is not None:
+        out += f"-o{int(_get(row, 'max_tokens'))}"
+    return out
+
+
+def several_output_lengths(rows) -> bool:
+    """Whether a table's rows hold more than one output length (sweep.max_tokens as an axis)."""
+    return len({_get(r, "max_tokens") for r in rows}) > 1

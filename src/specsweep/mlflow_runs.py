@@ -23,7 +23,7 @@ from pathlib import Path
 
 from . import backends, table
 from .cells import stable_hash
-from .labels import config_id, label
+from .labels import config_id, label, several_output_lengths
 from .nested import flatten
 from .stats import format_ratio
 from .study import Cell
@@ -120,16 +120,17 @@ def k_tags(k_rows: list[dict]) -> dict[str, dict[str, str]]:
     """Per configuration id, its K comparisons against each smaller K (typed k_comparison.csv rows' statements),
     as tags `vs_K3`: `1.28x [1.26, 1.30] resolved (K=7 faster)`."""
     out: dict[str, dict[str, str]] = {}
+    lengths = several_output_lengths(k_rows)
     for row in k_rows:
         statement = row.get("statement") or ""
         if row.get("server_cell_a") and ": " in statement:
-            key = config_id({**row, "server_cell": row["server_cell_a"]})
+            key = config_id({**row, "server_cell": row["server_cell_a"]}, lengths)
             out.setdefault(key, {})[f"vs_K{row.get('k_b')}"] = statement.split(": ", 1)[1]
     return out
 
 
 def configuration_run(row: dict, cells: list[Cell], pair: str | None = None,
-                      vs: dict[str, str] | None = None) -> RunPayload:
+                      vs: dict[str, str] | None = None, lengths: bool = False) -> RunPayload:
     """A typed summary row (table.read) and its repeats' finished cells, in repeat order, as one run. `pair` names
     a baseline by the pairs it is the baseline of; `vs` are its K comparison tags (k_tags)."""
     cells = sorted(cells, key=lambda c: int(c.bench["repeat"]))
@@ -145,7 +146,7 @@ def configuration_run(row: dict, cells: list[Cell], pair: str | None = None,
         values = {**_numeric(c.metrics), "valid": float(c.valid)}
         metrics += [(REPEAT + k, v, finished, step) for k, v in values.items()]
     artifacts = [(f, f"repeats/r{step}-{c.bench_cell}") for c, step in zip(cells, steps) for f in c.files()]
-    run = RunPayload(config_id(row), label(row, pair), tags, run_params(cells), metrics, artifacts, start, end,
+    run = RunPayload(config_id(row, lengths), label(row, pair), tags, run_params(cells), metrics, artifacts, start, end,
                      cells[0].bench["dataset"] if cells else None)
     run.digest = stable_hash([run.name, run.tags, run.params, run.metrics, [(f.name, a) for f, a in artifacts],
                               start, end])[:16]

@@ -312,6 +312,82 @@ def category_heatmaps(cats: pd.DataFrame, path: Path) -> bool:
     return True
 
 
+# ---- issue #31: the length axes and acceptance by phase (docs/axes.md) ----------------------------------------------
+def _speedup_vs(table: pd.DataFrame, styles: dict, path: Path, column: str, xlabel: str) -> bool:
+    """The paired e2e speedup (95% CI) against a length axis, one line per K and bench group; False where the
+    study has fewer than two values of it."""
+    if column not in table:
+        return False
+    spec = shown(table)
+    spec = spec[spec[column].notna()]
+    if spec[column].nunique() < 2:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    several = spec.groupby(["dataset", "thinking", "concurrency"]).ngroups > 1
+    for keys, g in spec.groupby(["server_cell", "dataset", "thinking", "concurrency"]):
+        g = g.sort_values(column)
+        label, colour = style_of(styles, g.iloc[0])
+        if several:
+            label = f"{label} {_group_label(*keys[1:])}"
+        err = [(g.speedup_e2e_geomean - g.speedup_e2e_ci_low).fillna(0),
+               (g.speedup_e2e_ci_high - g.speedup_e2e_geomean).fillna(0)]
+        ax.errorbar(g[column], g.speedup_e2e_geomean, yerr=err, marker="o", capsize=3, color=colour, label=label)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(spec[column].unique()), [str(int(x)) for x in sorted(spec[column].unique())])
+    ax.set(xlabel=xlabel, ylabel="speedup (paired e2e latency, geomean)",
+           title=f"Speedup against {xlabel.split(' (')[0]}, 95% CI" + _left_out(table))
+    _save(fig, path, integer_x=False)
+    return True
+
+
+@plot("speedup_vs_output_length")
+def speedup_vs_output_length(table: pd.DataFrame, styles: dict, path: Path) -> bool:
+    return _speedup_vs(table, styles, path, "max_tokens", "output length (sweep.max_tokens)")
+
+
+@plot("speedup_vs_prompt_length")
+def speedup_vs_prompt_length(table: pd.DataFrame, styles: dict, path: Path) -> bool:
+    return _speedup_vs(table, styles, path, "prompt_length", "prompt length (sweep.prompt_length, tokens)")
+
+
+def _num(value) -> float | None:
+    """A table value as a float, None where it is blank (None or NaN)."""
+    return None if value is None or value != value else float(value)
+
+
+@plot("acceptance_by_phase")
+def acceptance_by_phase(table: pd.DataFrame, styles: dict, path: Path) -> bool:
+    """Acceptance length in the thinking span and in the answer span (phases.py), with 95% CIs, per speculative
+    row; the label gives each phase's share of the tokens. False where no row has a split."""
+    if "answer_acceptance_length" not in table:
+        return False
+    spec = shown(table)
+    spec = spec[spec.answer_acceptance_length.notna() | spec.think_acceptance_length.notna()]
+    if spec.empty:
+        return False
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(spec)), 4))
+    width = 0.38
+    for i, (_, row) in enumerate(spec.iterrows()):
+        label, colour = style_of(styles, row)
+        for j, (phase, hatch) in enumerate((("think", "//"), ("answer", ""))):
+            al, lo, hi, share = (_num(row[f"{phase}_{c}"]) for c in ("acceptance_length", "acceptance_length_ci_low",
+                                                                       "acceptance_length_ci_high", "token_share"))
+            if al is None:
+                continue
+            err = [[al - lo if lo is not None else 0], [hi - al if hi is not None else 0]]
+            name = f"{phase} span"
+            ax.bar(i + (j - 0.5) * width, al, width, yerr=err, capsize=3, color=colour, hatch=hatch,
+                   edgecolor="black", label=None if name in ax.get_legend_handles_labels()[1] else name)
+            ax.text(i + (j - 0.5) * width, 0.05, f"{share:.0%}" if share is not None else "", ha="center", fontsize=7)
+    ax.set_xticks(range(len(spec)), [f"{style_of(styles, r)[0]}\nthink={str(r.thinking).lower()} "
+                                     f"out={r.max_tokens}" for _, r in spec.iterrows()], fontsize=7)
+    ax.set(ylabel="acceptance length (pooled, 95% CI)",
+           title="Acceptance by phase (bar foot: the phase's share of tokens)" + _left_out(table))
+    _save(fig, path, integer_x=False)
+    return True
+
+
 def plot_study(summary_csv: str | Path, by_category_csv: str | Path, out_dir: str | Path) -> list[Path]:
     """Every registered plot of one study, from its summary and per-category tables, into out_dir."""
     tables = {"summary": frame(summary_csv), "by_category": frame(by_category_csv, BY_CATEGORY)}

@@ -21,11 +21,16 @@ from .results import launches, read_json, read_jsonl
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 KEY = ("method", "num_speculative_tokens", "set_acceptance", "verification", "k_schedule", "dataset", "thinking",
-       "concurrency", "ignore_eos", "repeat")     # Cell.key's parts, by name
+       "concurrency", "ignore_eos", "max_tokens", "prompt_length", "repeat")     # Cell.key's parts, by name
 
 
 def _json(value) -> str | None:
     return None if value is None else json.dumps(value)
+
+
+def lengths_of(bench: dict) -> tuple:
+    """A bench spec's length axes: (max_tokens, prompt_length), prompt_length None for the dataset's own prompts."""
+    return (int(bench["max_tokens"]), bench.get("prompt_length"))
 
 
 class Cell:
@@ -71,12 +76,13 @@ class Cell:
     @property
     def key(self) -> tuple:
         """What `compare` matches two studies' cells on: method, K, set acceptance, verification, K schedule,
-        dataset, thinking, concurrency, ignore_eos (a baseline runs both where its study sets acceptance), repeat
-        (KEY names them)."""
+        dataset, thinking, concurrency, ignore_eos (a baseline runs both where its study sets acceptance), the length
+        axes (max_tokens, prompt_length), repeat (KEY names them)."""
         s, b = self.server_spec, self.bench
         return (s["method"], s["num_speculative_tokens"], _json(s.get("set_acceptance")),
                 s.get("verification", "standard") if s["method"] != "none" else None, _json(s.get("k_schedule")),
-                b["dataset"]["name"], b["thinking"], b["concurrency"], bool(b.get("ignore_eos", False)), b["repeat"])
+                b["dataset"]["name"], b["thinking"], b["concurrency"], bool(b.get("ignore_eos", False)),
+                *lengths_of(b), b["repeat"])
 
     @property
     def set_acceptance_source(self) -> dict | None:
@@ -181,13 +187,14 @@ class Study:
 
     @property
     def groups(self) -> dict[tuple, list[str]]:
-        """(server cell, dataset, thinking, concurrency) -> the bench ids of its finished repeats."""
+        """(server cell, dataset, thinking, concurrency, lengths) -> the bench ids of its finished repeats; lengths is
+        (max_tokens, prompt_length) (lengths_of), so each output and prompt length is a row of its own."""
         if self._groups is None:
             self._groups = {}
             for sid, bid in self.cells:
                 bench = self.grid.benches[sid][bid].spec
-                self._groups.setdefault((sid, bench["dataset"]["name"], bench["thinking"], bench["concurrency"]),
-                                        []).append(bid)
+                self._groups.setdefault((sid, bench["dataset"]["name"], bench["thinking"], bench["concurrency"],
+                                         lengths_of(bench)), []).append(bid)
         return self._groups
 
     def metrics(self, sid: str, bid: str) -> dict | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import ceiling, diagnosis, stats, table
+from . import ceiling, diagnosis, phases, stats, table
 from .cells import stable_hash
 from .labels import k_label
 from .metrics import length_shares, median_mad
@@ -22,7 +22,7 @@ from .study import Study
 def rows(study: Study) -> list[dict]:
     """One row per server cell and bench settings (dataset, thinking, concurrency), over its repeats."""
     grid, cells, out = study.grid, study, []
-    for (sid, dataset, thinking, conc), bids in sorted(cells.groups.items()):
+    for (sid, dataset, thinking, conc, lengths), bids in sorted(cells.groups.items(), key=_group_order):
         cell = grid.servers[sid]
         valid = [cells.metrics(sid, b) for b in bids if cells.valid(sid, b)]
         row = {"study": study.name, "server_cell": sid, "backend": cell.spec["server"]["backend"],
@@ -50,12 +50,36 @@ def rows(study: Study) -> list[dict]:
         medians = [median_mad([p[i] for p in per_pos if i < len(p)])[0] for i in range(width)]
         row["per_position_acceptance"] = medians
         row["acceptance_length_shares"] = length_shares(medians) if medians else []
+        row.update(axes_columns(cells, sid, bids, lengths))
         out.append(row)
     out = ceiling.annotate(out)
     for row in out:
         row.update(diagnosis_columns(study.diagnosis(row["server_cell"]) if row["method"] != "none" else None, row,
                                      study.grid.servers[row["server_cell"]].random_weights))
     return out
+
+
+# ---- issue #31: the length axes and acceptance by phase (table.AXES, docs/axes.md) ----------------------------
+def _group_order(item) -> tuple:
+    """Study.groups' items in a stable order: a prompt length of None (the dataset's own) before set ones."""
+    (sid, dataset, thinking, conc, (max_tokens, prompt_length)), _ = item
+    return (sid, dataset, thinking, conc, max_tokens, -1 if prompt_length is None else prompt_length)
+
+
+def axes_columns(study: Study, sid: str, bids: list[str], lengths: tuple) -> dict:
+    """A row's length axes (max_tokens: sweep.max_tokens; prompt_length: sweep.prompt_length, blank for the
+    dataset's own prompts; prompt_tokens_mean: the server's prompt tokens per request, template included, the
+    median over valid repeats) and its acceptance by phase, pooled over the valid repeats' finished requests
+    (phases.columns; blank with phase_split_na's reason)."""
+    valid = [study.metrics(sid, b) for b in bids if study.valid(sid, b)]
+    per_request = [m["prompt_tokens"] / m["requests_completed"] for m in valid if m.get("requests_completed")]
+    out = {"max_tokens": lengths[0], "prompt_length": lengths[1], "prompt_tokens_mean": median_mad(per_request)[0]}
+    cell = study.grid.servers[sid]
+    if cell.is_baseline:
+        return {**out, **phases.columns({"na": "baseline: no drafts", "requests": 0})}
+    thinking = bool(study.grid.benches[sid][bids[0]].spec["thinking"])
+    splits = [phases.request_split(r, thinking) for run in study.runs(sid, bids) for r in run if r.get("ok")]
+    return {**out, **phases.columns(phases.pooled(splits))}
 
 
 DIAGNOSIS_COLUMNS = ["diagnosis", "diagnosis_evidence"]
@@ -170,7 +194,7 @@ def k_comparison(study: Study) -> list[dict]:
         sids = sorted(sids, key=lambda s: (bool(grid.servers[s].spec.get("k_schedule")),
                                            grid.servers[s].spec["num_speculative_tokens"]))
         for lo, hi in itertools.combinations(sids, 2):
-            for (sid, dataset, thinking, conc), bids in sorted(cells.groups.items()):
+            for (sid, dataset, thinking, conc, lengths), bids in sorted(cells.groups.items(), key=_group_order):
                 if sid != hi:
                     continue
                 ka, kb = (grid.servers[s].spec["num_speculative_tokens"] for s in (hi, lo))
@@ -186,7 +210,8 @@ def k_comparison(study: Study) -> list[dict]:
                     result += ", borderline"
                 out.append({"study": study.name, "pair": grid.servers[hi].pair["name"],
                             "method": grid.servers[hi].spec["method"], "dataset": dataset, "thinking": thinking,
-                            "concurrency": conc, "k_a": ka, "k_b": kb, "server_cell_a": hi, "server_cell_b": lo,
+                            "concurrency": conc, "max_tokens": lengths[0], "prompt_length": lengths[1],
+                            "k_a": ka, "k_b": kb, "server_cell_a": hi, "server_cell_b": lo,
                             "repeats_a": len(hi_runs), "repeats_b": len(lo_runs), **paired,
                             "schedule_a": la if grid.servers[hi].spec.get("k_schedule") else None,
                             "resolved": stats.direction(paired["verdict"]) in (stats.FASTER, stats.SLOWER),
@@ -198,7 +223,7 @@ def category_rows(study: Study) -> list[dict]:
     """Per prompt category (where the dataset has categories), each speculative cell's acceptance and
     paired speedup, pooled over valid repeats."""
     grid, cells, out = study.grid, study, []
-    for (sid, dataset, thinking, conc), bids in sorted(cells.groups.items()):
+    for (sid, dataset, thinking, conc, lengths), bids in sorted(cells.groups.items(), key=_group_order):
         cell, base = grid.servers[sid], grid.baseline_of.get(sid)
         if cell.is_baseline:
             continue
@@ -208,7 +233,8 @@ def category_rows(study: Study) -> list[dict]:
             in_cat = [r for run in pick(cell_runs) for r in run]
             out.append({"study": study.name, "server_cell": sid, "pair": cell.pair["name"], "method": cell.spec["method"],
                         "num_speculative_tokens": cell.spec["num_speculative_tokens"], "dataset": dataset,
-                        "thinking": thinking, "concurrency": conc, "category": cat,
+                        "thinking": thinking, "concurrency": conc, "max_tokens": lengths[0],
+                        "prompt_length": lengths[1], "category": cat,
                         "prompts": len({r["index"] for r in in_cat}),
                         "mean_acceptance_length": stats.mean_acceptance_length(in_cat),
                         **stats.paired_speedup(pick(cell_runs), pick(ref_runs), sides=("this cell", "the baseline"),
@@ -216,13 +242,22 @@ def category_rows(study: Study) -> list[dict]:
     return out
 
 
+def phase_text(row: dict, phase: str) -> str:
+    """`2.75 [2.60, 2.90]`: a row's pooled acceptance length in a phase with its CI (`2.75 (no CI)` without one)."""
+    al, lo, hi = (row.get(f"{phase}_acceptance_length{c}") for c in ("", "_ci_low", "_ci_high"))
+    return f"{al:.2f} [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else f"{al:.2f} (no CI)"
+
+
 def verdict_lines(summary: list[dict], ks: list[dict]) -> list[str]:
     """What the summarize job prints: each speculative cell's verdict, then each K comparison."""
     lines = []
+    several = len({r.get("max_tokens") for r in summary}) > 1       # a length axis: each line names its length
     for r in summary:
         if r["method"] != "none":
             text = stats.format_ratio(r["speedup_e2e_geomean"], r["speedup_e2e_ci_low"], r["speedup_e2e_ci_high"])
-            lines.append(f"{r['server_cell']} {r['dataset']} think={r['thinking']} c={r['concurrency']}: "
+            lengths = (f" out={r['max_tokens']}" if several else "") + \
+                (f" prompt={r['prompt_length']}" if r.get("prompt_length") is not None else "")
+            lines.append(f"{r['server_cell']} {r['dataset']} think={r['thinking']} c={r['concurrency']}{lengths}: "
                          f"e2e speedup {text} {r['verdict'] or 'no CI'} ({r['paired_prompts']} prompts, "
                          f"{r['valid_repeats']} repeat(s)); output tok/s "
                          + stats.format_ratio(r["speedup_output_tok_s"], r["speedup_output_tok_s_ci_low"],
@@ -232,6 +267,10 @@ def verdict_lines(summary: list[dict], ks: list[dict]) -> list[str]:
                                                r["speedup_streamed_tpot_ci_high"])))
             if r["figures_disagree"]:
                 lines.append(f"  WARNING: figures disagree: {r['figures_disagree']}")
+            if r.get("think_acceptance_length") is not None:       # acceptance by phase (phases.py)
+                lines.append("  acceptance by phase: " + "; ".join(
+                    f"{p} {phase_text(r, p)} ({r[f'{p}_token_share']:.0%} of tokens)"
+                    for p in phases.PHASES if r.get(f"{p}_acceptance_length") is not None))
     lines += [f"{k['dataset']} think={k['thinking']} c={k['concurrency']}: {k['statement']}" for k in ks]
     return lines
 

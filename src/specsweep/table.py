@@ -82,6 +82,33 @@ PAIRED = (*_speedup("e2e", PAIRED_SOURCE), *_speedup("streamed_tpot", PAIRED_SOU
           Column("paired_requests", VERDICT, PAIRED_SOURCE, "requests", encoding=INT),
           Column("verdict", VERDICT, "the e2e speedup's CI against 1 (stats.verdict)", encoding=TEXT, tag="verdict"))
 
+# issue #31 (docs/axes.md): the length axes, and acceptance by phase (phases.py: a thinking answer's verify steps
+# split at its </think>, pooled over the row's requests, 95% bootstrap CI over requests)
+LENGTHS = (Column("max_tokens", SETTING, "bench_spec.max_tokens (sweep.max_tokens, an axis)", "tokens", encoding=INT,
+                  tag="max_tokens"),
+           Column("prompt_length", SETTING, "bench_spec.prompt_length (sweep.prompt_length; blank: the dataset's own)",
+                  "tokens", encoding=INT, tag="prompt_length"))
+
+
+def _phase(phase: str) -> tuple[Column, ...]:
+    span = f"the {'thinking' if phase == 'think' else 'answer'} span (phases.py)"
+    return (Column(f"{phase}_acceptance_length", FIGURE, f"pooled acceptance length in {span}", "tokens", HIGHER),
+            Column(f"{phase}_acceptance_length_ci_low", FIGURE, "its 95% bootstrap CI over requests", "tokens"),
+            Column(f"{phase}_acceptance_length_ci_high", FIGURE, "its 95% bootstrap CI over requests", "tokens"),
+            Column(f"{phase}_acceptance_rate", FIGURE, f"accepted / drafted tokens in {span}", "", HIGHER),
+            Column(f"{phase}_per_position_acceptance", FIGURE, f"per position 1..K, in {span}", better=HIGHER,
+                   encoding=JSON),
+            Column(f"{phase}_token_share", FIGURE, f"the share of output tokens in {span}", ""))
+
+
+AXES = (*LENGTHS,
+        Column("prompt_tokens_mean", FIGURE, "prompt tokens per request as the server counts them (template "
+               "included), the median over valid repeats", "tokens"),
+        Column("phase_split_na", DIAGNOSIS, "why the phase columns are blank (phases.py)", encoding=TEXT,
+               tag="phase_split_na"),
+        Column("phase_requests", FIGURE, "the requests split by phase", "requests", encoding=INT),
+        *_phase("think"), *_phase("answer"))
+
 SUMMARY = (
     Column("study", ID, "the grid", encoding=TEXT),
     Column("server_cell", ID, "the grid (cells.Grid)", encoding=TEXT, tag="specsweep.server_cell"),
@@ -139,11 +166,13 @@ SUMMARY = (
     Column("diagnosis", DIAGNOSIS, "the server cell's diagnosis (counterfactuals.py): the cause of a low acceptance", encoding=TEXT, tag="diagnosis"),
     Column("diagnosis_evidence", DIAGNOSIS, "the diagnosis's evidence", encoding=TEXT,
            tag="diagnosis_evidence"),
+    *AXES,
 )
 
 K_COMPARISON = (
     Column("study", ID, "the grid", encoding=TEXT),
     *(c for c in SUMMARY if c.name in ("pair", "method", "dataset", "thinking", "concurrency")),
+    *LENGTHS,
     Column("k_a", SETTING, "the larger K", "tokens", encoding=INT),
     Column("k_b", SETTING, "the smaller K", "tokens", encoding=INT),
     Column("server_cell_a", ID, "the larger K's server cell", encoding=TEXT),
@@ -159,6 +188,7 @@ K_COMPARISON = (
 BY_CATEGORY = (
     *(c for c in SUMMARY if c.name in ("study", "server_cell", "pair", "method", "num_speculative_tokens", "dataset",
                                        "thinking", "concurrency")),
+    *LENGTHS,
     Column("category", SETTING, "the prompt's category in the dataset", encoding=TEXT),
     Column("prompts", FIGURE, "the category's prompts", "prompts", encoding=INT),
     Column("mean_acceptance_length", FIGURE, "pooled over the category's requests", "tokens", HIGHER),
@@ -172,7 +202,11 @@ READ_FIRST = ("server_cell", "method", "num_speculative_tokens", "dataset", "thi
               "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
               "speedup_streamed_tpot_na", "speedup_output_tok_s", "speedup_output_tok_s_ci_low",
               "speedup_output_tok_s_ci_high", "mean_acceptance_length", "acceptance_rate", "output_tok_s",
-              "figures_disagree", "diagnosis", "diagnosis_evidence")
+              "figures_disagree", "diagnosis", "diagnosis_evidence",
+              # issue #31: the length axes and acceptance by phase (docs/axes.md)
+              "max_tokens", "prompt_length", "think_acceptance_length", "think_acceptance_length_ci_low",
+              "think_acceptance_length_ci_high", "answer_acceptance_length", "answer_acceptance_length_ci_low",
+              "answer_acceptance_length_ci_high", "think_token_share", "phase_split_na")
 K_READ_FIRST = ("statement", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high",
                 "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
                 "speedup_streamed_tpot_na", "paired_prompts", "server_cell_a", "server_cell_b")

@@ -23,7 +23,7 @@ from . import layout, table
 from .cells import Grid
 from .config import REPO
 from .errors import TrackingError
-from .labels import config_id
+from .labels import config_id, several_output_lengths
 from .mlflow_runs import RunPayload, configuration_run, k_tags
 from .results import atomic_write_json, read_json
 from .study import Study
@@ -138,11 +138,13 @@ def configuration_runs(results: Study, summary_csv: str | Path, k_comparison_csv
         pairs_of.setdefault(base, set()).add(grid.servers[spec].pair["name"])
     ks = k_tags(table.read(k_comparison_csv, table.K_COMPARISON)) if Path(k_comparison_csv).exists() else {}
     out = []
-    for row in table.read(summary_csv):
+    rows = table.read(summary_csv)
+    lengths = several_output_lengths(rows)            # a study of several output lengths: -o<max_tokens> in ids
+    for row in rows:
         sid = row["server_cell"]
         cells = [results.cells[sid, b] for b in (row.get("bench_cells") or "").split() if (sid, b) in results.cells]
         out.append(configuration_run(row, cells, "/".join(sorted(pairs_of.get(sid, ()))) or None,
-                                     ks.get(config_id(row))))
+                                     ks.get(config_id(row, lengths)), lengths))
     return out
 
 

@@ -3,7 +3,7 @@ nothing more about another one (environment)."""
 from __future__ import annotations
 
 from ...checks import (check_dataset, check_drafter, check_max_tokens, check_memory, check_num_speculative_tokens,
-                       check_thinking, fail, ok, warn)
+                       check_prompt_length, check_thinking, fail, ok, warn)
 
 
 def environment(server_run: dict) -> dict:
@@ -55,5 +55,5 @@ def check_verification(cfg, env):
 
 
 CHECKS = [check_dataset, check_drafter, check_num_speculative_tokens, check_thinking, check_memory,
-          check_max_tokens, check_local_engine, check_set_acceptance, check_verification]
+          check_max_tokens, check_prompt_length, check_local_engine, check_set_acceptance, check_verification]
 # and the shared refusal of sweep.k_schedule, which it lacks (CAPABILITIES; checks.refusals)

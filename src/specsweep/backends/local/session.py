@@ -17,6 +17,7 @@ from ...bench_cell import Measurement
 from ...cells import Grid
 from ...claims import take_gpus
 from ...errors import ServerError
+from ...phases import THINK_END, think_end_position
 from ...residency import Launch
 
 
@@ -57,6 +58,7 @@ class LocalPair:
         self.stop_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         self.stop_ids.add(self.tokenizer.eos_token_id)
         self.pad_id = self.tokenizer.pad_token_id or 0
+        self.think_id = think_token_id(self.tokenizer)       # acceptance by phase (phases.py); None: no such token
         self.sampler = server.get("sampler", "vllm")
         # vLLM's rejection_sample_method: the cell's sweep.verification (standard | block, at temperature > 0);
         # a set acceptance (sweep.set_acceptance: a length or K rates) makes it synthetic, as vLLM's config does
@@ -91,6 +93,20 @@ class LocalPair:
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=thinking,
                                                   tokenize=False)
         return self.tokenizer(text, add_special_tokens=False).input_ids
+
+
+def think_token_id(tokenizer) -> int | None:
+    """The tokenizer's id of `</think>` as one token, or None where it has none."""
+    ids = tokenizer.convert_tokens_to_ids([THINK_END])
+    return ids[0] if ids and ids[0] is not None and ids[0] != tokenizer.unk_token_id else None
+
+
+def phase_fields(out, row: int, tokens: list[int], think_id: int | None) -> dict:
+    """A row's per-step accepted and drafted counts, in order, and where its `</think>` falls (phases.py)."""
+    steps = [s for s in out.steps if row in s.live]
+    return {"per_step_accepted": [s.accepted[row] for s in steps],
+            "per_step_drafted": [len(s.drafted[row]) for s in steps],
+            "think_end": think_end_position(tokens, think_id)}
 
 
 def step_chunks(out, row: int) -> dict:
@@ -131,6 +147,7 @@ def decode_rows(pair: LocalPair, prompts: list[list[str]], bench: dict, progress
                     "completion_tokens": len(tokens), "ttft_s": out.first_token_s, "e2e_s": out.finish_s[j],
                     "itl_s": [], **step_chunks(out, j),
                     "acceptance_lengths": [s.accepted[j] + 1 for s in out.steps if j in s.live],
+                    **phase_fields(out, j, tokens, pair.think_id),
                 })
             bar.update(len(batch))
     bar.close()

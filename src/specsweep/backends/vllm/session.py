@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import re
 import time
 from contextlib import contextmanager
@@ -12,7 +13,7 @@ from typing import Iterator
 
 import httpx
 
-from ... import client, layout, metrics
+from ... import client, layout, metrics, phases
 from ...bench_cell import Measurement
 from ...cells import Grid
 from ...errors import ServerError
@@ -164,6 +165,29 @@ def bench_server(url: str, prompts: list[list[str]], settings: client.ChatSettin
     return asyncio.run(measure(url, prompts, settings, concurrency, warmup, progress=progress))
 
 
+def mark_think_end(rows: list[dict], tokenizer: str | None) -> None:
+    """Each row's `think_end` (phases.py) from the token ids vLLM returned (return_token_ids, asked for on
+    thinking cells), which are then dropped; rows without ids get none, and their split says so."""
+    think_id = None
+    if tokenizer and any(r.get("token_ids") for r in rows):
+        think_id = _think_id(tokenizer)
+    for r in rows:
+        ids = r.pop("token_ids", None)
+        if ids is not None:
+            r["think_end"] = phases.think_end_position(ids, think_id)
+
+
+@functools.lru_cache(maxsize=8)
+def _think_id(tokenizer: str) -> int | None:
+    try:
+        from transformers import AutoTokenizer
+
+        from ..local.session import think_token_id
+        return think_token_id(AutoTokenizer.from_pretrained(tokenizer))
+    except Exception:  # noqa: BLE001 - an unloadable tokenizer leaves the position unknown, said per row
+        return None
+
+
 class VllmSession(ServerSession):
     def sleep(self) -> None:
         """vLLM's sleep mode, level 1: weights to host memory, KV cache freed, until wake()."""
@@ -185,7 +209,8 @@ class VllmSession(ServerSession):
 
     def measure(self, prompts: list[list[str]], bench: dict, progress: bool, desc: str) -> Measurement:
         settings = client.settings_for(bench, self.srv.served_name, self.run["request_timeout_s"],
-                                       spec_field=SPEC_FIELD, api_key=self.srv.api_key)
+                                       spec_field=SPEC_FIELD, api_key=self.srv.api_key,
+                                       return_token_ids=bool(bench["thinking"]))   # where </think> falls
         try:
             rows, figures = asyncio.run(measure(self.srv.url, prompts, settings, bench["concurrency"],
                                                 bench["warmup"], progress, desc))
@@ -193,6 +218,7 @@ class VllmSession(ServerSession):
             rows, figures = [], {"scrape_error": f"{type(e).__name__}: {e}"}
         failure = "server died during the cell" if not self.srv.alive() else \
             f"/metrics failed: {figures['scrape_error']}" if "scrape_error" in figures else None
+        mark_think_end(rows, getattr(self, "tokenizer", None))
         level = self.srv.info.get("per_request_spec_metrics")
         figures.update(backend="vllm", vllm_version=self.srv.info.get("vllm_version"),
                        server_python=self.srv.info.get("python"), per_request_spec_metrics=level)
@@ -209,4 +235,6 @@ def open_session(grid: Grid, sid: str, progress: bool = True, how: Launch | None
             print(f"[specsweep] {sid}: vLLM {srv.info['vllm_version']} has no --per-request-spec-decode-metrics: "
                   "acceptance from the counters alone (spec_decode_source=counters); per-prompt figures need "
                   "vLLM 0.29 or newer", flush=True)
-        yield VllmSession(srv, grid.servers[sid].run)
+        session = VllmSession(srv, grid.servers[sid].run)
+        session.tokenizer = grid.servers[sid].spec["tokenizer"]     # where </think> falls (mark_think_end)
+        yield session
