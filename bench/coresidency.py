@@ -22,7 +22,9 @@ import asyncio
 import json
 import math
 import platform
+import signal
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -86,6 +88,7 @@ def main() -> None:
     ap.add_argument("--results", default=None, help="a results_dir for the servers' logs (default: a temp dir)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))      # unwind: every server started here is stopped
     results = Path(args.results or tempfile.mkdtemp(prefix="coresidency-"))
     grid, base, spec, bench, prompts = cells(args.overrides.split(), results)
     passes, alone_by_launch = [], []
