@@ -3,18 +3,28 @@
 Tiers (markers, registered in pyproject.toml): a test that uses the session's trained pair (`tiny_results`) is
 marked `trained_pair` here, one that uses the smoke study (`smoke`) `dag` too; `server`, `dag`, `slurm` and
 `browser` are marked in the test files. The fast tier, `-m "not server and not dag and not trained_pair and not
-slurm and not browser"`, therefore never trains the pair."""
+slurm and not browser"`, therefore never trains the pair.
+
+The trained pair is trained once per run of the suite, by the DAG's own rules, into a cache that every pytest
+process of the run shares under a lock (`trained_pair_dir`): $SPECSWEEP_TEST_CACHE, which .ci/run makes for its
+two pytest runs, or else the directory that this run's pytest-xdist workers share."""
+import fcntl
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from helpers import BIN, REPO, make_random_pair, raise_on_signals, run, smk_config, snakemake, stop_all
+from helpers import BIN, REPO, make_random_pair, raise_on_signals, run, smk_config, snakemake, stop_all, wait_for
 
-BY_FIXTURE = {"tiny_results": ("trained_pair",), "smoke": ("trained_pair", "dag")}
+BY_FIXTURE = {"tiny_results": ("trained_pair",), "pair_training": ("trained_pair",), "smoke": ("trained_pair", "dag")}
+PAIR_CACHE = "SPECSWEEP_TEST_CACHE"
+"""A directory shared by every pytest process of one run of the suite (.ci/run makes one per run): the tiny
+pair is trained there once, by the first process that needs it, and copied from there by every session."""
+TRAIN_TIMEOUT_S = 1800
 
 
 def pytest_configure(config):
@@ -33,6 +43,11 @@ def pytest_collection_modifyitems(config, items):
             if fixture in item.fixturenames:
                 for mark in marks:
                     item.add_marker(mark)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Every worker collects the same items and sorts them alike: the trained pair's tests first, so that
+        # one worker starts its training (one core, minutes) at once while the other runs the rest and, with
+        # `--dist worksteal`, takes over the tests queued behind the training.
+        items.sort(key=lambda item: not {"tiny_results", "pair_training"} & set(item.fixturenames))
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -51,27 +66,100 @@ def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(config.stray_store.parent, ignore_errors=True)
 
 
+def pair_cache_root(tmp_path_factory) -> Path:
+    """$SPECSWEEP_TEST_CACHE; or else, under pytest-xdist, the folder its workers' temporary folders share
+    (one per run); or else this session's own temporary folder."""
+    if os.environ.get(PAIR_CACHE):
+        return Path(os.environ[PAIR_CACHE])
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+class exclusive:
+    """An exclusive flock on path, waited for at most timeout_s; the kernel releases it if its holder dies."""
+
+    def __init__(self, path: Path, timeout_s: float):
+        self.path, self.timeout_s = path, timeout_s
+
+    def __enter__(self):
+        self.file = open(self.path, "a")
+
+        def taken():
+            try:
+                fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                return False
+        try:
+            wait_for(taken, self.timeout_s, f"the lock {self.path} (another pytest is training the tiny pair)", 1.0)
+        except BaseException:
+            self.file.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.file, fcntl.LOCK_UN)
+        self.file.close()
+
+
+def trained_pair_dir(tmp_path_factory) -> Path:
+    """The cache's trained pair: a folder holding `results/models/tiny`, trained there by the DAG's own rules
+    (`snakemake ... models/tiny/drafter/config.json`, Snakemake's working directory `work/`, its output in
+    `train.log`) by the first process of the run that asks, under the cache's lock. `done` is written last, so a
+    training killed midway is done again, never taken for a pair; one that failed or timed out writes `failed`,
+    and every later process of the run fails with its log rather than train again."""
+    root = pair_cache_root(tmp_path_factory)
+    root.mkdir(parents=True, exist_ok=True)
+    pair = root / "pair"
+    with exclusive(root / "pair.lock", TRAIN_TIMEOUT_S + 600):
+        if (pair / "failed").exists():
+            raise AssertionError(f"this run's one training of the tiny pair failed, in {pair}:\n"
+                                 + (pair / "failed").read_text()[-6000:])
+        if not (pair / "done").exists():
+            shutil.rmtree(pair, ignore_errors=True)
+            pair.mkdir()
+            drafter = pair / "results" / "models" / "tiny" / "drafter" / "config.json"
+            try:
+                out = run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(pair / "work"), "--cores",
+                           "2", "--config", f"results_dir={pair / 'results'}", "--", str(drafter)],
+                          timeout=TRAIN_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                (pair / "failed").write_text(f"snakemake did not finish within {TRAIN_TIMEOUT_S} s\n")
+                raise
+            (pair / "train.log").write_text(out.stdout + out.stderr)
+            if out.returncode != 0:
+                (pair / "failed").write_text(out.stdout[-3000:] + out.stderr[-3000:])
+                raise AssertionError(out.stdout[-3000:] + out.stderr[-3000:])
+            (pair / "done").write_text(f"{os.getpid()}\n")
+    return pair
+
+
+@pytest.fixture(scope="session")
+def pair_training(tmp_path_factory) -> Path:
+    """The cache's folder of the run's one training of the pair (trained_pair_dir), for the test that checks
+    the training itself; skipped where $SPECSWEEP_TEST_PAIR stands in for it."""
+    if os.environ.get("SPECSWEEP_TEST_PAIR"):
+        pytest.skip("SPECSWEEP_TEST_PAIR: the session copies a pair built earlier, this run trains none")
+    return trained_pair_dir(tmp_path_factory)
+
+
 @pytest.fixture(scope="session")
 def tiny_results(tmp_path_factory) -> Path:
-    """A results_dir holding the embedded tiny pair, built and trained once per test session by the DAG's
-    own rules (its Snakemake working directory is the sibling `work/`, which the smoke study shares)."""
+    """A results_dir of this session's own holding the embedded tiny pair, copied from the run's cache
+    (trained_pair_dir: trained there once per run by the DAG's own rules) or, while developing, from
+    $SPECSWEEP_TEST_PAIR (a models/tiny built earlier). Its sibling `work/` is the smoke study's Snakemake
+    working directory."""
     root = tmp_path_factory.mktemp("session")
     results = root / "results"
-    prebuilt = os.environ.get("SPECSWEEP_TEST_PAIR")   # development only: a models/tiny built earlier, copied
-    if prebuilt:
-        tiny = results / "models" / "tiny"
-        shutil.copytree(prebuilt, tiny)
-        # as fresh as a pair trained now, each step newer than its input: Snakemake would retrain a step whose
-        # output is older than its script in this checkout, so the DAG tests in `work/` would train again
-        now = time.time()
-        for i, step in enumerate(("tokenizer", "target", "drafter", "logs")):
-            for f in (tiny / step).rglob("*"):
-                os.utime(f, (now - 10 + i, now - 10 + i))
-        return results
-    drafter = results / "models" / "tiny" / "drafter" / "config.json"
-    out = run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(root / "work"), "--cores", "2",
-               "--config", f"results_dir={results}", "--", str(drafter)], timeout=1800)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    source = os.environ.get("SPECSWEEP_TEST_PAIR") or trained_pair_dir(tmp_path_factory) / "results" / "models" / "tiny"
+    tiny = results / "models" / "tiny"
+    shutil.copytree(source, tiny)
+    # as fresh as a pair trained now, each step newer than its input: Snakemake would retrain a step whose
+    # output is older than its script in this checkout, so the DAG tests in `work/` would train again
+    now = time.time()
+    for i, step in enumerate(("tokenizer", "target", "drafter", "logs")):
+        for f in (tiny / step).rglob("*"):
+            os.utime(f, (now - 10 + i, now - 10 + i))
     return results
 
 
@@ -109,8 +197,9 @@ def issued_keys(monkeypatch) -> list[str]:
 
 @pytest.fixture(scope="session")
 def smoke(tiny_results):
-    """The smoke study in the session's results, whose tiny pair the DAG has already built there. One per test
-    session: the workflow, SLURM and browser tests all read it (the SLURM and browser tests only read it)."""
+    """The smoke study in the session's results, whose tiny pair is there already (copied, as fresh as a pair
+    trained now: the DAG's training rules have nothing to do). One per test session: the workflow, ingest, tune,
+    SLURM and browser tests all read it (all but the workflow's only read it)."""
     work = tiny_results.parent / "work"
     cfg = smk_config(tiny_results)
     first = snakemake(work, *cfg)

