@@ -6,8 +6,9 @@ the baseline's output tok/s in three states, on the same requests (ignore_eos: e
 - `alone`: no other server up;
 - `idle`: the study's first speculative server up beside it, idle;
 - `paused`: that server up, SIGSTOPped (what the study does on a CPU).
-Each round: (with --relaunch, a fresh baseline launch) alone, then the other server launched, idle, paused, then
-that server stopped, alone again. idle/alone and paused/alone are each set against the mean of the round's two
+Each round: (with --relaunch, a fresh baseline launch) alone, then the other server launched, idle and paused (in
+an order that alternates round by round), then that server stopped, alone again; the co-resident server's own CPU
+use (its process group's CPU seconds per second) is taken during its idle and paused passes. idle/alone and paused/alone are each set against the mean of the round's two
 `alone` passes, which bracket them, so a drift in the machine's load over the round cancels; the ratios' geometric
 mean over the rounds comes with a 95% t interval. With --relaunch the `alone` passes also give the spread between
 launches of one configuration against the spread within one launch (a one-way analysis of variance on log tok/s).
@@ -21,6 +22,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import platform
 import signal
 import statistics
@@ -30,6 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 from scipy import stats
 
 from specsweep.backends.vllm import session as vllm
@@ -40,7 +43,7 @@ from specsweep.datasets import load_prompt_rows, materialise
 from specsweep.results import atomic_write_json, atomic_write_text
 
 
-def cells(overrides: list[str], results: Path):
+def cells(overrides: list[str], results: Path, passes: int = 1):
     grid = expand(compose_jobs([f"results_dir={results}", "tracking=off", "sweep.ignore_eos=true", *overrides]))
     base = next(s for s, c in grid.servers.items() if c.is_baseline)
     spec = next(s for s, c in grid.servers.items() if not c.is_baseline)
@@ -49,7 +52,7 @@ def cells(overrides: list[str], results: Path):
     if not Path(path).exists():
         materialise(bench["dataset"], path)
     prompts = [p["turns"] for p in load_prompt_rows(path, bench["dataset"])[0]]
-    return grid, base, spec, bench, prompts
+    return grid, base, spec, bench, prompts * passes
 
 
 def tok_s(srv, grid, sid, bench, prompts) -> float:
@@ -58,6 +61,19 @@ def tok_s(srv, grid, sid, bench, prompts) -> float:
                                           progress=False))
     assert figures["requests_errored"] == 0, figures
     return figures["output_tok_s"]
+
+
+def cpu_s(srv) -> float:
+    """CPU seconds (user + system) used so far by a server's processes (its process group)."""
+    total = 0.0
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == srv.info["pgid"]:
+                t = proc.cpu_times()
+                total += t.user + t.system
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return total
 
 
 def interval(logs: list[float]) -> tuple[float, float, float]:
@@ -84,13 +100,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--overrides", default="", help="Hydra overrides of the study (pair, server, sweep)")
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--passes", type=int, default=1, help="the dataset's prompts this many times per measurement")
     ap.add_argument("--relaunch", action="store_true", help="a fresh baseline launch every round")
     ap.add_argument("--results", default=None, help="a results_dir for the servers' logs (default: a temp dir)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))      # unwind: every server started here is stopped
     results = Path(args.results or tempfile.mkdtemp(prefix="coresidency-"))
-    grid, base, spec, bench, prompts = cells(args.overrides.split(), results)
+    grid, base, spec, bench, prompts = cells(args.overrides.split(), results, args.passes)
     passes, alone_by_launch = [], []
     t0 = time.time()
     base_srv = None
@@ -103,10 +120,14 @@ def main() -> None:
                 alone_by_launch.append([])
             row = {"round": rnd, "alone_before": tok_s(base_srv, grid, base, bench, prompts)}
             with vllm.server_for(grid, spec, results / "logs" / f"spec-{rnd}") as other:
-                row["idle"] = tok_s(base_srv, grid, base, bench, prompts)
-                other.pause()
-                row["paused"] = tok_s(base_srv, grid, base, bench, prompts)
-                other.resume()
+                for state in ("idle", "paused") if rnd % 2 == 0 else ("paused", "idle"):   # the order alternates
+                    if state == "paused":
+                        other.pause()
+                    c0, t0_ = cpu_s(other), time.monotonic()
+                    row[state] = tok_s(base_srv, grid, base, bench, prompts)
+                    # what the co-resident server itself used while the baseline measured, in cores
+                    row[f"other_cpu_{state}"] = round((cpu_s(other) - c0) / (time.monotonic() - t0_), 4)
+                    other.resume()
             row["alone_after"] = tok_s(base_srv, grid, base, bench, prompts)
             alone_by_launch[-1] += [row["alone_before"], row["alone_after"]]
             row["idle_ratio"] = row["idle"] / statistics.fmean([row["alone_before"], row["alone_after"]])
@@ -125,9 +146,11 @@ def main() -> None:
         summary[name] = {"geomean": g, "ci95_low": lo, "ci95_high": hi}
     summary["launch_spread"] = launch_spread(alone_by_launch)
     atomic_write_json(out / "coresidency.json", summary)
-    lines = ["| round | alone | idle | paused | alone | idle/alone | paused/alone |", "|---|---|---|---|---|---|---|"]
+    lines = ["| round | alone | idle | paused | alone | idle/alone | paused/alone | co-resident's CPU idle / paused (cores) |",
+             "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['round']} | {r['alone_before']:.1f} | {r['idle']:.1f} | {r['paused']:.1f} | {r['alone_after']:.1f} "
-              f"| {r['idle_ratio']:.3f} | {r['paused_ratio']:.3f} |" for r in passes]
+              f"| {r['idle_ratio']:.3f} | {r['paused_ratio']:.3f} | {r['other_cpu_idle']:.3f} / {r['other_cpu_paused']:.3f} |"
+              for r in passes]
     for name in ("idle_ratio", "paused_ratio"):
         s = summary[name]
         lines.append(f"\n{name}: {s['geomean']:.3f} [{s['ci95_low']:.3f}, {s['ci95_high']:.3f}] (95% t, {len(passes)} rounds)")
