@@ -35,8 +35,10 @@ import numpy as np
 import psutil
 from scipy import stats
 
+from specsweep import residency
 from specsweep.backends.vllm import session as vllm
 from specsweep.cells import expand
+from specsweep.claims import take_gpus
 from specsweep.client import settings_for
 from specsweep.config import compose_jobs
 from specsweep.datasets import load_prompt_rows, materialise
@@ -111,15 +113,19 @@ def main() -> None:
     passes, alone_by_launch = [], []
     t0 = time.time()
     base_srv = None
+    # each server launched as the study's group would launch it: on a GPU both share the group's GPUs, each with
+    # its memory share (residency.plan)
+    gpu_ids, claims = take_gpus(grid.group_gpus(base)) if grid.group_gpus(base) else ([], [])
+    how = residency.plan(grid, [base, spec], gpu_ids)
     try:
         for rnd in range(args.rounds):
             if base_srv is None or args.relaunch:
                 if base_srv is not None:
                     base_srv.stop()
-                base_srv = vllm.server_for(grid, base, results / "logs" / f"base-{rnd}").__enter__()
+                base_srv = vllm.server_for(grid, base, results / "logs" / f"base-{rnd}", how=how[base]).__enter__()
                 alone_by_launch.append([])
             row = {"round": rnd, "alone_before": tok_s(base_srv, grid, base, bench, prompts)}
-            with vllm.server_for(grid, spec, results / "logs" / f"spec-{rnd}") as other:
+            with vllm.server_for(grid, spec, results / "logs" / f"spec-{rnd}", how=how[spec]) as other:
                 for state in ("idle", "paused") if rnd % 2 == 0 else ("paused", "idle"):   # the order alternates
                     if state == "paused":
                         other.pause()
@@ -137,6 +143,8 @@ def main() -> None:
     finally:
         if base_srv is not None:
             base_srv.stop()
+        for claim in claims:
+            claim.release()
     out = Path(args.out)
     summary = {"rounds": passes, "overrides": args.overrides, "relaunch": args.relaunch, "host": platform.node(),
                "wall_s": round(time.time() - t0, 1), "baseline": base, "co_resident": spec,

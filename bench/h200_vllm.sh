@@ -20,8 +20,7 @@
 #                8, 3 repeats, as one group (sweep.residency coresident, the default): 3 launches, not 9
 #   coresidency  bench/coresidency.py on the 8B-shaped pair (baseline and K=15, concurrency 8, 32 prompts, 2 rounds),
 #                each server launched as its study's group would launch it (residency.plan: its memory share of
-#                GPU 0, no GPU claim of its own; coresidency.py alone would claim GPU 0 twice and start both at
-#                server.gpu_memory_utilization)
+#                the group's GPU; 2026-12-02's run wrapped the script for it, which it now does itself)
 #   bg STEP ...  run a step in its own process session (it outlives the call while the next call follows within
 #                ~30 s), its files under /root/bg/STEP;  collect SECS  wait up to SECS for every bg step, then
 #                copy what they wrote to $OUT/STEP/ (what is still running goes on)
@@ -74,23 +73,9 @@ print('mask token id ->', eot, doctor(Path(sys.argv[1] + '/drafter'), Path(sys.a
   8b-group) study qwen3-8b-group experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES study=qwen3-8b-group \
               "sweep.num_speculative_tokens=[7,15]" "sweep.concurrency=[1,8]" sweep.repeats=3 ;;
   coresidency)
-    python3 - --overrides "experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES \
+    python3 bench/coresidency.py --overrides "experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES \
 sweep.num_speculative_tokens=[15] sweep.concurrency=[8] dataset.num_prompts=${PROMPTS:-32}" \
-      --rounds "${2:-2}" --results /root/cores --out "$OUT" <<'PY' 2>&1 | tee "$OUT/coresidency.log"
-import runpy, sys
-from specsweep import residency
-from specsweep.backends.vllm import session
-plain = session.server_for
-def server_for(grid, sid, log_dir=None, how=None):     # as the study's group launches its members on GPU 0
-    if how is None:
-        how = residency.plan(grid, list(grid.servers), ["0"])[sid]
-        print(f"[coresidency] {sid}: {how.residency}, gpu_memory_utilization {how.gpu_memory_utilization}", flush=True)
-    return plain(grid, sid, log_dir, how)
-session.server_for = server_for
-sys.argv = ["bench/coresidency.py", *sys.argv[1:]]
-runpy.run_path("bench/coresidency.py", run_name="__main__")
-PY
-    ;;
+      --rounds "${2:-2}" --results /root/cores --out "$OUT" 2>&1 | tee "$OUT/coresidency.log" ;;
   vllm-metrics) grep -rn "enable_per_request_metrics\|per_request_metrics\|per.request.spec" /tmp/site/vllm --include=*.py | head -20
                 echo "matches: $(grep -rln "per_request_metrics" /tmp/site/vllm --include=*.py | wc -l) files" ;;
   bg) shift; step=$1; mkdir -p /root/bg/$step; rm -f /root/bg/$step.rc
