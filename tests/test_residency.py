@@ -61,6 +61,13 @@ def test_pause_idle_pauses_cpu_members_only(tmp_path):
     assert not any(p.pause_idle for p in residency.plan(gpu, lead_members(gpu), ["0"], device_bytes=140 * GIB).values())
 
 
+def test_sleep_on_a_cpu_is_coresident_and_says_why():
+    g = grid("sweep.residency=sleep")
+    plan = residency.plan(g, lead_members(g), available_bytes=20 * GIB)
+    assert {p.residency for p in plan.values()} == {"coresident"}
+    assert "needs vLLM's sleep mode, on a GPU" in next(iter(plan.values())).note
+
+
 def test_relaunch_is_kept_as_asked():
     g = grid("sweep.residency=relaunch", "sweep.rounds=3")
     assert {p.residency for p in residency.plan(g, lead_members(g)).values()} == {"relaunch"}

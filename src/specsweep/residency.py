@@ -183,7 +183,9 @@ def plan(grid: Grid, members: list[str], gpu_ids: list[str] | None = None,
             note = (f"{len(members)} co-resident servers need about {need:.1f} GiB, this host has {free:.1f} GiB free: "
                     "relaunched one at a time instead")
             return {s: Launch("relaunch", note=note) for s in members}
-        return {s: Launch("coresident", pause_idle=pause_idle(grid, s)) for s in members}
+        note = ("sweep.residency sleep needs vLLM's sleep mode, on a GPU: co-resident instead, every member awake"
+                if mode == "sleep" else "")
+        return {s: Launch("coresident", pause_idle=pause_idle(grid, s), note=note) for s in members}
     return _gpu_plan(grid, members, mode, gpu_ids or [], device_bytes)
 
 
