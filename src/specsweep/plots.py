@@ -141,12 +141,12 @@ def _streamed_tpot(ax, table: pd.DataFrame, styles: dict) -> list[str]:
     for _, row in spec.iterrows():
         label, colour = style_of(styles, row)
         point = row.speedup_streamed_tpot_geomean
-        if point != point:        # NaN: not shown
+        if pd.isna(point):        # blank: not shown
             why = row.get("speedup_streamed_tpot_na")
             missing.append(f"{label} c={row.concurrency}: {why if isinstance(why, str) else 'no paired requests'}")
             continue
         lo, hi = row.speedup_streamed_tpot_ci_low, row.speedup_streamed_tpot_ci_high
-        err = [[point - lo if lo == lo else 0], [hi - point if hi == hi else 0]]
+        err = [[0 if pd.isna(lo) else point - lo], [0 if pd.isna(hi) else hi - point]]     # a CI needs enough prompts
         ax.errorbar([row.num_speculative_tokens + 0.15], [point], yerr=err, marker="o", mfc="none", capsize=2,
                     color=colour, ls="none", label=None if labelled else "streamed TPOT (hollow)")
         labelled = True
