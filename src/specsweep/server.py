@@ -10,7 +10,6 @@ import os
 import secrets
 import signal
 import subprocess
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -34,10 +33,6 @@ JOB_THREAD_VARS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 
 
 BIND_ATTEMPTS = 3       # launches of one server when its port is taken before it binds
-
-# Set while a job gives up starting servers (SIGTERM while a group's members start side by side, runner.Members):
-# every readiness wait still going ends at once, and its server is stopped.
-ABANDON = threading.Event()
 
 
 def new_api_key() -> str:
@@ -178,8 +173,6 @@ class Server:
         try:
             with httpx.Client(timeout=5.0, headers=self.auth) as http:
                 while time.monotonic() < deadline:
-                    if ABANDON.is_set():
-                        raise ServerError(f"{self.kind} start-up abandoned: the job is stopping")
                     if self.proc.poll() is not None:
                         raise ServerError(f"{self.kind} exited with code {self.proc.returncode} before it was ready; "
                                           f"log {self.log_path}, last lines:\n{self.log_tail()}")
