@@ -34,6 +34,8 @@ class RequestRecord:
     text: str = ""
     start_s: float = 0.0        # seconds since the cell's start
     spec: dict | None = None    # the request's own spec-decode stats, where the server reports them (spec_field)
+    server_timing: dict | None = None  # the server's own timing of the request, where it sends it (timing_field);
+    #                                    the backend's session turns it into metrics.server_tpot's neutral shape
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -51,6 +53,7 @@ class ChatSettings:
     spec_field: tuple[str, ...] = ()     # the key path at which a stream chunk carries the request's spec stats
     ignore_eos: bool = False             # decode exactly max_tokens
     api_key: str | None = field(default=None, repr=False)   # sent as a Bearer token; never recorded
+    timing_field: tuple[str, ...] = ()   # the key path at which a stream chunk carries the server's request timing
     per_chunk_usage: bool = True         # continuous_usage_stats: each chunk's token count (off only to measure its cost)
 
 
@@ -158,6 +161,9 @@ async def chat_once(http: httpx.AsyncClient, url: str, messages: list[dict], s: 
                     spec = at(chunk, s.spec_field) if s.spec_field else None
                     if spec is not None:
                         rec.spec = spec
+                    timing = at(chunk, s.timing_field) if s.timing_field else None
+                    if timing is not None:
+                        rec.server_timing = timing
                 if not done:
                     rec.error = "stream ended before [DONE] (truncated)"
                     return rec
