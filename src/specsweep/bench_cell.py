@@ -159,6 +159,9 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     figures.setdefault("spec_decode_exact", None)
     if not cell.is_baseline:
         reasons += filter(None, [add_per_request_acceptance(figures, m, cell.spec["num_speculative_tokens"])])
+        if not reasons:          # a cell already failed for its requests or acceptance says that first
+            reasons += filter(None, [metrics.never_drafted(figures.get("spec_decode"), m.rows,
+                                                           cell.spec["num_speculative_tokens"])])
     figures["valid"] = not reasons
     figures["invalid_reason"] = "; ".join(reasons) or None
     figures.update(compare_with_baseline(grid, sid, bid, figures, m.rows))

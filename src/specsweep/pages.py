@@ -30,9 +30,27 @@ KEY_COLUMNS = ["server_cell", "method", "num_speculative_tokens", "dataset", "th
                "speedup_e2e_ci_high", "verdict", "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low",
                "speedup_streamed_tpot_ci_high", "speedup_streamed_tpot_na", "figures_disagree", "diagnosis",
                "diagnosis_evidence"]
+# Which TPOT is which (docs/timing.md): the server's own timing beside the client's streamed figure; inserted after
+# the verdict so both TPOTs and their paired speedups sit together
+TIMING_KEY_COLUMNS = ["tpot_source", "server_tpot_ms", "streamed_tpot_ms", "speedup_server_tpot_geomean",
+                      "speedup_server_tpot_ci_low", "speedup_server_tpot_ci_high", "speedup_server_tpot_na",
+                      "server_figures_invalid", "streamed_figures_invalid", "bursts_in_server", "bursts_after_server",
+                      "tpot_sources_disagree"]
+KEY_COLUMNS[KEY_COLUMNS.index("verdict") + 1:KEY_COLUMNS.index("verdict") + 1] = TIMING_KEY_COLUMNS
+TIMING_NOTE = ("<p><b>Which TPOT is which.</b> <code>server_*</code> columns are timed by the server itself "
+               "(vLLM's engine core with --enable-per-request-metrics, or the local engine's own steps); "
+               "<code>streamed_*</code> columns by the client, from when each chunk arrived. "
+               "<code>tpot_source</code> says which TPOT a row has (server where the server's timing holds); a "
+               "blank figure has its reason beside it (<code>server_figures_invalid</code>, "
+               "<code>streamed_figures_invalid</code>, <code>speedup_*_tpot_na</code>). "
+               "<code>bursts_after_server</code>: streams the server produced smoothly and that arrived in a burst "
+               "(held back after the engine: its HTTP front end, the client, or the shared box); "
+               "<code>bursts_in_server</code>: produced in a burst by the server. See docs/timing.md.</p>")
 K_KEY_COLUMNS = ["statement", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high",
                  "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
-                 "speedup_streamed_tpot_na", "paired_prompts", "server_cell_a", "server_cell_b"]
+                 "speedup_streamed_tpot_na", "speedup_server_tpot_geomean", "speedup_server_tpot_ci_low",
+                 "speedup_server_tpot_ci_high", "speedup_server_tpot_na", "paired_prompts", "server_cell_a",
+                 "server_cell_b"]
 
 
 def page(title: str, *sections: str) -> str:
@@ -54,7 +72,7 @@ def key_values(record: dict, caption: str = "") -> str:
 def summary_page(summary_csv: str | Path, k_comparison_csv: str | Path, out: str | Path) -> None:
     """The summary, one row per cell, and the K-against-K statements."""
     summary = pd.read_csv(summary_csv)
-    sections = [table(summary[[c for c in KEY_COLUMNS if c in summary]], "The figures to read first"),
+    sections = [table(summary[[c for c in KEY_COLUMNS if c in summary]], "The figures to read first"), TIMING_NOTE,
                 table(summary, f"{layout.SUMMARY}: one row per cell over its repeats")]
     if not (k := pd.read_csv(k_comparison_csv)).empty:
         sections.append(table(k[[c for c in K_KEY_COLUMNS if c in k]], "K against K"))

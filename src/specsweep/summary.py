@@ -32,6 +32,9 @@ FIGURES = {
 STREAMED = ("streamed_tpot_ms", "streamed_itl_ms_median")   # blank where a repeat's streams fail their check
 PAIRED = ["speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "speedup_streamed_tpot_geomean",
           "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high", "speedup_streamed_tpot_na",
+          # the paired TPOT speedup by the server's own timing (docs/timing.md)
+          "speedup_server_tpot_geomean", "speedup_server_tpot_ci_low", "speedup_server_tpot_ci_high",
+          "speedup_server_tpot_na",
           "paired_prompts", "paired_requests", "verdict"]
 K_COLUMNS = ["study", "pair", "method", "dataset", "thinking", "concurrency", "k_a", "k_b", "server_cell_a",
              "server_cell_b", "repeats_a", "repeats_b", *PAIRED, "schedule_a", "resolved", "statement"]
@@ -60,6 +63,7 @@ def rows(study: Study) -> list[dict]:
         for name, path in FIGURES.items():
             row[name], row[f"{name}_mad"] = (None, None) if row["streamed_figures_invalid"] and name in STREAMED \
                 else median_mad([at(m, path) for m in valid])
+        row.update(timing_columns(valid, row))
         row.update(_against_baseline(cells, sid, bids, valid))
         row["figures_disagree"] = "; ".join(disagreements(row)) or None
         # None where the server does not say which drafts it accepted (SGLang 0.5.17: a counter alone)
@@ -72,6 +76,39 @@ def rows(study: Study) -> list[dict]:
     out = ceiling.annotate(out)
     for row in out:
         row.update(diagnosis_columns(study.diagnosis(row["server_cell"]) if row["method"] != "none" else None, row))
+    return out
+
+
+# ---- measured by the server (docs/timing.md): the columns of one block, beside the client's streamed ones -------
+# column -> its path in metrics.json: the median over valid repeats, `<column>_mad` beside it; blank where a
+# repeat's server timing fails its check (server_figures_invalid says why)
+TIMING_FIGURES = {"server_tpot_ms": ("server_tpot_ms", "mean"), "server_itl_ms_median": ("server_itl_ms", "median")}
+TIMING_COLUMNS = ["tpot_source", *TIMING_FIGURES, *(f"{c}_mad" for c in TIMING_FIGURES), "server_figures_invalid",
+                  "server_itl_na", "server_timing_clock", "bursts_in_server", "bursts_after_server",
+                  "bursts_unattributed", "tpot_client_over_server", "tpot_sources_disagree"]
+
+
+def timing_columns(valid: list[dict], row: dict) -> dict:
+    """A row's server-timed figures over its valid repeats (metrics.timing_figures per repeat): the server's TPOT
+    and ITL, where each burst arose (summed), the client/server TPOT ratio (median) and the first repeat whose two
+    TPOTs disagree, and `tpot_source`: which TPOT the row has (`server` where the server's holds in every repeat,
+    else `client stream` where the streamed one does; the streamed columns of `row` come first)."""
+    def first(key):
+        return next((f"repeat {i + 1} of {len(valid)}: {m[key]}" for i, m in enumerate(valid) if m.get(key)), None)
+
+    out = {"server_figures_invalid": first("server_figures_invalid") if valid else "no valid repeat",
+           "server_itl_na": first("server_itl_na"), "tpot_sources_disagree": first("tpot_sources_disagree"),
+           "server_timing_clock": next((m["server_timing_clock"] for m in valid if m.get("server_timing_clock")), None),
+           "tpot_client_over_server": median_mad([m.get("tpot_client_over_server") for m in valid])[0]}
+    if valid and any("server_figures_invalid" not in m for m in valid):     # a metrics.json from before these
+        out["server_figures_invalid"] = "made before server timing was recorded"
+    for name, path in TIMING_FIGURES.items():
+        out[name], out[f"{name}_mad"] = (None, None) if out["server_figures_invalid"] or \
+            (name == "server_itl_ms_median" and out["server_itl_na"]) else median_mad([at(m, path) for m in valid])
+    for key in ("bursts_in_server", "bursts_after_server", "bursts_unattributed"):
+        out[key] = sum(m.get(key) or 0 for m in valid)
+    out["tpot_source"] = "server" if out["server_tpot_ms"] is not None else \
+        "client stream" if row.get("streamed_tpot_ms") is not None else None
     return out
 
 
@@ -115,6 +152,8 @@ NO_CI_TOLERANCE = 0.25    # a figure without a CI stands for x / 1.25 .. x * 1.2
 SPEEDUPS = {"e2e": ("speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high"),
             "streamed TPOT": ("speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low",
                               "speedup_streamed_tpot_ci_high"),
+            "server TPOT": ("speedup_server_tpot_geomean", "speedup_server_tpot_ci_low",
+                            "speedup_server_tpot_ci_high"),
             "output tok/s": ("speedup_output_tok_s", "speedup_output_tok_s_ci_low", "speedup_output_tok_s_ci_high")}
 
 
@@ -257,7 +296,13 @@ def verdict_lines(table: list[dict], ks: list[dict]) -> list[str]:
                                               r["speedup_output_tok_s_ci_high"]) + "; streamed TPOT "
                          + (f"n/a ({r['speedup_streamed_tpot_na']})" if r["speedup_streamed_tpot_na"] else
                             stats.format_ratio(r["speedup_streamed_tpot_geomean"], r["speedup_streamed_tpot_ci_low"],
-                                               r["speedup_streamed_tpot_ci_high"])))
+                                               r["speedup_streamed_tpot_ci_high"]))
+                         + "; server TPOT " + (f"n/a ({r['speedup_server_tpot_na']})" if r["speedup_server_tpot_na"]
+                                               else stats.format_ratio(r["speedup_server_tpot_geomean"],
+                                                                       r["speedup_server_tpot_ci_low"],
+                                                                       r["speedup_server_tpot_ci_high"])))
+            if r.get("tpot_sources_disagree"):
+                lines.append(f"  WARNING: client and server TPOT disagree: {r['tpot_sources_disagree']}")
             if r["figures_disagree"]:
                 lines.append(f"  WARNING: figures disagree: {r['figures_disagree']}")
     lines += [f"{k['dataset']} think={k['thinking']} c={k['concurrency']}: {k['statement']}" for k in ks]

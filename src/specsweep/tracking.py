@@ -44,6 +44,8 @@ REPEAT = "repeat."                        # prefix of the per-repeat metrics, lo
 # logged; these are the ones the docs and tests name (absent or blank ones are skipped, e.g. a baseline's).
 VERDICT_FIGURES = ("speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high",
                    "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
+                   "speedup_server_tpot_geomean", "speedup_server_tpot_ci_low", "speedup_server_tpot_ci_high",
+                   "server_tpot_ms", "streamed_tpot_ms",
                    "speedup_output_tok_s", "speedup_output_tok_s_ci_low", "speedup_output_tok_s_ci_high",
                    "mean_acceptance_length", "acceptance_rate")
 SETTINGS = ("num_speculative_tokens", "concurrency")     # numeric summary columns that are settings: tags, params
@@ -242,12 +244,15 @@ def row_tags(row: dict[str, str]) -> dict[str, str]:
     # the paired geomeans (the streamed TPOT's blank where a stream failed its check: the reason is a tag then)
     # and the tok/s ratio of medians
     ratios = {"speedup_e2e": "speedup_e2e_geomean", "speedup_streamed_tpot": "speedup_streamed_tpot_geomean",
-              "speedup_output_tok_s": "speedup_output_tok_s"}
+              "speedup_server_tpot": "speedup_server_tpot_geomean", "speedup_output_tok_s": "speedup_output_tok_s"}
     for name, point in () if row["method"] == "none" else ratios.items():
         if _float(row.get(point)) is not None:
             tags[name] = format_ratio(_float(row[point]), _float(row.get(f"{name}_ci_low")),
                                       _float(row.get(f"{name}_ci_high")))
-    for why in ("streamed_figures_invalid", "speedup_streamed_tpot_na", "figures_disagree"):
+    if row.get("tpot_source"):          # which TPOT the configuration has (docs/timing.md)
+        tags["tpot_source"] = row["tpot_source"]
+    for why in ("streamed_figures_invalid", "speedup_streamed_tpot_na", "figures_disagree",
+                "server_figures_invalid", "speedup_server_tpot_na", "tpot_sources_disagree"):
         if row.get(why):
             tags[why] = row[why][:5000]
     return {k: v for k, v in tags.items() if v not in (None, "")}
