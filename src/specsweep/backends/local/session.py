@@ -154,6 +154,20 @@ def decode_rows(pair: LocalPair, prompts: list[list[str]], bench: dict, progress
     return records
 
 
+ENGINE_CLOCK = "local engine (its own step times)"
+
+
+def engine_timing(row: dict) -> dict:
+    """A row's timing by the engine's own clock, in the neutral shape (metrics.server_tpot): the engine is its own
+    server, so its step times are both the row's chunks and the server's steps; no queue (a batch starts at once)."""
+    times = row["chunk_t_s"]
+    decode = times[-1] - times[0] if times else None
+    tokens = row["completion_tokens"]
+    return {"clock": ENGINE_CLOCK, "queue_s": None, "prefill_s": row["ttft_s"], "decode_s": decode,
+            "span_s": row["e2e_s"], "mean_itl_s": decode / (tokens - 1) if decode is not None and tokens > 1 else None,
+            "step_t_s": list(times)}
+
+
 class LocalSession:
     log_path = None              # in-process: no server log
 
@@ -171,7 +185,7 @@ class LocalSession:
         if bench["warmup"]:
             decode_rows(pair, prompts[:bench["warmup"]], bench, progress=False)   # same batch shape: warms its graph
         t0 = time.perf_counter()
-        rows = decode_rows(pair, prompts, bench, progress)
+        rows = [{**r, "server_timing": engine_timing(r)} for r in decode_rows(pair, prompts, bench, progress)]
         figures = metrics.request_figures(rows, time.perf_counter() - t0)
         lengths = [a for r in rows for a in r["acceptance_lengths"]]
         figures["spec_decode"] = metrics.acceptance_from_lengths(lengths, pair.block_size) \
