@@ -17,7 +17,7 @@ from ...bench_cell import Measurement
 from ...cells import Grid
 from ...claims import take_gpus
 from ...errors import ServerError
-from ...phases import THINK_END, think_end_position
+from ...phases import think_end_position, think_token_id
 from ...residency import Launch
 
 
@@ -93,12 +93,6 @@ class LocalPair:
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=thinking,
                                                   tokenize=False)
         return self.tokenizer(text, add_special_tokens=False).input_ids
-
-
-def think_token_id(tokenizer) -> int | None:
-    """The tokenizer's id of `</think>` as one token, or None where it has none."""
-    ids = tokenizer.convert_tokens_to_ids([THINK_END])
-    return ids[0] if ids and ids[0] is not None and ids[0] != tokenizer.unk_token_id else None
 
 
 def phase_fields(out, row: int, tokens: list[int], think_id: int | None) -> dict:

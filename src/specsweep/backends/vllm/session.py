@@ -216,8 +216,7 @@ def _think_id(tokenizer: str) -> int | None:
     try:
         from transformers import AutoTokenizer
 
-        from ..local.session import think_token_id
-        return think_token_id(AutoTokenizer.from_pretrained(tokenizer))
+        return phases.think_token_id(AutoTokenizer.from_pretrained(tokenizer))
     except Exception:  # noqa: BLE001 - an unloadable tokenizer leaves the position unknown, said per row
         return None
 
