@@ -65,7 +65,9 @@ def test_a_fourth_backend_is_its_package_a_registry_line_and_a_server_entry(echo
     [bid] = grid.benches[spec]
     m = read_json(grid.metrics_path(spec, bid))
     assert (m["backend"], m["valid"], m["greedy_agreement"], m["baseline_cell"]) == ("echo", True, 1.0, base)
-    assert m["spec_decode"] is None and m["spec_decode_source"] == "counters"
+    # its steps drafted (and accepted nothing): a speculative cell with no drafts at all is invalid (never_drafted)
+    assert m["spec_decode"]["num_draft_tokens"] > 0 and m["spec_decode"]["mean_acceptance_length"] == 1.0
+    assert m["spec_decode_source"] == "per_request" and m["spec_decode_exact"] is True
 
     row = {"pair": "tiny", "method": "dflash", "num_speculative_tokens": 3, "dataset": "synthetic",
            "thinking": False, "concurrency": 1, "backend": "echo"}

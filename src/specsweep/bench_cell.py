@@ -196,6 +196,9 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     figures.setdefault("spec_decode_exact", None)
     if not cell.is_baseline:
         reasons += filter(None, [add_per_request_acceptance(figures, m, cell.spec["num_speculative_tokens"])])
+        if not reasons:          # a cell already failed for its requests or acceptance says that first
+            reasons += filter(None, [metrics.never_drafted(figures.get("spec_decode"), m.rows,
+                                                           cell.spec["num_speculative_tokens"])])
     if not cell.is_baseline:                  # acceptance by phase (phases.py), blank with its reason
         figures["phases"] = phases.pooled([phases.request_split(r, bool(bench["thinking"])) for r in m.rows if r["ok"]])
     figures["valid"] = not reasons

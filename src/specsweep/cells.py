@@ -20,10 +20,11 @@ import yaml
 from . import backends, layout
 from .config import ConfigError, aslist
 
-# Settings that change how a server is run here, or how its figures are recorded (per_request_spec_metrics),
-# not what it computes: left out of the id.
+# Settings that change how a server is run here, or how its figures are recorded (per_request_spec_metrics,
+# per_request_timing), not what it computes: left out of the id.
 OPERATIONAL_SERVER_KEYS = ("executable", "python", "host", "port", "port_range", "ready_timeout_s",
-                           "stop_grace_s", "request_timeout_s", "per_request_spec_metrics", "job")
+                           "stop_grace_s", "request_timeout_s", "per_request_spec_metrics", "per_request_timing",
+                           "job")
 
 
 # Keys added to a server or bench spec after v1, by their path in that spec, with their defaults: e.g.

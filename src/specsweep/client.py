@@ -35,6 +35,8 @@ class RequestRecord:
     start_s: float = 0.0        # seconds since the cell's start
     spec: dict | None = None    # the request's own spec-decode stats, where the server reports them (spec_field)
     token_ids: list[int] | None = None   # the output's token ids, where asked for (return_token_ids: phases.py)
+    server_timing: dict | None = None  # the server's own timing of the request, where it sends it (timing_field);
+    #                                    the backend's session turns it into metrics.server_tpot's neutral shape
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -52,6 +54,7 @@ class ChatSettings:
     spec_field: tuple[str, ...] = ()     # the key path at which a stream chunk carries the request's spec stats
     ignore_eos: bool = False             # decode exactly max_tokens
     api_key: str | None = field(default=None, repr=False)   # sent as a Bearer token; never recorded
+    timing_field: tuple[str, ...] = ()   # the key path at which a stream chunk carries the server's request timing
     per_chunk_usage: bool = True         # continuous_usage_stats: each chunk's token count (off only to measure its cost)
     return_token_ids: bool = False       # vLLM's return_token_ids: each chunk's token ids (where </think> falls)
 
@@ -163,6 +166,9 @@ async def chat_once(http: httpx.AsyncClient, url: str, messages: list[dict], s: 
                     spec = at(chunk, s.spec_field) if s.spec_field else None
                     if spec is not None:
                         rec.spec = spec
+                    timing = at(chunk, s.timing_field) if s.timing_field else None
+                    if timing is not None:
+                        rec.server_timing = timing
                 if not done:
                     rec.error = "stream ended before [DONE] (truncated)"
                     return rec

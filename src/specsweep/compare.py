@@ -212,6 +212,9 @@ def table_lines(rows: list[dict]) -> list[str]:
         out.append(f"  B vs A           e2e {_fmt(r, 'b_vs_a_speedup_e2e')} {r['b_vs_a_verdict'] or 'no CI'}  "
                    "streamed TPOT " + (f"n/a ({r['b_vs_a_speedup_streamed_tpot_na']})"
                                        if r["b_vs_a_speedup_streamed_tpot_na"] else _fmt(r, "b_vs_a_speedup_streamed_tpot"))
+                   + "  server TPOT " + (f"n/a ({r['b_vs_a_speedup_server_tpot_na']})"
+                                         if r.get("b_vs_a_speedup_server_tpot_na")
+                                         else _fmt(r, "b_vs_a_speedup_server_tpot"))
                    + f"  output tok/s {_fmt(r, 'b_vs_a_output_tok_s', 'ratio')}")
     return out
 

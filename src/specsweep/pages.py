@@ -24,6 +24,19 @@ code, pre { font-size: 12px; white-space: pre-wrap; word-break: break-all; }
 </style>"""
 
 
+# Which TPOT is which (issue #30, docs/timing.md): the note under the first table, whose server-timed columns
+# (table.READ_FIRST) sit beside the client's streamed ones
+TIMING_NOTE = ("<p><b>Which TPOT is which.</b> <code>server_*</code> columns are timed by the server itself "
+               "(vLLM's engine core with --enable-per-request-metrics, or the local engine's own steps); "
+               "<code>streamed_*</code> columns by the client, from when each chunk arrived. "
+               "<code>tpot_source</code> says which TPOT a row has (server where the server's timing holds); a "
+               "blank figure has its reason beside it (<code>server_figures_invalid</code>, "
+               "<code>streamed_figures_invalid</code>, <code>speedup_*_tpot_na</code>). "
+               "<code>bursts_after_server</code>: streams the server produced smoothly and that arrived in a burst "
+               "(held back after the engine: its HTTP front end, the client, or the shared box); "
+               "<code>bursts_in_server</code>: produced in a burst by the server. See docs/timing.md.</p>")
+
+
 def page(title: str, *sections: str) -> str:
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>{STYLE}"
             f"</head><body><h2>{html.escape(title)}</h2>{''.join(sections)}</body></html>")
@@ -43,12 +56,12 @@ def key_values(record: dict, caption: str = "") -> str:
 def summary_page(summary_csv: str | Path, k_comparison_csv: str | Path, out: str | Path) -> None:
     """The summary, one row per cell: first each configuration's label and the figures to read first
     (table.READ_FIRST: the verdict's figure first, the paired streamed TPOT beside it, blank where the streams
-    failed their check with the reason beside it, any disagreement between a row's figures, the diagnosis), then
-    the whole table; then the K-against-K statements."""
+    failed their check with the reason beside it, the server's own TPOT beside the client's (TIMING_NOTE), any
+    disagreement between a row's figures, the diagnosis), then the whole table; then the K-against-K statements."""
     summary = frame(summary_csv)
     first = summary[[c for c in READ_FIRST if c in summary]].copy()
     first.insert(0, "configuration", [labels.label(r) for _, r in summary.iterrows()])
-    sections = [table(first, "The figures to read first"),
+    sections = [table(first, "The figures to read first"), TIMING_NOTE,
                 table(summary, f"{layout.SUMMARY}: one row per cell over its repeats")]
     if not (k := frame(k_comparison_csv, K_COMPARISON)).empty:
         sections.append(table(k[[c for c in K_READ_FIRST if c in k]], "K against K"))

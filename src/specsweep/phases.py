@@ -45,6 +45,12 @@ def think_end_position(token_ids: list[int] | None, think_id: int | None) -> int
     return token_ids.index(think_id) if think_id in token_ids else -1
 
 
+def think_token_id(tokenizer) -> int | None:
+    """The tokenizer's id of `</think>` as one token, or None where it has none."""
+    ids = tokenizer.convert_tokens_to_ids([THINK_END])
+    return ids[0] if ids and ids[0] is not None and ids[0] != tokenizer.unk_token_id else None
+
+
 def _phase(acc: list[int], drafted: list[int], tokens: int, total: int, k: int) -> dict:
     steps, a, d = len(acc), sum(acc), sum(drafted)
     return {"steps": steps, "accepted": a, "drafted": d, "tokens": tokens,

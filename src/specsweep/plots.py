@@ -131,24 +131,26 @@ def _by_k(ax, table: pd.DataFrame, styles: dict, column: str, err) -> None:
     ax.set_xlabel("num_speculative_tokens (K)")
 
 
-def _streamed_tpot(ax, table: pd.DataFrame, styles: dict) -> list[str]:
-    """The paired streamed-TPOT speedup as hollow markers just right of each K, only where both cells' streams
-    passed their check; returns, for each valid cell without one, its label and why (speedup_streamed_tpot_na)."""
+def _streamed_tpot(ax, table: pd.DataFrame, styles: dict, stem: str = "speedup_streamed_tpot", offset: float = 0.15,
+                   marker: str = "o", legend: str = "streamed TPOT (hollow)") -> list[str]:
+    """The paired streamed-TPOT speedup (or, with stem speedup_server_tpot, the server-timed one: docs/timing.md) as
+    hollow markers just right of each K, only where both cells passed that figure's check; returns, for each
+    valid cell without one, its label and why (`<stem>_na`)."""
     spec = shown(table)
-    if "speedup_streamed_tpot_geomean" not in spec:      # a summary from before the column
+    if f"{stem}_geomean" not in spec:      # a summary from before the column
         return []
     missing, labelled = [], False
     for _, row in spec.iterrows():
         label, colour = style_of(styles, row)
-        point = row.speedup_streamed_tpot_geomean
-        if pd.isna(point):        # blank: not shown
-            why = row.get("speedup_streamed_tpot_na")
+        point = row[f"{stem}_geomean"]
+        if blank(point):          # None or NaN (a column blank throughout stays None): not shown
+            why = row.get(f"{stem}_na")
             missing.append(f"{label} c={row.concurrency}: {why if isinstance(why, str) else 'no paired requests'}")
             continue
-        lo, hi = row.speedup_streamed_tpot_ci_low, row.speedup_streamed_tpot_ci_high
-        err = [[0 if pd.isna(lo) else point - lo], [0 if pd.isna(hi) else hi - point]]     # a CI needs enough prompts
-        ax.errorbar([row.num_speculative_tokens + 0.15], [point], yerr=err, marker="o", mfc="none", capsize=2,
-                    color=colour, ls="none", label=None if labelled else "streamed TPOT (hollow)")
+        lo, hi = row[f"{stem}_ci_low"], row[f"{stem}_ci_high"]
+        err = [[0 if blank(lo) else point - lo], [0 if blank(hi) else hi - point]]
+        ax.errorbar([row.num_speculative_tokens + offset], [point], yerr=err, marker=marker, mfc="none", capsize=2,
+                    color=colour, ls="none", label=None if labelled else legend)
         labelled = True
     return missing
 
@@ -156,11 +158,13 @@ def _streamed_tpot(ax, table: pd.DataFrame, styles: dict) -> list[str]:
 @plot("speedup_vs_k")
 def speedup_vs_k(table: pd.DataFrame, styles: dict, path: Path) -> None:
     """The verdict's figure, the paired e2e speedup, per K; the paired streamed-TPOT speedup beside it only where
-    it passed its check, and below the plot the reason for each cell where it did not."""
+    it passed its check, and below the plot the reason for each cell where it did not; the server-timed TPOT
+    speedup (docs/timing.md) beside them as hollow squares where it passed its own (its reasons: the summary)."""
     fig, ax = plt.subplots(figsize=(6, 4))
     _by_k(ax, table, styles, "speedup_e2e_geomean", lambda g: (
         (g.speedup_e2e_geomean - g.speedup_e2e_ci_low).fillna(0), (g.speedup_e2e_ci_high - g.speedup_e2e_geomean).fillna(0)))
     missing = _streamed_tpot(ax, table, styles)
+    _streamed_tpot(ax, table, styles, "speedup_server_tpot", 0.3, "s", "server TPOT (hollow square)")
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set(ylabel="speedup (paired e2e latency, geomean)",
            title="Speedup over the baseline, 95% CI" + _left_out(table))

@@ -43,19 +43,22 @@ BORDERLINE = 0.03
 FASTER_BORDERLINE, SLOWER_BORDERLINE = f"{FASTER}, borderline", f"{SLOWER}, borderline"
 
 
-FIGURES = ("e2e", "streamed_tpot")     # the per-request latencies a paired speedup is taken of
+FIGURES = ("e2e", "streamed_tpot", "server_tpot")     # the per-request latencies a paired speedup is taken of
 
 
 def request_latency(row: dict, figure: str) -> float | None:
     """A finished request's latency in seconds: `e2e` (the whole request, row's e2e_s) or `streamed_tpot`
-    (metrics.request_tpot: None for a bursty stream or one without per-chunk token counts); None when the
-    request failed or the figure is undefined for it."""
+    (metrics.request_tpot: None for a bursty stream or one without per-chunk token counts) or `server_tpot`
+    (metrics.request_server_tpot: the server's own timing); None when the request failed or the figure is
+    undefined for it."""
     if not row.get("ok") or not row.get("e2e_s"):
         return None
     if figure == "e2e":
         return row["e2e_s"]
     if figure == "streamed_tpot":
         return metrics.request_tpot(row)
+    if figure == "server_tpot":
+        return metrics.request_server_tpot(row)
     raise ValueError(f"unknown latency figure {figure!r}: one of {FIGURES}")
 
 
@@ -217,9 +220,20 @@ def streamed_na(cell_runs: list[list[dict]], ref_runs: list[list[dict]],
                 sides: tuple[str, str] = ("cell", "reference")) -> str | None:
     """Why the paired streamed TPOT of these runs is not shown: the first repeat of either side whose streams
     fail its own check (metrics.streamed_invalid), named by side and repeat; None where every repeat passes."""
+    return _first_invalid(cell_runs, ref_runs, sides, metrics.streamed_invalid)
+
+
+def server_tpot_na(cell_runs: list[list[dict]], ref_runs: list[list[dict]],
+                   sides: tuple[str, str] = ("cell", "reference")) -> str | None:
+    """Why the paired server-timed TPOT of these runs is not shown: the first repeat of either side whose server
+    timing fails its check (metrics.server_invalid); None where every repeat passes."""
+    return _first_invalid(cell_runs, ref_runs, sides, metrics.server_invalid)
+
+
+def _first_invalid(cell_runs, ref_runs, sides, check) -> str | None:
     for side, runs in zip(sides, (cell_runs, ref_runs)):
         for i, run in enumerate(runs):
-            reason = metrics.streamed_invalid(run)
+            reason = check(run)
             if reason:
                 return f"{side} repeat {i + 1} of {len(runs)}: {reason}"
     return None
@@ -228,21 +242,24 @@ def streamed_na(cell_runs: list[list[dict]], ref_runs: list[list[dict]],
 def paired_speedup(cell_runs: list[list[dict]], ref_runs: list[list[dict]], seed: int = SEED,
                    sides: tuple[str, str] = ("cell", "reference"),
                    rounds: tuple[list[int], list[int]] | None = None) -> dict:
-    """Speedup of a cell over a reference from each side's repeats (request rows): the e2e latency ratio and the
-    streamed-TPOT ratio, each a geomean with its CI, what entered, and the verdict (on e2e). The streamed-TPOT
-    ratio stands only where every repeat of both sides has valid streamed figures; elsewhere it is None and
-    `speedup_streamed_tpot_na` says why (`sides` name the two in that reason). `rounds`: each run's round, per
-    side (speedup_ci)."""
+    """Speedup of a cell over a reference from each side's repeats (request rows): the e2e latency ratio, the
+    streamed-TPOT ratio (the client's clock) and the server-TPOT ratio (the server's own timing), each a geomean
+    with its CI, what entered, and the verdict (on e2e). A TPOT ratio stands only where every repeat of both sides
+    passes that figure's check; elsewhere it is None and `speedup_streamed_tpot_na` / `speedup_server_tpot_na`
+    says why (`sides` name the two in that reason). `rounds`: each run's round, per side (speedup_ci)."""
     out: dict = {}
-    na = streamed_na(cell_runs, ref_runs, sides) if cell_runs and ref_runs else None
+    both = bool(cell_runs and ref_runs)
+    nas = {"e2e": None, "streamed_tpot": streamed_na(cell_runs, ref_runs, sides) if both else None,
+           "server_tpot": server_tpot_na(cell_runs, ref_runs, sides) if both else None}
     for figure in FIGURES:
-        g = speedup_ci(cell_runs, ref_runs, figure, seed, rounds) if figure == "e2e" or not na else \
+        g = speedup_ci(cell_runs, ref_runs, figure, seed, rounds) if not nas[figure] else \
             dict.fromkeys(("ratio", "ci_low", "ci_high"))
         out.update({f"speedup_{figure}_geomean": g["ratio"], f"speedup_{figure}_ci_low": g["ci_low"],
                     f"speedup_{figure}_ci_high": g["ci_high"]})
         if figure == "e2e":
             out.update(paired_prompts=g["prompts"], paired_requests=g["requests"])
-    out["speedup_streamed_tpot_na"] = na
+    out["speedup_streamed_tpot_na"] = nas["streamed_tpot"]
+    out["speedup_server_tpot_na"] = nas["server_tpot"]
     out["verdict"] = verdict(out["speedup_e2e_ci_low"], out["speedup_e2e_ci_high"])
     return out
 

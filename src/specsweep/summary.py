@@ -39,9 +39,12 @@ def rows(study: Study) -> list[dict]:
         row["bursty_streams"] = sum(m.get("bursty_streams") or 0 for m in valid)
         row["streamed_figures_invalid"] = next((f"repeat {i + 1} of {len(valid)}: {m['streamed_figures_invalid']}"
                                                 for i, m in enumerate(valid) if m.get("streamed_figures_invalid")), None)
+        row.update(timing_columns(valid))    # first: its reasons blank the server-timed medians (table.TIMING)
         for c in table.medians():
-            row[c.name], row[c.name + table.MAD] = (None, None) if row["streamed_figures_invalid"] and c.streamed \
+            row[c.name], row[c.name + table.MAD] = (None, None) if any(row.get(r) for r in c.reasons) \
                 else median_mad([at(m, c.source) for m in valid])
+        row["tpot_source"] = "server" if row["server_tpot_ms"] is not None else \
+            "client stream" if row["streamed_tpot_ms"] is not None else None
         row.update(_against_baseline(cells, sid, bids, valid))
         row["figures_disagree"] = "; ".join(disagreements(row)) or None
         # None where the server does not say which drafts it accepted (SGLang 0.5.17: a counter alone)
@@ -80,6 +83,25 @@ def axes_columns(study: Study, sid: str, bids: list[str], lengths: tuple) -> dic
     thinking = bool(study.grid.benches[sid][bids[0]].spec["thinking"])
     splits = [phases.request_split(r, thinking) for run in study.runs(sid, bids) for r in run if r.get("ok")]
     return {**out, **phases.columns(phases.pooled(splits))}
+
+
+# ---- measured by the server (issue #30, docs/timing.md; the columns: table.TIMING) --------------------------
+def timing_columns(valid: list[dict]) -> dict:
+    """A row's server-timed columns over its valid repeats (metrics.timing_figures per repeat) but its medians and
+    tpot_source (summary.rows, after them): why the server's figures are blank, where each burst arose (summed),
+    the client/server TPOT ratio (median) and the first repeat whose two TPOTs disagree."""
+    def first(key):
+        return next((f"repeat {i + 1} of {len(valid)}: {m[key]}" for i, m in enumerate(valid) if m.get(key)), None)
+
+    out = {"server_figures_invalid": first("server_figures_invalid") if valid else "no valid repeat",
+           "server_itl_na": first("server_itl_na"), "tpot_sources_disagree": first("tpot_sources_disagree"),
+           "server_timing_clock": next((m["server_timing_clock"] for m in valid if m.get("server_timing_clock")), None),
+           "tpot_client_over_server": median_mad([m.get("tpot_client_over_server") for m in valid])[0]}
+    if valid and any("server_figures_invalid" not in m for m in valid):     # a metrics.json from before these
+        out["server_figures_invalid"] = "made before server timing was recorded"
+    for key in ("bursts_in_server", "bursts_after_server", "bursts_unattributed"):
+        out[key] = sum(m.get(key) or 0 for m in valid)
+    return out
 
 
 DIAGNOSIS_COLUMNS = ["diagnosis", "diagnosis_evidence"]
@@ -264,7 +286,13 @@ def verdict_lines(summary: list[dict], ks: list[dict]) -> list[str]:
                                               r["speedup_output_tok_s_ci_high"]) + "; streamed TPOT "
                          + (f"n/a ({r['speedup_streamed_tpot_na']})" if r["speedup_streamed_tpot_na"] else
                             stats.format_ratio(r["speedup_streamed_tpot_geomean"], r["speedup_streamed_tpot_ci_low"],
-                                               r["speedup_streamed_tpot_ci_high"])))
+                                               r["speedup_streamed_tpot_ci_high"]))
+                         + "; server TPOT " + (f"n/a ({r['speedup_server_tpot_na']})" if r["speedup_server_tpot_na"]
+                                               else stats.format_ratio(r["speedup_server_tpot_geomean"],
+                                                                       r["speedup_server_tpot_ci_low"],
+                                                                       r["speedup_server_tpot_ci_high"])))
+            if r.get("tpot_sources_disagree"):
+                lines.append(f"  WARNING: client and server TPOT disagree: {r['tpot_sources_disagree']}")
             if r["figures_disagree"]:
                 lines.append(f"  WARNING: figures disagree: {r['figures_disagree']}")
             if r.get("think_acceptance_length") is not None:       # acceptance by phase (phases.py)

@@ -18,7 +18,8 @@ A column is one `Column` entry in its table's tuple, in file order:
   name where their value comes from, in words.
 - unit, better (HIGHER, LOWER or None): what the number is and which way is good.
 - encoding: TEXT, INT, FLOAT, BOOL or JSON (a list or a schedule, written as JSON).
-- streamed=True: a median figure blanked where a repeat's streams fail their check.
+- streamed=True: a median figure blanked where a repeat's streams fail their check; blank_when: the row's
+  diagnosis columns any of whose reasons blanks it too (the server-timed figures: docs/timing.md).
 
 Adding a column: one entry here, at its place in the file; the row that summary.rows (or k_comparison,
 category_rows) builds must carry it, or `write` refuses the table. MLflow logs every numeric FIGURE and VERDICT
@@ -56,14 +57,20 @@ class Column:
     median: bool = False                    # the median over valid repeats, with `<name>_mad` beside it
     streamed: bool = False                  # blank where a repeat's streams fail their check
     tag: str | None = None                  # the MLflow tag it is, on a configuration's run
+    blank_when: tuple[str, ...] = ()        # a median figure: blank where any of these row columns holds a reason
 
     @property
     def names(self) -> tuple[str, ...]:
         return (self.name, self.name + MAD) if self.median else (self.name,)
 
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """The row's columns whose reason blanks this median figure (streamed: streamed_figures_invalid)."""
+        return (("streamed_figures_invalid",) if self.streamed else ()) + self.blank_when
 
-def _median(name, path, unit, better, streamed=False) -> Column:
-    return Column(name, FIGURE, path, unit, better, median=True, streamed=streamed)
+
+def _median(name, path, unit, better, streamed=False, blank_when=()) -> Column:
+    return Column(name, FIGURE, path, unit, better, median=True, streamed=streamed, blank_when=tuple(blank_when))
 
 
 def _speedup(stem: str, source: str) -> tuple[Column, ...]:
@@ -78,6 +85,10 @@ PAIRED_SOURCE = "paired bootstrap over prompts and repeats (stats.paired_speedup
 PAIRED = (*_speedup("e2e", PAIRED_SOURCE), *_speedup("streamed_tpot", PAIRED_SOURCE),
           Column("speedup_streamed_tpot_na", DIAGNOSIS, "the first repeat whose streams fail their check",
                  encoding=TEXT, tag="speedup_streamed_tpot_na"),
+          # issue #30: the paired TPOT speedup by the server's own timing (docs/timing.md)
+          *_speedup("server_tpot", PAIRED_SOURCE),
+          Column("speedup_server_tpot_na", DIAGNOSIS, "the first repeat whose server timing fails its check "
+                 "(metrics.server_invalid)", encoding=TEXT, tag="speedup_server_tpot_na"),
           Column("paired_prompts", VERDICT, PAIRED_SOURCE, "prompts", encoding=INT),
           Column("paired_requests", VERDICT, PAIRED_SOURCE, "requests", encoding=INT),
           Column("verdict", VERDICT, "the e2e speedup's CI against 1 (stats.verdict)", encoding=TEXT, tag="verdict"))
@@ -108,6 +119,33 @@ AXES = (*LENGTHS,
                tag="phase_split_na"),
         Column("phase_requests", FIGURE, "the requests split by phase", "requests", encoding=INT),
         *_phase("think"), *_phase("answer"))
+
+# issue #30 (docs/timing.md): measured by the server itself (vLLM's --enable-per-request-metrics, the local
+# engine's steps, SGLang's meta_info), beside the client's streamed figures; per repeat metrics.timing_figures
+TIMING = (
+    Column("server_figures_invalid", DIAGNOSIS, "the first valid repeat's server_figures_invalid (or: no valid "
+           "repeat; a repeat recorded before server timing was)", encoding=TEXT,
+           tag="server_figures_invalid"),
+    Column("server_itl_na", DIAGNOSIS, "the first valid repeat's server_itl_na: why the server's ITL is blank",
+           encoding=TEXT),
+    _median("server_tpot_ms", ("server_tpot_ms", "mean"), "ms", LOWER, blank_when=("server_figures_invalid",)),
+    _median("server_itl_ms_median", ("server_itl_ms", "median"), "ms", LOWER,
+            blank_when=("server_figures_invalid", "server_itl_na")),
+    Column("tpot_source", LABEL, "which TPOT the row has: server where the server's holds in every valid repeat, "
+           "else client stream where the streamed one does", encoding=TEXT, tag="tpot_source"),
+    Column("server_timing_clock", LABEL, "the first valid repeat's server_timing_clock: whose clock timed it",
+           encoding=TEXT),
+    Column("bursts_in_server", FIGURE, "each repeat's bursts_in_server, summed: streams the server produced in a "
+           "burst", "streams", LOWER, INT),
+    Column("bursts_after_server", FIGURE, "each repeat's bursts_after_server, summed: streams produced smoothly "
+           "that arrived in a burst", "streams", LOWER, INT),
+    Column("bursts_unattributed", FIGURE, "each repeat's bursts_unattributed, summed: bursty streams without the "
+           "server's timing", "streams", LOWER, INT),
+    Column("tpot_client_over_server", FIGURE, "the client's streamed TPOT over the server's, the median over valid "
+           "repeats of each repeat's", "x"),
+    Column("tpot_sources_disagree", DIAGNOSIS, "the first valid repeat whose two TPOTs disagree beyond the "
+           "tolerance (metrics.tpot_agreement)", encoding=TEXT, tag="tpot_sources_disagree"),
+)
 
 SUMMARY = (
     Column("study", ID, "the grid", encoding=TEXT),
@@ -147,6 +185,7 @@ SUMMARY = (
     _median("acceptance_rate", ("spec_decode", "acceptance_rate"), "", HIGHER),
     _median("greedy_agreement", ("greedy_agreement",), "", HIGHER),
     _median("error_rate", ("error_rate",), "", LOWER),
+    *TIMING,
     *_speedup("output_tok_s", "ratio of the medians over repeats, CI by bootstrap (stats.ratio_of_medians)"),
     *PAIRED,
     Column("figures_disagree", DIAGNOSIS, "summary.disagreements", encoding=TEXT, tag="figures_disagree"),
@@ -200,7 +239,13 @@ BY_CATEGORY = (
 READ_FIRST = ("server_cell", "method", "num_speculative_tokens", "dataset", "thinking", "concurrency", "valid",
               "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "verdict",
               "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
-              "speedup_streamed_tpot_na", "speedup_output_tok_s", "speedup_output_tok_s_ci_low",
+              "speedup_streamed_tpot_na",
+              # issue #30: which TPOT is which, the server's beside the client's (docs/timing.md)
+              "tpot_source", "server_tpot_ms", "streamed_tpot_ms", "speedup_server_tpot_geomean",
+              "speedup_server_tpot_ci_low", "speedup_server_tpot_ci_high", "speedup_server_tpot_na",
+              "server_figures_invalid", "streamed_figures_invalid", "bursts_in_server", "bursts_after_server",
+              "tpot_sources_disagree",
+              "speedup_output_tok_s", "speedup_output_tok_s_ci_low",
               "speedup_output_tok_s_ci_high", "mean_acceptance_length", "acceptance_rate", "output_tok_s",
               "figures_disagree", "diagnosis", "diagnosis_evidence",
               # issue #31: the length axes and acceptance by phase (docs/axes.md)
@@ -209,13 +254,17 @@ READ_FIRST = ("server_cell", "method", "num_speculative_tokens", "dataset", "thi
               "answer_acceptance_length_ci_high", "think_token_share", "phase_split_na")
 K_READ_FIRST = ("statement", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high",
                 "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
-                "speedup_streamed_tpot_na", "paired_prompts", "server_cell_a", "server_cell_b")
+                "speedup_streamed_tpot_na", "speedup_server_tpot_geomean", "speedup_server_tpot_ci_low",
+                "speedup_server_tpot_ci_high", "speedup_server_tpot_na", "paired_prompts", "server_cell_a",
+                "server_cell_b")
 # The speedups a summary row holds, each (point, ci_low, ci_high), by the name a reader knows it by, and its tag
 SPEEDUPS = {"e2e": ("speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high"),
             "streamed TPOT": ("speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low",
                               "speedup_streamed_tpot_ci_high"),
+            "server TPOT": ("speedup_server_tpot_geomean", "speedup_server_tpot_ci_low", "speedup_server_tpot_ci_high"),
             "output tok/s": ("speedup_output_tok_s", "speedup_output_tok_s_ci_low", "speedup_output_tok_s_ci_high")}
-SPEEDUP_TAGS = {"e2e": "speedup_e2e", "streamed TPOT": "speedup_streamed_tpot", "output tok/s": "speedup_output_tok_s"}
+SPEEDUP_TAGS = {"e2e": "speedup_e2e", "streamed TPOT": "speedup_streamed_tpot", "server TPOT": "speedup_server_tpot",
+                "output tok/s": "speedup_output_tok_s"}
 
 
 def blank(value) -> bool:

@@ -10,7 +10,12 @@ from . import VERSION
 
 
 class EchoSession:
+    """A speculative cell's session drafts K tokens a step and accepts none (a step per token after the first), so
+    its speculation engaged (metrics.never_drafted)."""
     log_path = None
+
+    def __init__(self, k: int = 0):
+        self.k = k
 
     def alive(self) -> bool:
         return True
@@ -25,12 +30,16 @@ class EchoSession:
                 n = max(2, len(text.split()))
                 rows.append({"index": i, "turn": turn, "ok": True, "error": None, "text": text, "prompt_tokens": n,
                              "completion_tokens": n, "ttft_s": 0.01, "e2e_s": 0.01 * n, "itl_s": [],
-                             "chunk_t_s": [0.01 * t for t in range(1, n + 1)], "chunk_tokens": [1] * n})
+                             "chunk_t_s": [0.01 * t for t in range(1, n + 1)], "chunk_tokens": [1] * n,
+                             **({"acceptance_lengths": [1] * (n - 1)} if self.k else {})})
         figures = metrics.request_figures(rows, 0.01 * len(rows))
-        figures.update(spec_decode=None, backend="echo", echo_version=VERSION)
+        lengths = [a for r in rows for a in r.get("acceptance_lengths", [])]
+        figures.update(spec_decode=metrics.acceptance_from_lengths(lengths, self.k + 1) if self.k else None,
+                       backend="echo", echo_version=VERSION)
         return Measurement(rows, figures)
 
 
 @contextmanager
 def open_session(grid, sid: str, progress: bool = True, how=None):
-    yield EchoSession()
+    spec = grid.servers[sid].spec
+    yield EchoSession(spec["num_speculative_tokens"] if spec["method"] != "none" else 0)

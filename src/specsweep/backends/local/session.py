@@ -17,7 +17,7 @@ from ...bench_cell import Measurement
 from ...cells import Grid
 from ...claims import take_gpus
 from ...errors import ServerError
-from ...phases import THINK_END, think_end_position
+from ...phases import think_end_position, think_token_id
 from ...residency import Launch
 
 
@@ -95,12 +95,6 @@ class LocalPair:
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
 
-def think_token_id(tokenizer) -> int | None:
-    """The tokenizer's id of `</think>` as one token, or None where it has none."""
-    ids = tokenizer.convert_tokens_to_ids([THINK_END])
-    return ids[0] if ids and ids[0] is not None and ids[0] != tokenizer.unk_token_id else None
-
-
 def phase_fields(out, row: int, tokens: list[int], think_id: int | None) -> dict:
     """A row's per-step accepted and drafted counts, in order, and where its `</think>` falls (phases.py)."""
     steps = [s for s in out.steps if row in s.live]
@@ -154,6 +148,20 @@ def decode_rows(pair: LocalPair, prompts: list[list[str]], bench: dict, progress
     return records
 
 
+ENGINE_CLOCK = "local engine (its own step times)"
+
+
+def engine_timing(row: dict) -> dict:
+    """A row's timing by the engine's own clock, in the neutral shape (metrics.server_tpot): the engine is its own
+    server, so its step times are both the row's chunks and the server's steps; no queue (a batch starts at once)."""
+    times = row["chunk_t_s"]
+    decode = times[-1] - times[0] if times else None
+    tokens = row["completion_tokens"]
+    return {"clock": ENGINE_CLOCK, "queue_s": None, "prefill_s": row["ttft_s"], "decode_s": decode,
+            "span_s": row["e2e_s"], "mean_itl_s": decode / (tokens - 1) if decode is not None and tokens > 1 else None,
+            "step_t_s": list(times)}
+
+
 class LocalSession:
     log_path = None              # in-process: no server log
 
@@ -171,7 +179,7 @@ class LocalSession:
         if bench["warmup"]:
             decode_rows(pair, prompts[:bench["warmup"]], bench, progress=False)   # same batch shape: warms its graph
         t0 = time.perf_counter()
-        rows = decode_rows(pair, prompts, bench, progress)
+        rows = [{**r, "server_timing": engine_timing(r)} for r in decode_rows(pair, prompts, bench, progress)]
         figures = metrics.request_figures(rows, time.perf_counter() - t0)
         lengths = [a for r in rows for a in r["acceptance_lengths"]]
         figures["spec_decode"] = metrics.acceptance_from_lengths(lengths, pair.block_size) \

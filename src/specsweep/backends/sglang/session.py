@@ -77,11 +77,34 @@ def request_spec(raw: dict) -> dict:
     return {key: get(names) for key, names in REQUEST_FIELDS.items()}
 
 
+TIMING_CLOCK = "SGLang meta_info (scheduler and tokenizer-manager wall clocks)"
+
+
+def server_timing(meta: dict | None) -> dict | None:
+    """A request's timing in the neutral shape (metrics.server_tpot), from SGLang's `meta_info` (read on 0.5.17's
+    /generate and non-streamed chat responses, tests/data/sglang0517): queue_time; prefill from forward_entry_time
+    to prefill_finished_time (its first token); decode from there to request_finished_ts (the tokenizer manager's
+    finish, so it includes the trip from the scheduler); span e2e_latency. None where any is missing. 0.5.17's chat
+    stream carries no meta_info (return_meta_info is refused with stream=true), so a streamed cell has none."""
+    keys = ("forward_entry_time", "prefill_finished_time", "request_finished_ts", "e2e_latency")
+    if not meta or any(meta.get(k) is None for k in keys):
+        return None
+    decode = meta["request_finished_ts"] - meta["prefill_finished_time"]
+    tokens = meta.get("completion_tokens") or 0
+    return {"clock": TIMING_CLOCK, "queue_s": meta.get("queue_time"),
+            "prefill_s": meta["prefill_finished_time"] - meta["forward_entry_time"], "decode_s": decode,
+            "span_s": meta["e2e_latency"], "mean_itl_s": decode / (tokens - 1) if tokens > 1 else None,
+            "step_t_s": None}
+
+
 def neutral_rows(rows: list[dict]) -> list[dict]:
-    """The rows with each one's stats in the neutral shape (`spec`), and as its server sent them (RAW_FIELD)."""
+    """The rows with each one's stats in the neutral shape (`spec`), and as its server sent them (RAW_FIELD); a
+    row's server timing likewise, where its stream carried a meta_info (server_timing_raw)."""
     for r in rows:
         if r.get("spec"):
             r[RAW_FIELD], r["spec"] = r["spec"], request_spec(r["spec"])
+        if r.get("server_timing"):
+            r["server_timing_raw"], r["server_timing"] = r["server_timing"], server_timing(r["server_timing"])
     return rows
 
 

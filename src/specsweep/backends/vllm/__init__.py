@@ -21,6 +21,7 @@ SPEC_FLAGS = {
     "--enforce-eager": _GRAPHS, "--no-enforce-eager": _GRAPHS,
     "--compilation-config": "use kernel.compilation_level",
     "--per-request-spec-decode-metrics": "use server.per_request_spec_metrics",
+    "--enable-per-request-metrics": "use server.per_request_timing",
     "--api-key": "drop it: each launch gets a fresh random API key of its own (docs/backends.md#api-keys)",
     "--config": "pass each option in server.extra_args instead: a config file could set what the cell sets, unchecked",
     "--middleware": "drop it: specsweep sets vLLM's middleware",

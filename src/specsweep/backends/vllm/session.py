@@ -41,6 +41,8 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | 
     version = probe.get("vllm") or "unknown"
     wanted = "none" if cell.is_baseline else cell.run.get("per_request_spec_metrics", "none")
     level = wanted if probe.get("per_request_spec_metrics") else "none"
+    timing_wanted = bool(cell.run.get("per_request_timing", False))
+    timing = timing_wanted and bool(probe.get("per_request_timing"))
     name = cell.served_name
     env = launch.guarded_env(cell.spec["server"]["env"])
     # one compile cache for every cell of the results_dir, set here and not in server.env, which the cell id hashes
@@ -48,12 +50,13 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | 
     if sleep:       # vLLM serves /sleep and /wake_up only in its dev mode
         env["VLLM_SERVER_DEV_MODE"] = "1"
     extra = ["--enable-sleep-mode"] if sleep else []
-    return Server(lambda port: launch.build_argv(command, spec, cell.run["host"], port, name, level) + extra,
+    return Server(lambda port: launch.build_argv(command, spec, cell.run["host"], port, name, level, timing) + extra,
                   cell.run, log_dir or grid.log_dir(sid), env=env, gpus_needed=cell.gpus, served_name=name,
                   kind="vLLM", key_env="VLLM_API_KEY", log_facts=startup_facts,
                   gpu_ids=list(how.gpu_ids) if how is not None and how.gpu_ids else None,
                   record={"python": python, "vllm_version": version, "per_request_spec_metrics": level,
-                          "per_request_spec_metrics_wanted": wanted, "vllm_cache_root": env["VLLM_CACHE_ROOT"],
+                          "per_request_spec_metrics_wanted": wanted, "per_request_timing": timing,
+                          "per_request_timing_wanted": timing_wanted, "vllm_cache_root": env["VLLM_CACHE_ROOT"],
                           "vllm_cache_before": cache_state(Path(env["VLLM_CACHE_ROOT"])),
                           **(how.facts() if how is not None else {})})
 
@@ -135,6 +138,37 @@ def startup_facts(log: str) -> dict:
 # --per-request-spec-decode-metrics: each request's figures ride on its final (usage) chunk
 # (entrypoints/openai/chat_completion/serving.py)
 SPEC_FIELD = ("metrics", "speculative_decoding")
+# --enable-per-request-metrics: the same final chunk's `metrics` carries the request's engine-side timing
+# (entrypoints/generate/base/serving.py, build_per_request_timing_metrics: engine-core timestamps)
+TIMING_FIELD = ("metrics",)
+TIMING_CLOCK = "vLLM engine core (--enable-per-request-metrics)"
+
+
+def server_timing(raw: dict | None) -> dict | None:
+    """A response's timing in the neutral shape (metrics.server_tpot's input), in seconds, from vLLM's fields
+    (all from engine-core timestamps): queue_time_ms (queued to scheduled), time_to_first_token_ms (scheduled to
+    first token), generation_time_ms (first to last token), mean_itl_ms (generation / (tokens - 1)). None where
+    the response carries no timing (the flag off, or only the spec-decode part of `metrics`)."""
+    if not raw or raw.get("generation_time_ms") is None:
+        return None
+    ms = {k: raw.get(k) for k in ("queue_time_ms", "time_to_first_token_ms", "generation_time_ms", "mean_itl_ms")}
+    parts = [ms["queue_time_ms"], ms["time_to_first_token_ms"], ms["generation_time_ms"]]
+    return {"clock": TIMING_CLOCK, "queue_s": _s(ms["queue_time_ms"]), "prefill_s": _s(ms["time_to_first_token_ms"]),
+            "decode_s": _s(ms["generation_time_ms"]), "span_s": _s(sum(parts)) if None not in parts else None,
+            "mean_itl_s": _s(ms["mean_itl_ms"]), "step_t_s": None}
+
+
+def _s(ms: float | None) -> float | None:
+    return None if ms is None else ms / 1e3
+
+
+def neutral_timing(rows: list[dict]) -> list[dict]:
+    """Each row's server timing in the neutral shape (`server_timing`), what vLLM sent kept as `server_timing_raw`."""
+    for r in rows:
+        raw = r.get("server_timing")
+        r["server_timing_raw"] = {k: v for k, v in raw.items() if k != "speculative_decoding"} if raw else None
+        r["server_timing"] = server_timing(raw)
+    return rows
 
 
 async def measure(url: str, prompts: list[list[str]], settings: client.ChatSettings, concurrency: int,
@@ -144,7 +178,7 @@ async def measure(url: str, prompts: list[list[str]], settings: client.ChatSetti
         await client.run_requests(url, prompts[:warmup], settings, concurrency, progress=False)
     before = promstats.parse_counters(await client.scrape(url), settings.model)
     records, wall = await client.run_requests(url, prompts, settings, concurrency, progress=progress, desc=desc)
-    rows = [r.as_dict() for r in records]
+    rows = neutral_timing([r.as_dict() for r in records])
     figures = metrics.request_figures(rows, wall)
     try:
         after = promstats.parse_counters(await client.scrape(url), settings.model)
@@ -161,7 +195,7 @@ def bench_server(url: str, prompts: list[list[str]], settings: client.ChatSettin
                  warmup: int, progress: bool = True) -> tuple[list[dict], dict]:
     """`specsweep bench`: measure a vLLM server the user runs, with each response's own figures where it
     sends them."""
-    settings = dataclasses.replace(settings, spec_field=SPEC_FIELD)
+    settings = dataclasses.replace(settings, spec_field=SPEC_FIELD, timing_field=TIMING_FIELD)
     return asyncio.run(measure(url, prompts, settings, concurrency, warmup, progress=progress))
 
 
@@ -182,8 +216,7 @@ def _think_id(tokenizer: str) -> int | None:
     try:
         from transformers import AutoTokenizer
 
-        from ..local.session import think_token_id
-        return think_token_id(AutoTokenizer.from_pretrained(tokenizer))
+        return phases.think_token_id(AutoTokenizer.from_pretrained(tokenizer))
     except Exception:  # noqa: BLE001 - an unloadable tokenizer leaves the position unknown, said per row
         return None
 
@@ -209,7 +242,7 @@ class VllmSession(ServerSession):
 
     def measure(self, prompts: list[list[str]], bench: dict, progress: bool, desc: str) -> Measurement:
         settings = client.settings_for(bench, self.srv.served_name, self.run["request_timeout_s"],
-                                       spec_field=SPEC_FIELD, api_key=self.srv.api_key,
+                                       spec_field=SPEC_FIELD, timing_field=TIMING_FIELD, api_key=self.srv.api_key,
                                        return_token_ids=bool(bench["thinking"]))   # where </think> falls
         try:
             rows, figures = asyncio.run(measure(self.srv.url, prompts, settings, bench["concurrency"],
@@ -221,7 +254,8 @@ class VllmSession(ServerSession):
         mark_think_end(rows, getattr(self, "tokenizer", None))
         level = self.srv.info.get("per_request_spec_metrics")
         figures.update(backend="vllm", vllm_version=self.srv.info.get("vllm_version"),
-                       server_python=self.srv.info.get("python"), per_request_spec_metrics=level)
+                       server_python=self.srv.info.get("python"), per_request_spec_metrics=level,
+                       per_request_timing=self.srv.info.get("per_request_timing"))
         return Measurement(rows, figures, failure, per_request_asked=level)
 
 
@@ -235,6 +269,9 @@ def open_session(grid: Grid, sid: str, progress: bool = True, how: Launch | None
             print(f"[specsweep] {sid}: vLLM {srv.info['vllm_version']} has no --per-request-spec-decode-metrics: "
                   "acceptance from the counters alone (spec_decode_source=counters); per-prompt figures need "
                   "vLLM 0.29 or newer", flush=True)
+        if srv.info["per_request_timing"] != srv.info["per_request_timing_wanted"]:
+            print(f"[specsweep] {sid}: vLLM {srv.info['vllm_version']} has no --enable-per-request-metrics: no "
+                  "server-side timing (server_tpot_ms blank with its reason; docs/timing.md)", flush=True)
         session = VllmSession(srv, grid.servers[sid].run)
         session.tokenizer = grid.servers[sid].spec["tokenizer"]     # where </think> falls (mark_think_end)
         yield session
