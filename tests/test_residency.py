@@ -145,3 +145,12 @@ def test_preflight_says_how_each_group_will_run_and_warns_of_a_fallback(tmp_path
     assert small.status == "warn" and "sleep (the group's servers need 82.0 GiB together" in small.message
     cpu = checks.check_residency(grid().configs[grid().leads()[0]], {"gpus": []})
     assert cpu.status == "pass" and cpu.message.endswith("coresident, idle ones left running")
+
+
+def test_the_local_engine_on_a_gpu_is_coresident_in_its_process(tmp_path):
+    """server=local_cuda has no gpu_memory_utilization: its pairs load side by side in the job's process."""
+    g = grid(f"results_dir={tmp_path}", "server=local_cuda")
+    plan = residency.plan(g, lead_members(g), ["0"])
+    assert {p.residency for p in plan.values()} == {"coresident"} and all(p.gpu_ids == ("0",) for p in plan.values())
+    from specsweep import checks
+    assert checks.check_residency(g.configs[g.leads()[0]], {"gpus": []}).status == "pass"

@@ -191,8 +191,11 @@ def plan(grid: Grid, members: list[str], gpu_ids: list[str] | None = None,
 
 def _gpu_plan(grid: Grid, members: list[str], mode: str, gpu_ids: list[str], device_bytes: int | None) -> dict[str, Launch]:
     ids = tuple(gpu_ids) or None
+    if all(grid.servers[s].spec["server"]["backend"] == "local" for s in members):
+        # the in-process engine: the members' pairs load side by side in the job's one process, on its GPUs
+        return {s: Launch("coresident", gpu_ids=ids) for s in members}
     all_vllm = all(grid.servers[s].spec["server"]["backend"] == "vllm" for s in members)
-    budget = grid.servers[members[0]].spec["server"]["gpu_memory_utilization"] or 0.9
+    budget = grid.servers[members[0]].spec["server"].get("gpu_memory_utilization") or 0.9
     if mode == "coresident":
         device = device_bytes if device_bytes is not None else device_memory(gpu_ids)
         needs = {s: gpu_need_bytes(grid, s) for s in members}
