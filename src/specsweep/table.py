@@ -368,4 +368,11 @@ def frame(path: str | Path, table: tuple[Column, ...] = SUMMARY):
 
     with open(path, newline="") as f:
         header = next(csv.reader(f), [])
-    return pd.DataFrame(read(path, table), columns=header)
+    out = pd.DataFrame(read(path, table), columns=header)
+    # a float column's blanks are NaN, never None, so that arithmetic on it (a CI's error bar) gives NaN, not a
+    # TypeError: a column blank in some rows (a CI that needs more prompts) or in all of them reads back as numbers
+    numeric = [c.name for c in table if c.encoding == FLOAT and c.name in out.columns]
+    numeric += [c.name + MAD for c in table if c.median and c.name + MAD in out.columns]
+    for name in numeric:
+        out[name] = pd.to_numeric(out[name], errors="coerce")
+    return out
