@@ -129,11 +129,12 @@ def slurm_smoke(cluster, smoke, tmp_path_factory):
 def test_smoke_study_on_slurm_has_a_local_runs_cells_and_files(slurm_smoke):
     root, results, local_results = slurm_smoke
     text = (root / "first.log").read_text()
-    servers = sorted(p.parent.parent.name for p in (results / "smoke").glob("*/runs/*.done"))
-    assert len(servers) == 2
-    for sid in servers:      # each server cell was a SLURM job; the light rules ran here
-        assert f"slurm_logs/rule_serve_and_bench/smoke_{sid}_" in text
-    assert text.count("has been submitted with SLURM jobid") == 2
+    [lead] = sorted(p.parent.parent.name for p in (results / "smoke").glob("*/runs/*.done"))
+    servers = sorted(p.parent.parent.name for p in (results / "smoke").glob("*/logs/server.json"))
+    assert len(servers) == 2 and lead.startswith("base-")
+    # the group (the baseline and its DFlash cell) was one SLURM job; the light rules ran here
+    assert f"slurm_logs/rule_serve_and_bench/smoke_{lead}_" in text
+    assert text.count("has been submitted with SLURM jobid") == 1
     assert "localrule summarize:" in text and "localrule ingest_mlflow:" in text and "localrule env_check:" in text
     local = {p.name for p in (local_results / "smoke").iterdir() if p.is_dir()}
     remote = {p.name for p in (results / "smoke").iterdir() if p.is_dir()}
@@ -181,7 +182,8 @@ def rerun_until_its_server_is_up(slurm_smoke, name: str):
     since = time.time()
     proc = start(slurm_argv(root / "work", results, *prebuilt_pair(tiny_results)), log)
     info = wait_for_server(spec, since, proc, log)
-    jobid = wait_for(lambda: job_of(spec.name), 60, "the DFlash cell's SLURM job")
+    lead = base_metrics.parent.parent.name        # the group's job is named after its lead, the baseline
+    jobid = wait_for(lambda: job_of(lead), 60, "the DFlash cell's group's SLURM job")
     return spec, base_metrics, base_mtime, proc, log, info, jobid
 
 
@@ -199,7 +201,9 @@ def test_scancel_stops_the_server_keeps_finished_cells_and_the_rerun_redoes_only
     dry = subprocess.run(slurm_argv(root / "work", results, *prebuilt_pair(tiny_results), extra=["-n"]),
                          cwd=REPO, capture_output=True, text=True, timeout=300, env=env_with_plugin())
     assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
-    assert f"server={spec.name}" in dry.stdout and "server=base-" not in dry.stdout   # only that cell is redone
+    # only that cell is redone: the group's job (named after the baseline) with the DFlash cell's bench cells alone
+    [job] = [line for line in dry.stdout.splitlines() if "bench cells to run" in line]
+    assert spec.name in job and f"{base_metrics.parent.parent.name}/" not in job, job
 
 
 def test_requeue_mid_cell_resumes_the_job_without_losing_or_duplicating_anything(slurm_smoke):

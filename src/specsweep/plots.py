@@ -363,8 +363,9 @@ def _num(value) -> float | None:
 @plot("acceptance_by_phase")
 def acceptance_by_phase(table: pd.DataFrame, styles: dict, path: Path) -> bool:
     """Acceptance length in the thinking span and in the answer span (phases.py), with 95% CIs, per speculative
-    row; the label gives each phase's share of the tokens. False where no row has a split."""
-    if "answer_acceptance_length" not in table:
+    row; the label gives each phase's share of the tokens. False where no row has a thinking span (a study without
+    thinking: its answer span is the whole answer, as the summary's acceptance already says)."""
+    if "answer_acceptance_length" not in table or not table.think_acceptance_length.notna().any():
         return False
     spec = shown(table)
     spec = spec[spec.answer_acceptance_length.notna() | spec.think_acceptance_length.notna()]
