@@ -45,7 +45,7 @@ from specsweep.results import atomic_write_json
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from perreq_overhead import cpu_seconds, interval, verdict  # noqa: E402
+from perreq_overhead import best_per_call, cpu_seconds, interval, verdict  # noqa: E402
 
 K = 7
 LEVELS = ("on", "off")
@@ -97,13 +97,7 @@ def component_cost_s() -> tuple[float, int]:
         json.loads(text)
         return len(text)
 
-    best = math.inf
-    for _ in range(7):
-        t = time.perf_counter()
-        for _ in range(1000):
-            size = one()
-        best = min(best, (time.perf_counter() - t) / 1000)
-    return best, size
+    return best_per_call(one)
 
 
 def agreement(rows_by_pass: list[list[dict]]) -> dict:
