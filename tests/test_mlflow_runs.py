@@ -1,5 +1,5 @@
 """A configuration's MLflow run as a payload (mlflow_runs.py), made without MLflow: its name, tags, params, metrics
-and artifacts, and what MLflow 3.17's compare view draws of two of them by default."""
+and artifacts, and what MLflow 3.17's compare view draws of two of them by default; and the new default store (with MLflow)."""
 import pytest
 
 from specsweep import mlflow_runs
@@ -91,3 +91,31 @@ def test_mlflows_compare_view_plots_the_speedup_against_k_by_default(tmp_path):
     differ = sorted(p for p in k3.params.keys() | k7.params.keys() if k3.params.get(p) != k7.params.get(p))[:3]
     shared = [m[0] for m in k3.metrics if m[0] in {m[0] for m in k7.metrics}]
     assert (differ, shared[0]) == (["server_spec.num_speculative_tokens"], "speedup_e2e_geomean")
+
+
+def test_a_new_default_store_is_a_copy_of_the_schema_made_once(tmp_path, monkeypatch):
+    """The migrated empty schema is made once per MLflow version (tracking._schema_template); each new store is a
+    copy that MLflow opens without migrating, with its Default experiment made where it is first opened."""
+    from mlflow.tracking import MlflowClient
+
+    from specsweep import tracking
+
+    cache, work = tmp_path / "cache", tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    first, second = tmp_path / "a" / "mlflow.db", tmp_path / "b" / "mlflow.db"
+    tracking.create_store(first, cache=cache)
+    [template] = cache.glob("mlflow-*-schema.db")
+    made = template.stat().st_mtime_ns
+    tracking.create_store(second, cache=cache)
+    assert template.stat().st_mtime_ns == made and first.read_bytes() == second.read_bytes()
+    client = MlflowClient(tracking_uri=f"sqlite:///{second}")
+    assert [e.name for e in client.search_experiments()] == ["Default"]
+    assert client.get_experiment("0").artifact_location.startswith(str(work))
+    exp = client.create_experiment("specsweep")
+    run = client.create_run(exp)
+    client.log_metric(run.info.run_id, "x", 1.0)
+    assert client.get_run(run.info.run_id).data.metrics == {"x": 1.0}
+    before = second.read_bytes()
+    tracking.create_store(second, cache=cache)          # never over a store that exists
+    assert second.read_bytes() == before

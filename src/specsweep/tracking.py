@@ -55,31 +55,56 @@ def default_store(grid: Grid) -> Path:
     return layout.mlflow_db(grid.results_dir).resolve()
 
 
-def create_store_in_memory(db: Path, shm: Path = Path("/dev/shm")) -> None:
-    """Create a new default store in tmpfs and link it into place, whole or not at all.
+def schema_cache() -> Path:
+    """Where the empty, migrated MLflow schema is kept between studies (one file per MLflow version)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specsweep"
 
-    MLflow creates a SQLite store by running each schema migration in its own transaction, and SQLite syncs
-    every commit to disk: on the 2-core machine that took 7.6 s on disk and 2.0 s in /dev/shm.
-    """
-    if db.exists() or not shm.is_dir():
-        return
+
+def _schema_template(cache: Path, shm: Path) -> Path:
+    """An empty store of this MLflow's schema, made once per machine and MLflow version: MLflow creates a SQLite
+    store by running each of its schema migrations in its own transaction (1.7 s of a cold study's 7.8 s of
+    overhead, in tmpfs; docs/benchmarks.md). It holds no experiment, so MLflow makes its Default experiment where
+    the store is first opened, as it would in a new store."""
+    import sqlite3
+
+    import mlflow
     from mlflow.tracking import MlflowClient
 
-    db.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=shm, prefix="specsweep-mlflow-") as tmp:
-        made = Path(tmp) / db.name
+    template = cache / f"mlflow-{mlflow.__version__}-schema.db"
+    if template.exists():
+        return template
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else cache, prefix="specsweep-mlflow-") as tmp:
+        made = Path(tmp) / "schema.db"
         MlflowClient(tracking_uri=f"sqlite:///{made}").search_experiments()
-        staged = db.with_name(f".{db.name}.{os.getpid()}.tmp")
-        try:
-            with open(staged, "xb") as out, open(made, "rb") as src:
-                shutil.copyfileobj(src, out)
-                out.flush()
-                os.fsync(out.fileno())
-            os.link(staged, db)          # never over a store another ingest created meanwhile
-        except FileExistsError:
-            pass                         # that store is used; MLflow creates one itself if none is left
-        finally:
-            staged.unlink(missing_ok=True)
+        with sqlite3.connect(made) as con:
+            con.execute("DELETE FROM experiment_tags")
+            con.execute("DELETE FROM experiments")
+        con.close()
+        staged = cache / f".{template.name}.{os.getpid()}.tmp"
+        shutil.copyfile(made, staged)
+        os.replace(staged, template)        # whole or not at all; two makers write the same schema
+    return template
+
+
+def create_store(db: Path, shm: Path = Path("/dev/shm"), cache: Path | None = None) -> None:
+    """Create a new default store from the schema template (_schema_template) and link it into place, whole or
+    not at all; never over a store that exists, or one another ingest created meanwhile."""
+    if db.exists():
+        return
+    template = _schema_template(cache or schema_cache(), shm)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    staged = db.with_name(f".{db.name}.{os.getpid()}.tmp")
+    try:
+        with open(staged, "xb") as out, open(template, "rb") as src:
+            shutil.copyfileobj(src, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.link(staged, db)
+    except FileExistsError:
+        pass                         # that store is used; MLflow creates one itself if none is left
+    finally:
+        staged.unlink(missing_ok=True)
 
 
 def git_commit() -> str:
@@ -198,7 +223,7 @@ def ingest(results: Study, summary_csv: str | Path, k_comparison_csv: str | Path
     configurations = configuration_runs(results, summary_csv, k_comparison_csv)
     try:
         if not grid.tracking[study]["uri"]:
-            create_store_in_memory(default_store(grid))
+            create_store(default_store(grid))
         client = MlflowClient(tracking_uri=uri)
         exp_id = _experiment(client, grid, study, uri)
         existing = {r.data.tags.get(CELL_TAG): r for r in client.search_runs(
