@@ -50,9 +50,9 @@ class FakeSession:
         return Measurement(rows, figures, failure, counted=False)
 
 
-def fake_backend(monkeypatch, events, broken=(), dies=None, slow=None):
+def fake_backend(monkeypatch, events, broken=(), dies=None, slow=None, session=None):
     """parts.session() answers with a backend whose sessions are FakeSessions: `broken` never come up, `dies` (sid,
-    n) dies during its n-th cell, `slow` (sid, s) takes s seconds to come up."""
+    n) dies during its n-th cell, `slow` (sid, s) takes s seconds to come up; `session`: another FakeSession class."""
     @contextmanager
     def open_session(grid, sid, progress=True, how=None):
         if slow and sid == slow[0]:
@@ -64,7 +64,7 @@ def fake_backend(monkeypatch, events, broken=(), dies=None, slow=None):
             raise ServerError("exited with code 1 before it was ready")
         events.append(("start", sid, how.residency))
         try:
-            yield FakeSession(sid, events, dies[1] if dies and dies[0] == sid else None)
+            yield (session or FakeSession)(sid, events, dies[1] if dies and dies[0] == sid else None)
         finally:
             events.append(("stop", sid))
     monkeypatch.setattr(runner.parts, "session", lambda name: types.SimpleNamespace(open_session=open_session))
@@ -163,3 +163,51 @@ def test_a_sigterm_while_a_member_starts_stops_every_one_already_up(group, monke
         signal.signal(signal.SIGUSR1, old)
     assert ("starting", k3) in events and not [e for e in events if e[1] == k7]       # K=7 never started
     assert [e[0] for e in events if e[1] == base] == ["start", "pause", "stop"]        # the baseline was stopped
+
+
+class LowAcceptanceSession(FakeSession):
+    """A speculative member whose drafts are almost never accepted (AL 1.125 at K=3), so its diagnosis is asked for."""
+
+    def measure(self, prompts, bench, progress, desc):
+        self.events.append(("bench", self.sid, bench["thinking"], len(prompts)))
+        m = super().measure(prompts, bench, progress, desc)
+        if not self.sid.startswith("base-"):
+            m.figures["spec_decode"] = metrics.acceptance(metrics.SpecCounters(16, 48, 2, {0: 2}))
+            m.figures["spec_decode_source"] = "fake"
+        return m
+
+
+def test_a_thinking_cell_s_counterfactual_without_thinking_runs_on_its_own_server(tmp_path, monkeypatch):
+    """Thinking off is a bench setting: a low thinking-on cell's `nothink` counterfactual is served by the cell's own
+    server before the group's servers stop, and the diagnose job then finds it done and launches nothing for it."""
+    from specsweep import counterfactuals
+
+    g = expand(compose_jobs([f"results_dir={tmp_path}", "sweep.repeats=1", "dataset.num_prompts=6",
+                             "sweep.thinking=true", "sweep.num_speculative_tokens=[3]", "sweep.diagnose.prompts=2"]))
+    bench = next(iter(next(iter(g.benches.values())).values())).spec
+    materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
+    lead = g.leads()[0]
+    base, k3 = g.group(lead)
+    events = []
+    fake_backend(monkeypatch, events, session=LowAcceptanceSession)
+    runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    assert [e for e in events if e[0] in ("bench", "stop")][-4:] == \
+        [("bench", k3, True, 6), ("bench", k3, False, 2), ("stop", k3), ("stop", base)]
+    assert [e for e in events if e[0] == "start"] == [("start", base, "coresident"), ("start", k3, "coresident")]
+    [cf] = [s for s in g.servers if g.servers[s].counterfactual == "nothink"]
+    [bid] = g.benches[cf]
+    done = read_json(g.metrics_path(cf, bid))
+    assert done["served_by"] == k3 and g.benches[cf][bid].spec["thinking"] is False
+    assert counterfactuals.on_own_server(g, k3) == []          # done: nothing more to run on it
+    events.clear()
+    runner.run_server_cell(g, cf, tmp_path / "cf.done", progress=False)    # what the diagnose job's measure calls
+    assert events == [] and (tmp_path / "cf.done").exists()
+
+
+def test_a_thinking_off_cell_s_group_serves_no_counterfactual(group, monkeypatch, tmp_path):
+    g, lead, (base, k3, k7) = group
+    events = []
+    fake_backend(monkeypatch, events, session=LowAcceptanceSession)
+    runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    assert all(e[2] is False for e in events if e[0] == "bench")
+    assert len([e for e in events if e[0] == "bench"]) == 6 and not any(g.servers[s].counterfactual for s in g.servers)

@@ -165,6 +165,30 @@ def max_layer_id(backend: str, n_layers: int, env: dict) -> int:
     return n_layers - 1 - offset
 
 
+def counterfactual_bench(grid: Grid, sid: str, bids: list[str], prompts: int) -> dict:
+    """The bench spec a counterfactual cell runs: the group's first bench cell, one repeat, its first prompts."""
+    return {**grid.benches[sid][sorted(bids)[0]].spec, "repeat": 0, "prompts_limit": prompts}
+
+
+def on_own_server(grid: Grid, sid: str) -> list[tuple[str, list[str]]]:
+    """The counterfactual cells of sid's diagnosis that sid's own server can serve, each (its id, its unfinished
+    bench ids): thinking off is a bench setting, so a low group with thinking on has its `nothink` cell served by
+    the server it was measured on. Empty until sid's cells are finished and its acceptance asks for a diagnosis.
+    The group's job runs these before its servers stop (runner.run_cells); the diagnose job then finds them done
+    and launches only the doctored drafters."""
+    if not grid.diagnosed(sid) or grid.pending(sid):
+        return []
+    below, prompts = settings(grid.configs[sid])
+    out = []
+    for entry, bids, _ in _groups_needed(grid, sid, below):
+        if entry["needed"] and entry["thinking"]:
+            cf = grid.add_counterfactual(sid, "nothink", {}, [{**counterfactual_bench(grid, sid, bids, prompts),
+                                                               "thinking": False}])
+            if grid.pending(cf):
+                out.append((cf, grid.pending(cf)))
+    return out
+
+
 # ---- one group ----------------------------------------------------------------------------------------------
 class _Run:
     """Runs one group's counterfactual cells and compares each with the cell."""
@@ -172,8 +196,7 @@ class _Run:
     def __init__(self, grid: Grid, sid: str, bids: list[str], prompts: int, progress: bool):
         self.grid, self.sid, self.prompts, self.progress = grid, sid, prompts, progress
         self.reference, self.reference_is = _reference(grid, sid, bids, prompts)
-        bench = dict(grid.benches[sid][sorted(bids)[0]].spec)
-        self.bench = {**bench, "repeat": 0, "prompts_limit": prompts}
+        self.bench = counterfactual_bench(grid, sid, bids, prompts)
 
     def measure(self, tag: str, spec: dict, bench: dict | None = None) -> dict:
         from . import runner        # here: the acceptance step, a local job per cell, needs none of what it imports

@@ -128,6 +128,8 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
                     group.start(up)
                     for _, sid, bids in block:
                         failures += _turn(grid, group, sid, bids, launches[sid], rnd, progress)
+                    if rnd == turns[-1][0]:
+                        _own_counterfactuals(grid, group, up, launches, rnd, progress)
         finally:
             for claim in claims:
                 claim.release()
@@ -141,9 +143,25 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
     atomic_write_json(marker, {"server_cells": members, "finished_at": time.time()})
 
 
+def _own_counterfactuals(grid: Grid, group: Members, up: list[str], launches: dict[str, residency.Launch], rnd: int,
+                         progress: bool) -> None:
+    """The diagnosis's counterfactual cells a member's own server can serve (counterfactuals.on_own_server), run
+    on it before the group's servers stop, so that the diagnose job need not launch it again. One that fails is
+    left to the diagnose job; a relaunched member is left to it too (serving it here would be a launch as well)."""
+    from .counterfactuals import on_own_server
+
+    for sid in up:
+        if launches[sid].residency == "relaunch" or sid in group.broken:
+            continue
+        for cf, bids in on_own_server(grid, sid):
+            print(f"[specsweep] {sid}: its diagnosis's counterfactual {cf} runs on its own server", flush=True)
+            _turn(grid, group, sid, bids, launches[sid], rnd, progress, cell=cf)
+
+
 def _turn(grid: Grid, group: Members, sid: str, bids: list[str], launch: residency.Launch, rnd: int,
-          progress: bool) -> list[str]:
-    """One member's turn: its bench cells of one repeat (co-resident) or one round (relaunch)."""
+          progress: bool, cell: str | None = None) -> list[str]:
+    """One member's turn: its bench cells of one repeat (co-resident) or one round (relaunch); `cell`: the server
+    cell whose bench cells these are, where it is not the member (a counterfactual cell its server serves)."""
     session = group.take_turn(sid)
     if session is None:
         reason = group.broken.get(sid) or f"server cell {sid}: its server is gone"
@@ -151,15 +169,15 @@ def _turn(grid: Grid, group: Members, sid: str, bids: list[str], launch: residen
             print(f"[specsweep] {sid}/{bid}: FAILED: {reason.splitlines()[0]}", flush=True)
         return [reason]
     failures = []
-    context = {**launch.facts(), "round": rnd}
+    context = {**launch.facts(), "round": rnd, **({"served_by": sid} if cell else {})}
     try:
         for bid in bids:
             try:
-                run_bench_cell(grid, sid, bid, session, progress, context)
-                print(f"[specsweep] {sid}/{bid}: done", flush=True)
+                run_bench_cell(grid, cell or sid, bid, session, progress, context)
+                print(f"[specsweep] {cell or sid}/{bid}: done", flush=True)
             except (SpecsweepError, OSError, ValueError) as e:
-                failures.append(f"{e}" if isinstance(e, CellError) else f"bench cell {sid}/{bid}: {e}")
-                print(f"[specsweep] {sid}/{bid}: FAILED: {e}", flush=True)
+                failures.append(f"{e}" if isinstance(e, CellError) else f"bench cell {cell or sid}/{bid}: {e}")
+                print(f"[specsweep] {cell or sid}/{bid}: FAILED: {e}", flush=True)
             if not session.alive():
                 group.broken[sid] = f"server cell {sid}: its server died during bench cell {bid}"
                 break
