@@ -18,6 +18,11 @@
 #                vLLM's range for the tiny pair's ids, so the mask token is the one tried)
 #   8b-group     issue #28's first GPU run: experiment=gpu_8b_shaped, the baseline and K=7, 15 at concurrency 1 and
 #                8, 3 repeats, as one group (sweep.residency coresident, the default): 3 launches, not 9
+#   8b-sleep     issue #28's sleep mode on a GPU: the 8B-shaped baseline and K=15 at concurrency 8, 3 repeats, with
+#                sweep.residency=sleep (both started, one awake at a time: /sleep?level=1, /wake_up)
+#   tiny-relaunch  issue #28's relaunch rounds on a GPU: the tiny pair's baseline and K=7, 4 repeats in 2 rounds,
+#                sweep.residency=relaunch (4 launches)
+#   modes        8b-sleep, then tiny-relaunch
 #   coresidency  bench/coresidency.py on the 8B-shaped pair (baseline and K=15, concurrency 8, 32 prompts, 2 rounds),
 #                each server launched as its study's group would launch it (residency.plan: its memory share of
 #                the group's GPU; 2026-12-02's run wrapped the script for it, which it now does itself)
@@ -72,6 +77,12 @@ print('mask token id ->', eot, doctor(Path(sys.argv[1] + '/drafter'), Path(sys.a
                pair.drafter=$RES/models/tiny-badmask/drafter "sweep.num_speculative_tokens=[7]" ;;
   8b-group) study qwen3-8b-group experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES study=qwen3-8b-group \
               "sweep.num_speculative_tokens=[7,15]" "sweep.concurrency=[1,8]" sweep.repeats=3 ;;
+  8b-sleep) study qwen3-8b-sleep experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES study=qwen3-8b-sleep \
+              "sweep.num_speculative_tokens=[15]" "sweep.concurrency=[8]" sweep.repeats=3 sweep.residency=sleep ;;
+  tiny-relaunch) study tiny-gpu-relaunch experiment=gpu_tiny server=vllm_gpu_bundle results_dir=$RES \
+                   study=tiny-gpu-relaunch "sweep.num_speculative_tokens=[7]" sweep.repeats=4 sweep.rounds=2 \
+                   sweep.residency=relaunch ;;
+  modes) bash "$0" 8b-sleep; bash "$0" tiny-relaunch ;;
   coresidency)
     python3 bench/coresidency.py --overrides "experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES \
 sweep.num_speculative_tokens=[15] sweep.concurrency=[8] dataset.num_prompts=${PROMPTS:-32}" \
@@ -87,6 +98,6 @@ sweep.num_speculative_tokens=[15] sweep.concurrency=[8] dataset.num_prompts=${PR
              [ $left = 0 ] && break; sleep 5; done
            for d in /root/bg/*/; do n=$(basename "$d"); mkdir -p "$OUT/$n"; cp "$d"* "$OUT/$n/" 2>/dev/null
              echo "== $n: rc $(cat "${d%/}.rc" 2>/dev/null || echo 'still running')"; tail -25 "$d/step.out"; done ;;
-  *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched | tiny-diag | 8b-group | coresidency [ROUNDS] | vllm-metrics | bg STEP ... | collect SECS" >&2
+  *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched | tiny-diag | 8b-group | 8b-sleep | tiny-relaunch | modes | coresidency [ROUNDS] | vllm-metrics | bg STEP ... | collect SECS" >&2
      exit 2 ;;
 esac
