@@ -23,29 +23,40 @@ TWO_CATEGORIES = DATA / "two_categories.jsonl"
 class FakeSession(ServerlessSession):
     """Latency = the prompt's baseline latency / speedup[K], times log-normal noise; acceptance length per
     step from the category (math drafts well, writing poorly) and K."""
-    def __init__(self, k: int, speedup: dict, noise: float, seed: int, bursty: tuple = ()):
+    def __init__(self, k: int, speedup: dict, noise: float, seed: int, bursty: tuple = (), degenerate: tuple = (),
+                 starve: tuple = ()):
         self.k, self.speedup, self.noise, self.rng = k, speedup, noise, random.Random(seed)
         self.bursty = k in bursty          # every answer held back and sent at once, at the end
+        self.degenerate = k in degenerate  # every answer a loop
+        self.starve = k in starve          # prompt 0's stream decodes at a tenth of the others' rate
 
     def measure(self, prompts, bench, progress, desc):
         rows = []
         for i, turns in enumerate(prompts):
             for t, _ in enumerate(turns):
                 e2e = (0.5 + 0.1 * i + 0.2 * t) / self.speedup[self.k] * math.exp(self.rng.gauss(0, self.noise))
+                e2e *= 10 if self.starve and i == 0 else 1
+                text = "and " * 20 if self.degenerate else f"answer {i}.{t}: the sum of {i} and {t} is {i + t}"
                 row = {"index": i, "turn": t, "ok": True, "e2e_s": e2e, "ttft_s": 0.02, "completion_tokens": 40,
-                       "prompt_tokens": 10, "itl_s": [], "text": f"answer {i}.{t}",
+                       "prompt_tokens": 10, "itl_s": [], "text": text,
                        "chunk_t_s": [e2e - 0.01 if self.bursty else 0.02 + j * (e2e - 0.03) / 39 for j in range(40)],
                        "chunk_tokens": [1] * 40}
                 if self.k:
                     row["acceptance_lengths"] = [min(self.k + 1, 4 if i % 2 == 0 else 2)] * 10
                 rows.append(row)
+        # in waves of `concurrency` streams, each wave starting when the one before it has finished
+        for w in range(0, len(rows), bench["concurrency"]):
+            wave = rows[w:w + bench["concurrency"]]
+            for r in wave:
+                r["start_s"] = rows[w - 1]["start_s"] + max(x["e2e_s"] for x in rows[w - bench["concurrency"]:w]) \
+                    if w else 0.0
         figures = request_figures(rows, wall_s=sum(r["e2e_s"] for r in rows) / bench["concurrency"])
         lengths = [n for r in rows for n in r.get("acceptance_lengths", [])]
         figures["spec_decode"] = acceptance_from_lengths(lengths, self.k + 1) if self.k else None
         return Measurement(rows, figures)
 
 
-def study(results, speedup, noise=0.03, seed=0, extra=(), bursty=()):
+def study(results, speedup, noise=0.03, seed=0, extra=(), bursty=(), degenerate=(), starve=()):
     """A study on the two-category file, K in the speedup dict, every cell measured by FakeSession."""
     ks = sorted(k for k in speedup if k)
     grid = expand(compose_jobs([f"results_dir={results}", "study=v", "dataset=jsonl", f"dataset.path={TWO_CATEGORIES}",
@@ -56,7 +67,8 @@ def study(results, speedup, noise=0.03, seed=0, extra=(), bursty=()):
     for n, sid in enumerate(order):
         k = grid.servers[sid].spec["num_speculative_tokens"]
         for m, bid in enumerate(sorted(grid.benches[sid])):
-            run_bench_cell(grid, sid, bid, FakeSession(k, speedup, noise, seed + 10 * n + m, bursty), progress=False)
+            run_bench_cell(grid, sid, bid, FakeSession(k, speedup, noise, seed + 10 * n + m, bursty, degenerate, starve),
+                           progress=False)
     return grid
 
 

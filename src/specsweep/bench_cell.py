@@ -185,6 +185,7 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
         raise CellError(f"bench cell {sid}/{bid}: {m.failure} ({sum(r['ok'] for r in m.rows)} of {len(m.rows)} "
                         f"requests finished and are kept in {out / layout.REQUESTS}){where}")
     figures = m.figures
+    figures.update(metrics.quality_figures(m.rows, bench["concurrency"]))   # answers and streams, every backend
     figures["dataset_lines_skipped"] = skipped
     figures["prompts_sha256"] = prompts_digest(prompts)
     if lengthened:

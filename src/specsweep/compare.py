@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import labels, layout, phases, stats
+from . import labels, layout, phases, stats, summary, table
 from .cells import ADDED_SPEC_KEYS, Grid
 from .datasets import load_prompt_rows, prompts_digest
 from .errors import ConfigError
@@ -157,7 +157,11 @@ def compare(path_a: str | Path, path_b: str | Path, required: bool = True) -> li
             row.update(phase_figures(name, cells))
             vs_base = _own_baseline(side, cells)
             row.update({f"{name}_{figure}": vs_base[figure] for figure in
-                        ("speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "verdict")})
+                        ("speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "verdict",
+                         "verdict_reason")})
+            # the answers and the streams under the summary's names (table.QUALITY), blank where a cell's check voids
+            row.update({f"{name}_{k}": v for k, v in summary.quality_row([c.metrics for c in cells]).items()
+                        if not k.endswith(table.MAD)})
         acc = stats.acceptance_ratio(b_runs, a_runs)
         row.update(b_vs_a_acceptance_ratio=acc["ratio"], b_vs_a_acceptance_ci_low=acc["ci_low"],
                    b_vs_a_acceptance_ci_high=acc["ci_high"])
@@ -209,6 +213,8 @@ def table_lines(rows: list[dict]) -> list[str]:
                     f"B {_two_places(r['b_mean_acceptance_length'])}  B/A {_fmt(r, 'b_vs_a_acceptance', 'ratio')}",
                     f"  vs own baseline  A {_fmt(r, 'a_speedup_e2e')} {r['a_verdict'] or 'no CI'}  "
                     f"B {_fmt(r, 'b_speedup_e2e')} {r['b_verdict'] or 'no CI'}"]
+        out += [f"  {side} no verdict    {r[f'{side.lower()}_verdict_reason']}" for side in ("A", "B")
+                if r.get(f"{side.lower()}_verdict_reason")]
         out.append(f"  B vs A           e2e {_fmt(r, 'b_vs_a_speedup_e2e')} {r['b_vs_a_verdict'] or 'no CI'}  "
                    "streamed TPOT " + (f"n/a ({r['b_vs_a_speedup_streamed_tpot_na']})"
                                        if r["b_vs_a_speedup_streamed_tpot_na"] else _fmt(r, "b_vs_a_speedup_streamed_tpot"))
@@ -216,6 +222,15 @@ def table_lines(rows: list[dict]) -> list[str]:
                                          if r.get("b_vs_a_speedup_server_tpot_na")
                                          else _fmt(r, "b_vs_a_speedup_server_tpot"))
                    + f"  output tok/s {_fmt(r, 'b_vs_a_output_tok_s', 'ratio')}")
+        if r.get("b_vs_a_verdict_reason"):
+            out.append(f"  B vs A no verdict  {r['b_vs_a_verdict_reason']}")
+        if r["concurrency"] > 1:
+            out.append("  streams          " + "  ".join(
+                f"{side} steady {_two_places(r[f'{p}_steady_output_tok_s'])} tok/s"
+                + (f" (n/a: {r[f'{p}_steady_na']})" if r[f"{p}_steady_na"] else "")
+                + f", decode tok/s min/max {_two_places(r[f'{p}_decode_tok_s_min_over_max'])}"
+                + (f", starved: {r[f'{p}_stream_starvation']}" if r[f"{p}_stream_starvation"] else "")
+                for side, p in (("A", "a"), ("B", "b"))))
     return out
 
 

@@ -37,6 +37,18 @@ TIMING_NOTE = ("<p><b>Which TPOT is which.</b> <code>server_*</code> columns are
                "<code>bursts_in_server</code>: produced in a burst by the server. See docs/timing.md.</p>")
 
 
+# Answers and streams (issue #30, docs/timing.md#answers-and-streams): the note beside TIMING_NOTE
+QUALITY_NOTE = ("<p><b>Answers and streams.</b> <code>verdict</code> is <code>degenerate</code>, with "
+                "<code>verdict_reason</code>, where more than 10% of either side's answers repeat themselves (half "
+                "or more of an answer repeats an earlier 16-character n-gram): a speedup on such text says nothing "
+                "of the drafter. At concurrency above 1, <code>decode_tok_s_*</code> is the spread of the streams' "
+                "decode rates (<code>decode_tok_s_min_over_max</code>: 1 is even), <code>starved_streams</code> "
+                "counts streams below a quarter of the median rate per verify step, and "
+                "<code>steady_output_tok_s</code> is the output tok/s while every stream was decoding "
+                "(<code>steady_window_s</code> long), beside the whole run's <code>output_tok_s</code>; blank with "
+                "<code>steady_na</code> where the window is empty, too short or the streams bursty.</p>")
+
+
 def page(title: str, *sections: str) -> str:
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>{STYLE}"
             f"</head><body><h2>{html.escape(title)}</h2>{''.join(sections)}</body></html>")
@@ -61,7 +73,7 @@ def summary_page(summary_csv: str | Path, k_comparison_csv: str | Path, out: str
     summary = frame(summary_csv)
     first = summary[[c for c in READ_FIRST if c in summary]].copy()
     first.insert(0, "configuration", [labels.label(r) for _, r in summary.iterrows()])
-    sections = [table(first, "The figures to read first"), TIMING_NOTE,
+    sections = [table(first, "The figures to read first"), TIMING_NOTE, QUALITY_NOTE,
                 table(summary, f"{layout.SUMMARY}: one row per cell over its repeats")]
     if not (k := frame(k_comparison_csv, K_COMPARISON)).empty:
         sections.append(table(k[[c for c in K_READ_FIRST if c in k]], "K against K"))

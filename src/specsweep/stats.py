@@ -41,6 +41,9 @@ FASTER, SLOWER, NOISE = "faster", "slower", "within noise"
 # can move such a bound across 1 (docs/methods.md)
 BORDERLINE = 0.03
 FASTER_BORDERLINE, SLOWER_BORDERLINE = f"{FASTER}, borderline", f"{SLOWER}, borderline"
+# The verdict of a pair whose answers degenerate on either side (metrics.answer_figures): a speedup on text that
+# loops is no speedup of the drafter, whichever way it points; `verdict_reason` says which side and repeat
+DEGENERATE = "degenerate"
 
 
 FIGURES = ("e2e", "streamed_tpot", "server_tpot")     # the per-request latencies a paired speedup is taken of
@@ -212,7 +215,8 @@ def verdict(ci_low: float | None, ci_high: float | None) -> str | None:
 
 
 def direction(verdict_: str | None) -> str | None:
-    """A verdict without its `borderline`: FASTER, SLOWER, NOISE or None (what `resolved` and K comparisons use)."""
+    """A verdict without its `borderline`: FASTER, SLOWER, NOISE, DEGENERATE or None (what `resolved` and K
+    comparisons use)."""
     return {FASTER_BORDERLINE: FASTER, SLOWER_BORDERLINE: SLOWER}.get(verdict_, verdict_)
 
 
@@ -230,6 +234,13 @@ def server_tpot_na(cell_runs: list[list[dict]], ref_runs: list[list[dict]],
     return _first_invalid(cell_runs, ref_runs, sides, metrics.server_invalid)
 
 
+def degenerate_na(cell_runs: list[list[dict]], ref_runs: list[list[dict]],
+                  sides: tuple[str, str] = ("cell", "reference")) -> str | None:
+    """Why these runs get the DEGENERATE verdict: the first repeat of either side whose answers degenerate
+    (metrics.degenerate_reason); None where neither side's do."""
+    return _first_invalid(cell_runs, ref_runs, sides, metrics.degenerate_reason)
+
+
 def _first_invalid(cell_runs, ref_runs, sides, check) -> str | None:
     for side, runs in zip(sides, (cell_runs, ref_runs)):
         for i, run in enumerate(runs):
@@ -244,7 +255,8 @@ def paired_speedup(cell_runs: list[list[dict]], ref_runs: list[list[dict]], seed
                    rounds: tuple[list[int], list[int]] | None = None) -> dict:
     """Speedup of a cell over a reference from each side's repeats (request rows): the e2e latency ratio, the
     streamed-TPOT ratio (the client's clock) and the server-TPOT ratio (the server's own timing), each a geomean
-    with its CI, what entered, and the verdict (on e2e). A TPOT ratio stands only where every repeat of both sides
+    with its CI, what entered, and the verdict (on e2e; DEGENERATE, with `verdict_reason`, where either side's
+    answers degenerate in any repeat). A TPOT ratio stands only where every repeat of both sides
     passes that figure's check; elsewhere it is None and `speedup_streamed_tpot_na` / `speedup_server_tpot_na`
     says why (`sides` name the two in that reason). `rounds`: each run's round, per side (speedup_ci)."""
     out: dict = {}
@@ -261,6 +273,9 @@ def paired_speedup(cell_runs: list[list[dict]], ref_runs: list[list[dict]], seed
     out["speedup_streamed_tpot_na"] = nas["streamed_tpot"]
     out["speedup_server_tpot_na"] = nas["server_tpot"]
     out["verdict"] = verdict(out["speedup_e2e_ci_low"], out["speedup_e2e_ci_high"])
+    out["verdict_reason"] = degenerate_na(cell_runs, ref_runs, sides) if both else None
+    if out["verdict_reason"]:      # the speedups stay, as measured; the verdict claims none of them
+        out["verdict"] = DEGENERATE
     return out
 
 

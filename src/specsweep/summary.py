@@ -40,6 +40,7 @@ def rows(study: Study) -> list[dict]:
         row["streamed_figures_invalid"] = next((f"repeat {i + 1} of {len(valid)}: {m['streamed_figures_invalid']}"
                                                 for i, m in enumerate(valid) if m.get("streamed_figures_invalid")), None)
         row.update(timing_columns(valid))    # first: its reasons blank the server-timed medians (table.TIMING)
+        row.update(quality_columns(valid))   # the same for the answers' and the streams' (table.QUALITY)
         for c in table.medians():
             row[c.name], row[c.name + table.MAD] = (None, None) if any(row.get(r) for r in c.reasons) \
                 else median_mad([at(m, c.source) for m in valid])
@@ -101,6 +102,39 @@ def timing_columns(valid: list[dict]) -> dict:
         out["server_figures_invalid"] = "made before server timing was recorded"
     for key in ("bursts_in_server", "bursts_after_server", "bursts_unattributed"):
         out[key] = sum(m.get(key) or 0 for m in valid)
+    return out
+
+
+# ---- answers and streams (issue #30, docs/timing.md#answers-and-streams; the columns: table.QUALITY) ----------
+def quality_columns(valid: list[dict]) -> dict:
+    """A row's answer and stream columns over its valid repeats (metrics.quality_figures per repeat) but its medians
+    (summary.rows, after them): each reason and flag of the first repeat that has one, the counts summed, whose
+    clock (the first repeat's). A metrics.json from before these figures blanks the spread and the steady state."""
+    def first(key):
+        return next((f"repeat {i + 1} of {len(valid)}: {m[key]}" for i, m in enumerate(valid) if m.get(key)), None)
+
+    out = {key: first(key) for key in ("answers_degenerate", "stream_spread_na", "stream_starvation", "steady_na")}
+    out.update({key: next((m[key] for m in valid if m.get(key)), None) for key in ("decode_tok_s_source",
+                                                                                 "steady_clock")})
+    for key in ("degenerate_answers", "starved_streams"):
+        out[key] = sum(m.get(key) or 0 for m in valid)
+    if not valid:
+        out.update(stream_spread_na="no valid repeat", steady_na="no valid repeat")
+    elif any("steady_na" not in m for m in valid):
+        out.update(stream_spread_na="made before the streams' spread was recorded",
+                   steady_na="made before the steady state was recorded", degenerate_answers=None,
+                   starved_streams=None)
+    return out
+
+
+def quality_row(valid: list[dict]) -> dict:
+    """table.QUALITY's columns of these repeats' metrics.json, medians included, each blank where a repeat's reason
+    blanks it: what `specsweep compare` shows of each side, under the summary's names."""
+    out = quality_columns(valid)
+    for c in table.QUALITY:
+        if c.median:
+            out[c.name], out[c.name + table.MAD] = (None, None) if any(out.get(r) for r in c.reasons) \
+                else median_mad([at(m, c.source) for m in valid])
     return out
 
 
@@ -227,7 +261,8 @@ def k_comparison(study: Study) -> list[dict]:
                 text = stats.format_ratio(paired["speedup_e2e_geomean"], paired["speedup_e2e_ci_low"],
                                           paired["speedup_e2e_ci_high"])
                 result = {None: "no CI", stats.NOISE: "within noise", stats.FASTER: f"resolved ({la} faster)",
-                          stats.SLOWER: f"resolved ({lb} faster)"}[stats.direction(paired["verdict"])]
+                          stats.SLOWER: f"resolved ({lb} faster)",
+                          stats.DEGENERATE: "no verdict: degenerate answers"}[stats.direction(paired["verdict"])]
                 if paired["verdict"] in (stats.FASTER_BORDERLINE, stats.SLOWER_BORDERLINE):
                     result += ", borderline"
                 out.append({"study": study.name, "pair": grid.servers[hi].pair["name"],
@@ -291,6 +326,10 @@ def verdict_lines(summary: list[dict], ks: list[dict]) -> list[str]:
                                                else stats.format_ratio(r["speedup_server_tpot_geomean"],
                                                                        r["speedup_server_tpot_ci_low"],
                                                                        r["speedup_server_tpot_ci_high"])))
+            if r.get("verdict_reason"):
+                lines.append(f"  NO VERDICT: degenerate answers: {r['verdict_reason']}")
+            if r.get("stream_starvation"):
+                lines.append(f"  WARNING: a stream starved: {r['stream_starvation']}")
             if r.get("tpot_sources_disagree"):
                 lines.append(f"  WARNING: client and server TPOT disagree: {r['tpot_sources_disagree']}")
             if r["figures_disagree"]:

@@ -91,7 +91,10 @@ PAIRED = (*_speedup("e2e", PAIRED_SOURCE), *_speedup("streamed_tpot", PAIRED_SOU
                  "(metrics.server_invalid)", encoding=TEXT, tag="speedup_server_tpot_na"),
           Column("paired_prompts", VERDICT, PAIRED_SOURCE, "prompts", encoding=INT),
           Column("paired_requests", VERDICT, PAIRED_SOURCE, "requests", encoding=INT),
-          Column("verdict", VERDICT, "the e2e speedup's CI against 1 (stats.verdict)", encoding=TEXT, tag="verdict"))
+          Column("verdict", VERDICT, "the e2e speedup's CI against 1 (stats.verdict); `degenerate` where either side's "
+                 "answers degenerate", encoding=TEXT, tag="verdict"),
+          Column("verdict_reason", DIAGNOSIS, "why the verdict is `degenerate`: the first repeat of either side whose "
+                 "answers degenerate (stats.degenerate_na)", encoding=TEXT, tag="verdict_reason"))
 
 # issue #31 (docs/axes.md): the length axes, and acceptance by phase (phases.py: a thinking answer's verify steps
 # split at its </think>, pooled over the row's requests, 95% bootstrap CI over requests)
@@ -147,6 +150,36 @@ TIMING = (
            "tolerance (metrics.tpot_agreement)", encoding=TEXT, tag="tpot_sources_disagree"),
 )
 
+# issue #30 (docs/timing.md#answers-and-streams): degenerate answers, the spread of the streams' decode rates and
+# throughput at full load; per repeat metrics.quality_figures. The reasons come first: they blank the medians.
+QUALITY = (
+    Column("answers_degenerate", DIAGNOSIS, "the first valid repeat's answers_degenerate: more than "
+           "metrics.DEGENERATE_SHARE of its answers degenerate", encoding=TEXT, tag="answers_degenerate"),
+    Column("degenerate_answers", FIGURE, "each repeat's degenerate_answers, summed: answers of repetition at least "
+           "metrics.DEGENERATE_REPETITION", "answers", LOWER, INT),
+    _median("degenerate_share", ("degenerate_share",), "", LOWER),
+    _median("repetition_median", ("repetition", "median"), "", LOWER),
+    Column("stream_spread_na", DIAGNOSIS, "the first valid repeat's stream_spread_na: why the decode-rate spread "
+           "is blank", encoding=TEXT),
+    Column("decode_tok_s_source", LABEL, "the first valid repeat's decode_tok_s_source: whose TPOT the rates are "
+           "from", encoding=TEXT),
+    _median("decode_tok_s_p10", ("decode_tok_s", "p10"), "tok/s", HIGHER, blank_when=("stream_spread_na",)),
+    _median("decode_tok_s_p50", ("decode_tok_s", "p50"), "tok/s", HIGHER, blank_when=("stream_spread_na",)),
+    _median("decode_tok_s_p90", ("decode_tok_s", "p90"), "tok/s", HIGHER, blank_when=("stream_spread_na",)),
+    _median("decode_tok_s_min_over_max", ("decode_tok_s", "min_over_max"), "", HIGHER,
+            blank_when=("stream_spread_na",)),
+    Column("starved_streams", FIGURE, "each repeat's starved_streams, summed (metrics.STARVED_SHARE)", "streams",
+           LOWER, INT),
+    Column("stream_starvation", DIAGNOSIS, "the first valid repeat's stream_starvation: a stream starved",
+           encoding=TEXT, tag="stream_starvation"),
+    Column("steady_na", DIAGNOSIS, "the first valid repeat's steady_na: why the steady-state throughput is blank",
+           encoding=TEXT, tag="steady_na"),
+    Column("steady_clock", LABEL, "the first valid repeat's steady_clock: whose clock placed the window",
+           encoding=TEXT),
+    _median("steady_output_tok_s", ("steady_output_tok_s",), "tok/s", HIGHER, blank_when=("steady_na",)),
+    _median("steady_window_s", ("steady_window_s",), "s", None, blank_when=("steady_na",)),
+)
+
 SUMMARY = (
     Column("study", ID, "the grid", encoding=TEXT),
     Column("server_cell", ID, "the grid (cells.Grid)", encoding=TEXT, tag="specsweep.server_cell"),
@@ -186,6 +219,7 @@ SUMMARY = (
     _median("greedy_agreement", ("greedy_agreement",), "", HIGHER),
     _median("error_rate", ("error_rate",), "", LOWER),
     *TIMING,
+    *QUALITY,
     *_speedup("output_tok_s", "ratio of the medians over repeats, CI by bootstrap (stats.ratio_of_medians)"),
     *PAIRED,
     Column("figures_disagree", DIAGNOSIS, "summary.disagreements", encoding=TEXT, tag="figures_disagree"),
@@ -237,7 +271,8 @@ BY_CATEGORY = (
 # The figures to read first, in reading order: the pages' first table and the first metrics a configuration's MLflow
 # run logs (MLflow's compare view plots the first metric two runs share), the verdict's figure first.
 READ_FIRST = ("server_cell", "method", "num_speculative_tokens", "dataset", "thinking", "concurrency", "valid",
-              "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "verdict",
+              "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "verdict", "verdict_reason",
+              "degenerate_share", "answers_degenerate",
               "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
               "speedup_streamed_tpot_na",
               # issue #30: which TPOT is which, the server's beside the client's (docs/timing.md)
@@ -247,12 +282,15 @@ READ_FIRST = ("server_cell", "method", "num_speculative_tokens", "dataset", "thi
               "tpot_sources_disagree",
               "speedup_output_tok_s", "speedup_output_tok_s_ci_low",
               "speedup_output_tok_s_ci_high", "mean_acceptance_length", "acceptance_rate", "output_tok_s",
+              # issue #30: the streams at concurrency above 1 (docs/timing.md#answers-and-streams)
+              "steady_output_tok_s", "steady_window_s", "steady_na", "decode_tok_s_p10", "decode_tok_s_p50",
+              "decode_tok_s_p90", "decode_tok_s_min_over_max", "starved_streams", "stream_starvation",
               "figures_disagree", "diagnosis", "diagnosis_evidence",
               # issue #31: the length axes and acceptance by phase (docs/axes.md)
               "max_tokens", "prompt_length", "think_acceptance_length", "think_acceptance_length_ci_low",
               "think_acceptance_length_ci_high", "answer_acceptance_length", "answer_acceptance_length_ci_low",
               "answer_acceptance_length_ci_high", "think_token_share", "phase_split_na")
-K_READ_FIRST = ("statement", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high",
+K_READ_FIRST = ("statement", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "verdict_reason",
                 "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
                 "speedup_streamed_tpot_na", "speedup_server_tpot_geomean", "speedup_server_tpot_ci_low",
                 "speedup_server_tpot_ci_high", "speedup_server_tpot_na", "paired_prompts", "server_cell_a",

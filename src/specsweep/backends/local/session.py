@@ -115,10 +115,13 @@ def step_chunks(out, row: int) -> dict:
     return {"chunk_t_s": times, "chunk_tokens": tokens}
 
 
-def decode_rows(pair: LocalPair, prompts: list[list[str]], bench: dict, progress: bool = True) -> list[dict]:
-    """Every turn of every prompt, `concurrency` conversations per batch; one record per (prompt, turn)."""
+def decode_rows(pair: LocalPair, prompts: list[list[str]], bench: dict, progress: bool = True,
+                t0: float | None = None) -> list[dict]:
+    """Every turn of every prompt, `concurrency` conversations per batch; one record per (prompt, turn), with
+    `start_s`, its batch's start in seconds since t0 (default: this call's start), as the HTTP client's records."""
     from ...progress import progress_bar
 
+    t0 = time.perf_counter() if t0 is None else t0
     history: list[list[dict]] = [[] for _ in prompts]
     records = []
     n_turns = max(len(p) for p in prompts)
@@ -131,6 +134,7 @@ def decode_rows(pair: LocalPair, prompts: list[list[str]], bench: dict, progress
             for i in batch:
                 history[i].append({"role": "user", "content": prompts[i][turn]})
             ids = [pair.chat_ids(history[i], bench["thinking"]) for i in batch]
+            started = time.perf_counter() - t0
             out = pair.decode(ids, bench, seed=bench["seed"] + start + 1000 * turn)
             for j, i in enumerate(batch):
                 tokens = out.sequences[j]
@@ -139,7 +143,7 @@ def decode_rows(pair: LocalPair, prompts: list[list[str]], bench: dict, progress
                 records.append({
                     "index": i, "turn": turn, "ok": True, "error": None, "text": text, "prompt_tokens": len(ids[j]),
                     "completion_tokens": len(tokens), "ttft_s": out.first_token_s, "e2e_s": out.finish_s[j],
-                    "itl_s": [], **step_chunks(out, j),
+                    "itl_s": [], "start_s": round(started, 6), **step_chunks(out, j),
                     "acceptance_lengths": [s.accepted[j] + 1 for s in out.steps if j in s.live],
                     **phase_fields(out, j, tokens, pair.think_id),
                 })
@@ -179,7 +183,7 @@ class LocalSession:
         if bench["warmup"]:
             decode_rows(pair, prompts[:bench["warmup"]], bench, progress=False)   # same batch shape: warms its graph
         t0 = time.perf_counter()
-        rows = [{**r, "server_timing": engine_timing(r)} for r in decode_rows(pair, prompts, bench, progress)]
+        rows = [{**r, "server_timing": engine_timing(r)} for r in decode_rows(pair, prompts, bench, progress, t0)]
         figures = metrics.request_figures(rows, time.perf_counter() - t0)
         lengths = [a for r in rows for a in r["acceptance_lengths"]]
         figures["spec_decode"] = metrics.acceptance_from_lengths(lengths, pair.block_size) \
