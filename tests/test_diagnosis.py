@@ -145,7 +145,7 @@ def measured(results, drafter, models, *extra):
                                 "sweep.concurrency=[1]", "sweep.repeats=1", "sweep.rounds=1", *extra]))
     for sid in sorted(grid.servers, key=lambda s: not grid.servers[s].is_baseline):
         runner.run_server_cell(grid, sid, grid.run_marker(sid), progress=False)
-    [sid] = [s for s in grid.servers if not grid.servers[s].is_baseline and s not in grid.diagnosed_by]
+    [sid] = [s for s in grid.servers if not grid.servers[s].is_baseline]
     return grid, sid
 
 

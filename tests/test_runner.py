@@ -190,7 +190,7 @@ def test_a_thinking_cell_s_counterfactual_without_thinking_runs_on_its_own_serve
     base, k3 = g.group(lead)
     events = []
     fake_backend(monkeypatch, events, session=LowAcceptanceSession)
-    runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    runner.run_group(g, lead, tmp_path / "marker.done", progress=False, also=counterfactuals.on_own_server)
     assert [e for e in events if e[0] in ("bench", "stop")][-4:] == \
         [("bench", k3, True, 6), ("bench", k3, False, 2), ("stop", k3), ("stop", base)]
     assert [e for e in events if e[0] == "start"] == [("start", base, "coresident"), ("start", k3, "coresident")]
@@ -205,9 +205,11 @@ def test_a_thinking_cell_s_counterfactual_without_thinking_runs_on_its_own_serve
 
 
 def test_a_thinking_off_cell_s_group_serves_no_counterfactual(group, monkeypatch, tmp_path):
+    from specsweep import counterfactuals
+
     g, lead, (base, k3, k7) = group
     events = []
     fake_backend(monkeypatch, events, session=LowAcceptanceSession)
-    runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    runner.run_group(g, lead, tmp_path / "marker.done", progress=False, also=counterfactuals.on_own_server)
     assert all(e[2] is False for e in events if e[0] == "bench")
     assert len([e for e in events if e[0] == "bench"]) == 6 and not any(g.servers[s].counterfactual for s in g.servers)

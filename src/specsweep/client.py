@@ -66,9 +66,18 @@ def settings_for(bench: dict, model: str, timeout_s: float, **server_fields) -> 
                         ignore_eos=bench.get("ignore_eos", False), **server_fields)
 
 
-def _payload(messages: list[dict], s: ChatSettings) -> dict:
+def request_seed(seed: int, index: int, turn: int) -> int:
+    """The seed one request is sent: the bench seed, offset by the request's prompt index and turn, so that no two
+    requests of a cell share one. vLLM's V2 runner draws a request's random numbers, a set acceptance's accept
+    draws among them, from its seed and the token's position alone (u = rand(seed, pos)): requests sent one seed
+    read one random field, and a set-acceptance cell then realises one request's draws, not one per request
+    (docs/methods.md#a-set-acceptance-asked-and-realised). Deterministic, so a rerun sends the same seeds."""
+    return (seed + index + 100_003 * turn) % 2 ** 31
+
+
+def _payload(messages: list[dict], s: ChatSettings, index: int = 0, turn: int = 0) -> dict:
     return {"model": s.model, "messages": messages, "max_tokens": s.max_tokens, "temperature": s.temperature,
-            "seed": s.seed, "stream": True,
+            "seed": request_seed(s.seed, index, turn), "stream": True,
             "stream_options": {"include_usage": True,                                   # usage on every chunk
                                **({"continuous_usage_stats": True} if s.per_chunk_usage else {})},
             "chat_template_kwargs": {"enable_thinking": s.thinking},
@@ -115,7 +124,7 @@ async def chat_once(http: httpx.AsyncClient, url: str, messages: list[dict], s: 
     parts: list[str] = []
     try:
         async with asyncio.timeout(s.timeout_s):
-            async with http.stream("POST", f"{url}/v1/chat/completions", json=_payload(messages, s)) as resp:
+            async with http.stream("POST", f"{url}/v1/chat/completions", json=_payload(messages, s, rec.index, rec.turn)) as resp:
                 rec.status = resp.status_code
                 ctype = resp.headers.get("content-type", "")
                 if resp.status_code != 200:

@@ -117,7 +117,7 @@ def _pairs(a: Side, b: Side, required: bool = True) -> list[tuple[Cell, Cell]]:
 def _own_baseline(side: Side, cells: list[Cell]) -> dict:
     """A side's cells against their own matched baselines, paired as the summary pairs them (with rounds,
     the rounds resampled first)."""
-    own = [(c, base) for c in cells if (base := side.baseline(c)) is not None]
+    own = [(c, base) for c in cells if c.valid and (base := side.baseline(c)) is not None and base.valid]
     mine, theirs = rounds_of([c for c, _ in own]), rounds_of([base for _, base in own])
     rounds = (mine, theirs) if own and mine is not None and theirs is not None else None
     return stats.paired_speedup([c.requests() for c, _ in own], [base.requests() for _, base in own],
@@ -138,8 +138,12 @@ def compare(path_a: str | Path, path_b: str | Path, required: bool = True) -> li
     for a, b in pairs:
         groups.setdefault(a.key[:-1], []).append((a, b))
     out = []
-    for key, matched in groups.items():
+    for key, every in groups.items():
         point = dict(zip(KEY, key))
+        # only repeats that both cells' own checks accept (valid: true), as the summary takes them
+        matched = [(a, b) for a, b in every if a.valid and b.valid] or every
+        void = "; ".join(f"{side} {c.path.name}: {void_reason(c)}" for pair in every for side, c in zip("AB", pair)
+                         if not c.valid) or None
         a_runs, b_runs = [a.requests() for a, _ in matched], [b.requests() for _, b in matched]
         a_spec, b_spec = matched[0][0].server_spec, matched[0][1].server_spec
         row = {"method": point["method"], "num_speculative_tokens": point["num_speculative_tokens"],
@@ -148,8 +152,8 @@ def compare(path_a: str | Path, path_b: str | Path, required: bool = True) -> li
                "b_num_speculative_tokens": b_spec["num_speculative_tokens"], "dataset": point["dataset"],
                "thinking": point["thinking"], "concurrency": point["concurrency"],
                "max_tokens": matched[0][0].bench["max_tokens"], "prompt_length": point["prompt_length"],
-               "repeats": len(matched),
-               "cell_a": str(matched[0][0].path), "cell_b": str(matched[0][1].path)}
+               "repeats": len(matched) if void is None or len(matched) < len(every) else 0,
+               "cell_a": str(matched[0][0].path), "cell_b": str(matched[0][1].path), "repeats_void": void}
         for side, (name, cells) in ((side_a, ("a", [a for a, _ in matched])), (side_b, ("b", [b for _, b in matched]))):
             row[f"{name}_mean_acceptance_length"] = median_mad([(c.metrics.get("spec_decode") or {})
                                                                 .get("mean_acceptance_length") for c in cells])[0]
@@ -174,8 +178,40 @@ def compare(path_a: str | Path, path_b: str | Path, required: bool = True) -> li
                                      [a.metrics.get("output_tok_s") for a, _ in matched])
         row.update(b_vs_a_output_tok_s_ratio=tok["ratio"], b_vs_a_output_tok_s_ci_low=tok["ci_low"],
                    b_vs_a_output_tok_s_ci_high=tok["ci_high"])
-        out.append(row)
+        out.append(blank_void(row, matched, every_void=row["repeats"] == 0))
     return out
+
+
+def void_reason(cell: Cell) -> str:
+    """Why a cell's own checks reject its figures (metrics.json's valid: false), in its words."""
+    return cell.metrics.get("invalid_reason") or "valid: false"
+
+
+# figures a cell's own recorded check voids: its metrics.json key, and the compare columns it blanks
+VOIDED_BY = (("streamed_figures_invalid", "b_vs_a_speedup_streamed_tpot"),
+             ("server_figures_invalid", "b_vs_a_speedup_server_tpot"))
+
+
+def blank_void(row: dict, matched: list[tuple[Cell, Cell]], every_void: bool = False) -> dict:
+    """Blank every figure of a compare row that the cells' own checks void: all of them where no repeat of the
+    point is valid on both sides (repeats_void says why); a paired TPOT ratio where any cell it pairs recorded that
+    figure's check as failed (streamed_figures_invalid, server_figures_invalid in its metrics.json), whatever its
+    rows would say today, with that cell's reason in the ratio's `_na`."""
+    if every_void:
+        keep = {"repeats", "repeats_void", "cell_a", "cell_b", "b_method", "b_num_speculative_tokens", *KEY_COLUMNS}
+        return {k: v if k in keep else (f"no repeat valid on both sides: {row['repeats_void']}" if k.endswith("_na")
+                                        else None) for k, v in row.items()}
+    for key, stem in VOIDED_BY:
+        reason = next((f"{side} {c.path.name}: {c.metrics[key]}" for pair in matched for side, c in zip("AB", pair)
+                       if c.metrics.get(key)), None)
+        if reason:
+            row.update({f"{stem}_geomean": None, f"{stem}_ci_low": None, f"{stem}_ci_high": None})
+            row[f"{stem}_na"] = row.get(f"{stem}_na") or reason
+    return row
+
+
+KEY_COLUMNS = ("method", "num_speculative_tokens", "set_acceptance", "verification", "k_schedule", "dataset",
+               "thinking", "concurrency", "max_tokens", "prompt_length")
 
 
 def phase_figures(name: str, cells: list[Cell]) -> dict:
@@ -208,6 +244,8 @@ def table_lines(rows: list[dict]) -> list[str]:
             else " (B: " + labels.SEP.join(labels.setting({"method": r["b_method"],
                                                            "num_speculative_tokens": r["b_num_speculative_tokens"]})) + ")"
         out.append(f"{labels.label(r, with_pair=False)}{b_cell}, {r['repeats']} repeat(s):")
+        if r.get("repeats_void"):
+            out.append(f"  left out (their own checks void them): {r['repeats_void']}")
         if r["method"] != "none":
             out += [f"  acceptance       A {_two_places(r['a_mean_acceptance_length'])}  "
                     f"B {_two_places(r['b_mean_acceptance_length'])}  B/A {_fmt(r, 'b_vs_a_acceptance', 'ratio')}",

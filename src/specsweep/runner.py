@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from . import residency
@@ -100,9 +101,15 @@ class Members:
             session.pause()
 
 
-def run_group(grid: Grid, lead: str, marker: str | Path, progress: bool = True) -> None:
-    """Run every unfinished bench cell of a group (Grid.group), then write the job's marker."""
-    run_cells(grid, grid.group(lead), marker, progress)
+# What else a member's own server can serve once its cells are done: (server cell, bench ids) to run on it, e.g. the
+# diagnosis's counterfactual cells that need no server of their own (counterfactuals.on_own_server)
+AlsoServed = Callable[[Grid, str], list[tuple[str, list[str]]]]
+
+
+def run_group(grid: Grid, lead: str, marker: str | Path, progress: bool = True, also: AlsoServed | None = None) -> None:
+    """Run every unfinished bench cell of a group (Grid.group), and what `also` names for its members, then write
+    the job's marker."""
+    run_cells(grid, grid.group(lead), marker, progress, also)
 
 
 def run_server_cell(grid: Grid, sid: str, marker: str | Path, progress: bool = True) -> None:
@@ -110,7 +117,8 @@ def run_server_cell(grid: Grid, sid: str, marker: str | Path, progress: bool = T
     run_cells(grid, [sid], marker, progress)
 
 
-def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool = True) -> None:
+def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool = True,
+              also: AlsoServed | None = None) -> None:
     failures: list[str] = []
     turns = grid.turns(members)
     if turns:
@@ -128,8 +136,8 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
                     group.start(up)
                     for _, sid, bids in block:
                         failures += _turn(grid, group, sid, bids, launches[sid], rnd, progress)
-                    if rnd == turns[-1][0]:
-                        _own_counterfactuals(grid, group, up, launches, rnd, progress)
+                    if also and rnd == turns[-1][0]:
+                        _also_served(grid, group, up, launches, rnd, progress, also)
         finally:
             for claim in claims:
                 claim.release()
@@ -143,19 +151,17 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
     atomic_write_json(marker, {"server_cells": members, "finished_at": time.time()})
 
 
-def _own_counterfactuals(grid: Grid, group: Members, up: list[str], launches: dict[str, residency.Launch], rnd: int,
-                         progress: bool) -> None:
-    """The diagnosis's counterfactual cells a member's own server can serve (counterfactuals.on_own_server), run
-    on it before the group's servers stop, so that the diagnose job need not launch it again. One that fails is
-    left to the diagnose job; a relaunched member is left to it too (serving it here would be a launch as well)."""
-    from .counterfactuals import on_own_server
-
+def _also_served(grid: Grid, group: Members, up: list[str], launches: dict[str, residency.Launch], rnd: int,
+                 progress: bool, also: AlsoServed) -> None:
+    """What `also` names for each member (a diagnosis's counterfactual cells that need no server of their own), run
+    on the member's server before the group's servers stop, so that no later job launches it again. One that fails
+    is left to that job; a relaunched member is left to it too (serving it here would be a launch as well)."""
     for sid in up:
         if launches[sid].residency == "relaunch" or sid in group.broken:
             continue
-        for cf, bids in on_own_server(grid, sid):
-            print(f"[specsweep] {sid}: its diagnosis's counterfactual {cf} runs on its own server", flush=True)
-            _turn(grid, group, sid, bids, launches[sid], rnd, progress, cell=cf)
+        for cell, bids in also(grid, sid):
+            print(f"[specsweep] {sid}: {cell} runs on its server", flush=True)
+            _turn(grid, group, sid, bids, launches[sid], rnd, progress, cell=cell)
 
 
 def _turn(grid: Grid, group: Members, sid: str, bids: list[str], launch: residency.Launch, rnd: int,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import ceiling, diagnosis, phases, stats, table
+from . import ceiling, diagnosis, metrics, phases, stats, table
 from .cells import stable_hash
 from .labels import k_label
 from .metrics import length_shares, median_mad
@@ -55,6 +55,7 @@ def rows(study: Study) -> list[dict]:
         row["per_position_acceptance"] = medians
         row["acceptance_length_shares"] = length_shares(medians) if medians else []
         row.update(axes_columns(cells, sid, bids, lengths))
+        row.update(set_acceptance_columns(cells, sid, bids))
         out.append(row)
     out = ceiling.annotate(out)
     for row in out:
@@ -136,6 +137,36 @@ def quality_row(valid: list[dict]) -> dict:
             out[c.name], out[c.name + table.MAD] = (None, None) if any(out.get(r) for r in c.reasons) \
                 else median_mad([at(m, c.source) for m in valid])
     return out
+
+
+# ---- issue #30 item 8: a set acceptance, asked against realised (table.SET_ACCEPTANCE, docs/methods.md) ---------
+def set_acceptance_columns(study: Study, sid: str, bids: list[str]) -> dict:
+    """A set-acceptance row's asked, expected and realised acceptance over its valid repeats (metrics.
+    set_acceptance_check): counters summed; each step's offered drafts from the requests' own per-step counts where
+    every finished request has them, else every step offered K where the counters say so; blank for real acceptance."""
+    cell = study.grid.servers[sid]
+    blank = dict.fromkeys(table.names(table.SET_ACCEPTANCE))
+    if cell.is_baseline or not cell.sets_acceptance:
+        return blank
+    k = cell.spec["num_speculative_tokens"]
+    sds = [sd for b in bids if study.valid(sid, b) and (sd := (study.metrics(sid, b) or {}).get("spec_decode"))]
+    drafts = sum(sd.get("num_drafts") or 0 for sd in sds)
+    if not drafts:
+        return {**blank, **metrics.set_acceptance_check(cell.spec["set_acceptance"], k, 0, 0),
+                "set_acceptance_gap": "no valid repeat with drafts"}
+    accepted = sum(sd["num_accepted_tokens"] for sd in sds)
+    per_pos = [sum(sd["num_drafts"] * sd["per_position_acceptance"][i] for sd in sds) for i in range(k)] \
+        if all(len(sd.get("per_position_acceptance") or []) == k for sd in sds) else None
+    counts = [phases.step_counts(r) for run in study.runs(sid, bids) for r in run if r.get("ok")]
+    by_drafts = metrics.steps_by_drafts([c[1] for c in counts]) if counts and all(counts) else None
+    if by_drafts is not None and sum(by_drafts.values()) != drafts:
+        by_drafts = None            # the requests' steps are not the counters' (a request left out): trust the counters
+    if by_drafts is None and sum(sd.get("num_draft_tokens") or 0 for sd in sds) < drafts * k:
+        return {**blank, **metrics.set_acceptance_check(cell.spec["set_acceptance"], k, 0, 0),
+                "set_acceptance_gap": "no expected AL: the counters hold fewer draft tokens than drafts x K (steps cut "
+                                      "short) and the requests carry no per-step drafted counts"}
+    sequences = metrics.distinct_step_sequences([c[0] for c in counts]) if counts and all(counts) else None
+    return metrics.set_acceptance_check(cell.spec["set_acceptance"], k, drafts, accepted, per_pos, by_drafts, sequences)
 
 
 DIAGNOSIS_COLUMNS = ["diagnosis", "diagnosis_evidence"]

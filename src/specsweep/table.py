@@ -180,6 +180,21 @@ QUALITY = (
     _median("steady_window_s", ("steady_window_s",), "s", None, blank_when=("steady_na",)),
 )
 
+# issue #30 item 8 (docs/methods.md#a-set-acceptance-asked-and-realised): a set-acceptance cell's length as asked,
+# as its steps should give it, and as it came out, pooled over its valid repeats (metrics.set_acceptance_check);
+# blank for a cell whose acceptance is real
+SET_ACCEPTANCE = (
+    Column("set_acceptance_length", FIGURE, "1 + the sum of the set rates (metrics.set_acceptance_rates): the AL asked "
+           "for where every step offers K drafts", "tokens"),
+    Column("expected_acceptance_length", FIGURE, "what the set rates give on the cell's own steps (a step cut short at "
+           "the budget edge offers fewer drafts), pooled over valid repeats (metrics.set_acceptance_check)", "tokens"),
+    Column("acceptance_gap", FIGURE, "pooled realised AL - expected_acceptance_length", "tokens"),
+    Column("acceptance_gap_z", FIGURE, "the gap in accepted drafts over its binomial standard deviation, steps "
+           "independent (metrics.set_acceptance_check)", ""),
+    Column("set_acceptance_gap", DIAGNOSIS, "why the realised AL is not the expected one: |acceptance_gap_z| > "
+           "metrics.SET_ACCEPTANCE_Z (3), or why the expectation is blank", encoding=TEXT, tag="set_acceptance_gap"),
+)
+
 SUMMARY = (
     Column("study", ID, "the grid", encoding=TEXT),
     Column("server_cell", ID, "the grid (cells.Grid)", encoding=TEXT, tag="specsweep.server_cell"),
@@ -240,6 +255,7 @@ SUMMARY = (
     Column("diagnosis_evidence", DIAGNOSIS, "the diagnosis's evidence", encoding=TEXT,
            tag="diagnosis_evidence"),
     *AXES,
+    *SET_ACCEPTANCE,
 )
 
 K_COMPARISON = (
@@ -281,7 +297,9 @@ READ_FIRST = ("server_cell", "method", "num_speculative_tokens", "dataset", "thi
               "server_figures_invalid", "streamed_figures_invalid", "bursts_in_server", "bursts_after_server",
               "tpot_sources_disagree",
               "speedup_output_tok_s", "speedup_output_tok_s_ci_low",
-              "speedup_output_tok_s_ci_high", "mean_acceptance_length", "acceptance_rate", "output_tok_s",
+              "speedup_output_tok_s_ci_high", "mean_acceptance_length",
+              "set_acceptance_length", "expected_acceptance_length", "acceptance_gap", "set_acceptance_gap",  # #30.8
+              "acceptance_rate", "output_tok_s",
               # issue #30: the streams at concurrency above 1 (docs/timing.md#answers-and-streams)
               "steady_output_tok_s", "steady_window_s", "steady_na", "decode_tok_s_p10", "decode_tok_s_p50",
               "decode_tok_s_p90", "decode_tok_s_min_over_max", "starved_streams", "stream_starvation",

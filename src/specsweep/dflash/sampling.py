@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from ..metrics import set_acceptance_rates
+
 SAMPLERS = ("vllm", "rejection")
 METHODS = ("standard", "block", "synthetic")
 
@@ -125,12 +127,9 @@ def block_verify(drafts: torch.Tensor, target_probs: torch.Tensor, draft_probs: 
 def length_to_rates(length: float, n: int) -> list[float]:
     """A mean acceptance length (the bonus token counted) as n unconditional per-position rates, vLLM's
     minimum-variance schedule (`SpeculativeConfig._acceptance_length_to_rates`, vllm/config/speculative.py,
-    0.26): floor(L - 1) positions always accepted, the next one with the fractional part, the rest never."""
-    if not 1.0 <= length <= n + 1:
-        raise ValueError(f"synthetic acceptance length must be in [1, {n + 1}], got {length}")
-    drafts = length - 1
-    full = int(drafts)
-    return ([1.0] * full + [drafts - full] + [0.0] * (n - full - 1))[:n]
+    0.26): floor(L - 1) positions always accepted, the next one with the fractional part, the rest never.
+    Defined once, in metrics.set_acceptance_rates (the summary's expected acceptance reads it too)."""
+    return set_acceptance_rates(float(length), n)
 
 
 def synthetic_rates(n: int, rates=None, length: float | None = None) -> list[float]:
