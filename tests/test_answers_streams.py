@@ -69,6 +69,30 @@ def test_a_pair_whose_answers_degenerate_gets_no_faster_verdict(cell, base, reas
         assert p["verdict"] == stats.DEGENERATE and p["verdict_reason"].startswith(reason)
 
 
+def test_text_that_is_no_model_s_answer_is_not_judged(tmp_path):
+    """Random weights and a set acceptance loop or babble by construction: their answers are not judged, the row says
+    why, and the pair keeps its verdict (here faster) instead of `degenerate`."""
+    from specsweep.bench_cell import answers_not_judged
+    from specsweep.cells import expand
+    from specsweep.config import compose_jobs
+
+    why = "random weights (--load-format dummy): the text is no model's answer"
+    loops = [{**r, "answer_not_judged": why} for r in records(["and " * 30] * 8)]
+    f = answer_figures(loops)
+    assert (f["answers_judged"], f["answers_degenerate"], f["answers_na"]) == (0, None, f"not judged: {why}")
+    cell, base = ([[{**r, "answer_not_judged": why} for r in run] for run in side]
+                  for side in (runs(["and " * 30] * 8, 2.0), runs(["ab" * 30] * 8, 1.0)))
+    p = stats.paired_speedup(cell, base)
+    assert p["verdict"] == stats.FASTER and p["verdict_reason"] is None
+    grid = expand(compose_jobs([f"results_dir={tmp_path}", "sweep.num_speculative_tokens=[3]",
+                                "sweep.set_acceptance=[null,2.5]", "server.extra_args=[--load-format,dummy]"]))
+    assert {answers_not_judged(grid, s) for s in grid.servers} == {why}
+    grid = expand(compose_jobs([f"results_dir={tmp_path}", "sweep.num_speculative_tokens=[3]",
+                                "sweep.set_acceptance=[null,2.5]"]))
+    got = {grid.servers[s].spec.get("set_acceptance"): answers_not_judged(grid, s) for s in grid.servers}
+    assert got[None] is None and got[2.5].startswith("set acceptance: drafts are accepted at a set rate")
+
+
 # ---- starved streams ----------------------------------------------------------------------------------------
 def timed(rates, accept=None, tokens=41):
     """Finished requests decoding at these tok/s by the server's clock (and by the client's, smoothly)."""

@@ -42,8 +42,10 @@ def test_a_cpu_group_is_coresident_when_the_host_has_the_memory():
     g = grid()
     ms = lead_members(g)
     plan = residency.plan(g, ms, available_bytes=20 * GIB)
-    assert {p.residency for p in plan.values()} == {"coresident"} and not any(p.pause_idle for p in plan.values())
+    assert {p.residency for p in plan.values()} == {"coresident"} and all(p.pause_idle for p in plan.values())
     assert residency.plan(g, ms, available_bytes=20 * GIB) == plan                  # the same inputs, the same plan
+    off = grid("sweep.pause_idle=false")
+    assert not any(p.pause_idle for p in residency.plan(off, lead_members(off), available_bytes=20 * GIB).values())
 
 
 def test_a_cpu_group_that_does_not_fit_is_relaunched_and_says_why():

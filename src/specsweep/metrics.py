@@ -272,8 +272,12 @@ def answer_figures(records: list[dict]) -> dict:
     were judged (long enough) and how many are degenerate (repetition >= DEGENERATE_REPETITION), their share of
     the judged ones, and `answers_degenerate`: why the cell's verdict is withheld, where more than DEGENERATE_SHARE
     of its judged answers are degenerate (a speedup on text that loops says nothing of the drafter: a loop is easy
-    to draft, for the baseline's target as for the cell's), else None."""
-    reps = [x for r in records if r.get("ok") and (x := repetition(r.get("text"))) is not None]
+    to draft, for the baseline's target as for the cell's), else None. A record whose `answer_not_judged` says why
+    its text is no model's answer (random weights, a set acceptance: bench_cell.answers_not_judged) is not judged,
+    and `answers_na` says so."""
+    reps = [x for r in records if r.get("ok") and not r.get("answer_not_judged")
+            and (x := repetition(r.get("text"))) is not None]
+    unjudged = next((r["answer_not_judged"] for r in records if r.get("ok") and r.get("answer_not_judged")), None)
     bad = sum(x >= DEGENERATE_REPETITION for x in reps)
     share = bad / len(reps) if reps else None
     reason = (f"{bad} of {len(reps)} answers degenerate (at least {DEGENERATE_REPETITION:.0%} of the answer repeats "
@@ -282,7 +286,7 @@ def answer_figures(records: list[dict]) -> dict:
     q = quantiles(reps)
     return {"repetition": {"median": q["p50"], "p90": q["p90"], "max": max(reps) if reps else None},
             "answers_judged": len(reps), "degenerate_answers": bad, "degenerate_share": share,
-            "answers_degenerate": reason}
+            "answers_degenerate": reason, "answers_na": f"not judged: {unjudged}" if unjudged and not reps else None}
 
 
 def degenerate_reason(records: list[dict]) -> str | None:

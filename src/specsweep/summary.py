@@ -114,7 +114,8 @@ def quality_columns(valid: list[dict]) -> dict:
     def first(key):
         return next((f"repeat {i + 1} of {len(valid)}: {m[key]}" for i, m in enumerate(valid) if m.get(key)), None)
 
-    out = {key: first(key) for key in ("answers_degenerate", "stream_spread_na", "stream_starvation", "steady_na")}
+    out = {key: first(key) for key in ("answers_degenerate", "answers_na", "stream_spread_na", "stream_starvation",
+                                       "steady_na")}
     out.update({key: next((m[key] for m in valid if m.get(key)), None) for key in ("decode_tok_s_source",
                                                                                  "steady_clock")})
     for key in ("degenerate_answers", "starved_streams"):

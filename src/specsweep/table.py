@@ -155,10 +155,12 @@ TIMING = (
 QUALITY = (
     Column("answers_degenerate", DIAGNOSIS, "the first valid repeat's answers_degenerate: more than "
            "metrics.DEGENERATE_SHARE of its answers degenerate", encoding=TEXT, tag="answers_degenerate"),
+    Column("answers_na", DIAGNOSIS, "the first valid repeat's answers_na: why its answers were not judged (random "
+           "weights, a set acceptance: bench_cell.answers_not_judged)", encoding=TEXT),
     Column("degenerate_answers", FIGURE, "each repeat's degenerate_answers, summed: answers of repetition at least "
            "metrics.DEGENERATE_REPETITION", "answers", LOWER, INT),
-    _median("degenerate_share", ("degenerate_share",), "", LOWER),
-    _median("repetition_median", ("repetition", "median"), "", LOWER),
+    _median("degenerate_share", ("degenerate_share",), "", LOWER, blank_when=("answers_na",)),
+    _median("repetition_median", ("repetition", "median"), "", LOWER, blank_when=("answers_na",)),
     Column("stream_spread_na", DIAGNOSIS, "the first valid repeat's stream_spread_na: why the decode-rate spread "
            "is blank", encoding=TEXT),
     Column("decode_tok_s_source", LABEL, "the first valid repeat's decode_tok_s_source: whose TPOT the rates are "
