@@ -146,7 +146,9 @@ def test_preflight_says_how_each_group_will_run_and_warns_of_a_fallback(tmp_path
     small = checks.check_residency(cfg, {"gpus": [{"index": "0", "memory_total_mib": 40960}]})
     assert small.status == "warn" and "sleep (the group's servers need 82.0 GiB together" in small.message
     cpu = checks.check_residency(grid().configs[grid().leads()[0]], {"gpus": []})
-    assert cpu.status == "pass" and cpu.message.endswith("coresident, idle ones left running")
+    assert cpu.status == "pass" and cpu.message.endswith("coresident, idle ones paused")
+    idle = checks.check_residency(grid("sweep.pause_idle=false").configs[grid().leads()[0]], {"gpus": []})
+    assert idle.message.endswith("coresident, idle ones left running")
 
 
 def test_the_local_engine_on_a_gpu_is_coresident_in_its_process(tmp_path):
