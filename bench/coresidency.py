@@ -15,6 +15,7 @@ launches of one configuration against the spread within one launch (a one-way an
 
     PYTHONPATH=src .venv/bin/python bench/coresidency.py --overrides "pair.target=... pair.drafter=..." \\
         --rounds 4 --relaunch --out bench/archive/cpu/coresidency
+    (--after-turn: also the co-resident server's CPU use right after it served a pass of its own)
 """
 from __future__ import annotations
 
@@ -78,6 +79,19 @@ def cpu_s(srv) -> float:
     return total
 
 
+def after_turn(srv, grid, sid, bench, prompts, window_s: float = 0.5, windows: int = 8) -> list[float]:
+    """The server's CPU use (cores) in each half-second after it served one pass: vLLM's worker busy-loops on its
+    step queue for a while after its last step (docs/residency.md#what-an-idle-member-costs-on-a-cpu)."""
+    tok_s(srv, grid, sid, bench, prompts)
+    out, c0, t0 = [], cpu_s(srv), time.monotonic()
+    for _ in range(windows):
+        time.sleep(window_s)
+        c1, t1 = cpu_s(srv), time.monotonic()
+        out.append(round((c1 - c0) / (t1 - t0), 3))
+        c0, t0 = c1, t1
+    return out
+
+
 def interval(logs: list[float]) -> tuple[float, float, float]:
     m = statistics.fmean(logs)
     if len(logs) < 2:
@@ -104,6 +118,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--passes", type=int, default=1, help="the dataset's prompts this many times per measurement")
     ap.add_argument("--relaunch", action="store_true", help="a fresh baseline launch every round")
+    ap.add_argument("--after-turn", action="store_true", help="each round, the co-resident server's CPU use in the "
+                    "4 s after it served a pass of its own (as after a turn in a study), by half-second")
     ap.add_argument("--results", default=None, help="a results_dir for the servers' logs (default: a temp dir)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
@@ -126,6 +142,8 @@ def main() -> None:
                 alone_by_launch.append([])
             row = {"round": rnd, "alone_before": tok_s(base_srv, grid, base, bench, prompts)}
             with vllm.server_for(grid, spec, results / "logs" / f"spec-{rnd}", how=how[spec]) as other:
+                if args.after_turn:
+                    row["other_cpu_after_turn"] = after_turn(other, grid, spec, bench, prompts)
                 for state in ("idle", "paused") if rnd % 2 == 0 else ("paused", "idle"):   # the order alternates
                     if state == "paused":
                         other.pause()
@@ -146,7 +164,8 @@ def main() -> None:
         for claim in claims:
             claim.release()
     out = Path(args.out)
-    summary = {"rounds": passes, "overrides": args.overrides, "relaunch": args.relaunch, "host": platform.node(),
+    summary = {"rounds": passes, "overrides": args.overrides, "relaunch": args.relaunch, "after_turn": args.after_turn,
+               "host": platform.node(),
                "wall_s": round(time.time() - t0, 1), "baseline": base, "co_resident": spec,
                "prompts": len(prompts), "bench": {k: bench[k] for k in ("concurrency", "max_tokens", "warmup")}}
     for name in ("idle_ratio", "paused_ratio"):
@@ -162,6 +181,10 @@ def main() -> None:
     for name in ("idle_ratio", "paused_ratio"):
         s = summary[name]
         lines.append(f"\n{name}: {s['geomean']:.3f} [{s['ci95_low']:.3f}, {s['ci95_high']:.3f}] (95% t, {len(passes)} rounds)")
+    for r in passes:
+        if "other_cpu_after_turn" in r:
+            lines.append(f"\nround {r['round']}: the co-resident server's cores by half-second after its own pass: "
+                         f"{r['other_cpu_after_turn']}")
     if summary["launch_spread"]:
         s = summary["launch_spread"]
         lines.append(f"\nlaunch to launch: between-launch SD of log tok/s {s['between_launch_sd_log']:.3f}, within "

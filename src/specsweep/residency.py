@@ -2,9 +2,9 @@
 
 A group is the server cells compared with each other (a baseline and its speculative cells: Grid.group). Its job
 starts them once and they take turns (Grid.turns), unless they cannot all be resident:
-- `coresident`: every member up for the whole round. On a CPU each takes every core while it decodes; an idle
-  member takes next to none (0.4% of one core, measured), and sweep.pause_idle=true pauses it (SIGSTOP, SIGCONT
-  before its turn) so that it takes none. On a GPU the members share the group's GPUs, each with its own memory share (memory_split): its
+- `coresident`: every member up for the whole round. On a CPU each takes every core while it decodes, and a
+  member is paused between its turns (sweep.pause_idle, default true: SIGSTOP, SIGCONT before its turn), since
+  vLLM's worker busy-loops for 1 s after its last step (pause_idle). On a GPU the members share the group's GPUs, each with its own memory share (memory_split): its
   weights, the KV cache its bench cells need, and an overhead, the rest of the budget spread in proportion.
 - `sleep`: every member up, one awake (vLLM's sleep mode: --enable-sleep-mode, POST /sleep?level=1, /wake_up):
   what a GPU group that cannot fit side by side falls back to, where every member is vLLM.
