@@ -72,7 +72,6 @@ def test_a_pair_whose_answers_degenerate_gets_no_faster_verdict(cell, base, reas
 def test_text_that_is_no_model_s_answer_is_not_judged(tmp_path):
     """Random weights and a set acceptance loop or babble by construction: their answers are not judged, the row says
     why, and the pair keeps its verdict (here faster) instead of `degenerate`."""
-    from specsweep.bench_cell import answers_not_judged
     from specsweep.cells import expand
     from specsweep.config import compose_jobs
 
@@ -86,11 +85,34 @@ def test_text_that_is_no_model_s_answer_is_not_judged(tmp_path):
     assert p["verdict"] == stats.FASTER and p["verdict_reason"] is None
     grid = expand(compose_jobs([f"results_dir={tmp_path}", "sweep.num_speculative_tokens=[3]",
                                 "sweep.set_acceptance=[null,2.5]", "server.extra_args=[--load-format,dummy]"]))
-    assert {answers_not_judged(grid, s) for s in grid.servers} == {why}
+    assert {c.answers_not_judged for c in grid.servers.values()} == {why}
     grid = expand(compose_jobs([f"results_dir={tmp_path}", "sweep.num_speculative_tokens=[3]",
                                 "sweep.set_acceptance=[null,2.5]"]))
-    got = {grid.servers[s].spec.get("set_acceptance"): answers_not_judged(grid, s) for s in grid.servers}
+    got = {c.spec.get("set_acceptance"): c.answers_not_judged for c in grid.servers.values()}
     assert got[None] is None and got[2.5].startswith("set acceptance: drafts are accepted at a set rate")
+
+
+PROSE = [f"Answer {i}: the quick brown fox jumps over the lazy dog, then sleeps by the warm stove." for i in range(8)]
+
+
+def test_requests_kept_before_the_mark_are_not_judged_when_read(tmp_path):
+    """A random-weight cell measured before its requests carried `answer_not_judged` (its metrics.json says
+    degenerate): read back, its requests are marked from its own server spec and its answers are not judged."""
+    from specsweep import layout
+    from specsweep.results import atomic_write_json, atomic_write_jsonl, atomic_write_yaml
+    from specsweep.study import Cell
+
+    rows = records(["and " * 30] * 8)
+    for extra, judged in (([], False), (["--load-format", "dummy"], True)):
+        d = tmp_path / str(judged) / "srv" / "bench"
+        atomic_write_jsonl(d / layout.REQUESTS, rows)
+        atomic_write_json(d / layout.METRICS, {"valid": True, **answer_figures(rows)})
+        atomic_write_yaml(d / layout.CONFIG, {"server_spec": {"server": {"extra_args": extra}, "method": "dflash"}})
+        cell = Cell.load(d)
+        assert bool(cell.metrics["answers_degenerate"]) is not judged
+        assert bool(cell.metrics["answers_na"]) is judged
+        assert all(bool(r.get("answer_not_judged")) is judged for r in cell.requests())
+        assert bool(stats.degenerate_na([cell.requests()], [records(PROSE)])) is not judged
 
 
 # ---- starved streams ----------------------------------------------------------------------------------------

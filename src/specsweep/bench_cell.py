@@ -68,18 +68,6 @@ def greedy_agreement_na(grid: Grid, sid: str, bid: str) -> str | None:
     return None
 
 
-def answers_not_judged(grid: Grid, sid: str) -> str | None:
-    """Why a cell's text is no model's answer, so that its repetition is not judged (metrics.answer_figures), or None:
-    a random-weight server's text is noise whatever the drafter does (and loops), a set acceptance's is whatever
-    drafts were accepted at the set rate."""
-    cell = grid.servers[sid]
-    if cell.random_weights:
-        return "random weights (--load-format dummy): the text is no model's answer"
-    if cell.sets_acceptance:
-        return "set acceptance: drafts are accepted at a set rate, not by the target, so the text is no model's answer"
-    return None
-
-
 def compare_with_baseline(grid: Grid, sid: str, bid: str, figures: dict, rows: list[dict]) -> dict:
     """The cell against its matched baseline (the same bench id under the baseline server cell): the output
     tok/s ratio, greedy agreement, and the per-request paired speedups with their CIs and verdict (stats.py;
@@ -189,7 +177,7 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     if any("category" in p for p in prompt_rows):      # per-category figures in the summary
         for r in m.rows:
             r["category"] = prompt_rows[r["index"]].get("category")
-    if why := answers_not_judged(grid, sid):
+    if why := grid.servers[sid].answers_not_judged:
         for r in m.rows:
             r["answer_not_judged"] = why
     atomic_write_jsonl(out / layout.REQUESTS, m.rows)

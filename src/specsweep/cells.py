@@ -113,6 +113,22 @@ class ServerCell:
         """Served with weights the server makes itself (`--load-format dummy`, vLLM's and SGLang's flag)."""
         return random_weights(self.spec["server"].get("extra_args") or [])
 
+    @property
+    def answers_not_judged(self) -> str | None:
+        return answers_not_judged(self.spec)
+
+
+def answers_not_judged(spec: dict) -> str | None:
+    """Why a server cell's text (its spec: ServerCell.spec, a bench cell's config.yaml server_spec) is no model's
+    answer, so that its repetition is not judged (metrics.answer_figures), or None: a random-weight server's text
+    is noise whatever the drafter does (and loops), a set acceptance's is whatever drafts were accepted at the set
+    rate."""
+    if random_weights(spec["server"].get("extra_args") or []):
+        return "random weights (--load-format dummy): the text is no model's answer"
+    if spec.get("set_acceptance") is not None:
+        return "set acceptance: drafts are accepted at a set rate, not by the target, so the text is no model's answer"
+    return None
+
 
 def random_weights(extra_args: list) -> bool:
     args = [str(a) for a in extra_args]

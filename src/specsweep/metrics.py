@@ -273,7 +273,7 @@ def answer_figures(records: list[dict]) -> dict:
     the judged ones, and `answers_degenerate`: why the cell's verdict is withheld, where more than DEGENERATE_SHARE
     of its judged answers are degenerate (a speedup on text that loops says nothing of the drafter: a loop is easy
     to draft, for the baseline's target as for the cell's), else None. A record whose `answer_not_judged` says why
-    its text is no model's answer (random weights, a set acceptance: bench_cell.answers_not_judged) is not judged,
+    its text is no model's answer (random weights, a set acceptance: cells.answers_not_judged) is not judged,
     and `answers_na` says so."""
     reps = [x for r in records if r.get("ok") and not r.get("answer_not_judged")
             and (x := repetition(r.get("text"))) is not None]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from . import layout
-from .cells import MIN_BLOCKS, Grid, expand, round_of_repeat, sweep_rounds
+from . import layout, metrics
+from .cells import MIN_BLOCKS, Grid, answers_not_judged, expand, round_of_repeat, sweep_rounds
 from .errors import ConfigError
 from .results import launches, read_json, read_jsonl
 
@@ -41,7 +41,15 @@ class Cell:
 
     @classmethod
     def load(cls, path: str | Path) -> "Cell":
-        return cls(Path(path), read_json(Path(path) / layout.METRICS))
+        cell = cls(Path(path), read_json(Path(path) / layout.METRICS))
+        if cell.metrics.get("answers_degenerate") and cell.answers_not_judged:    # judged before it was not
+            cell.metrics.update(metrics.answer_figures(cell.requests()))
+        return cell
+
+    @property
+    def answers_not_judged(self) -> str | None:
+        """Why this cell's text is no model's answer (cells.answers_not_judged, from its own server spec)."""
+        return answers_not_judged(self.server_spec)
 
     @staticmethod
     def finished(path: str | Path) -> bool:
@@ -109,6 +117,9 @@ class Cell:
                     self._requests = [json.loads(line) for line in f if line.strip()]
             else:
                 self._requests = read_jsonl(path)
+            if why := self.answers_not_judged:     # also in requests written before the mark was (bench_cell)
+                for r in self._requests:
+                    r.setdefault("answer_not_judged", why)
         return self._requests
 
     def baseline(self) -> "Cell | None":

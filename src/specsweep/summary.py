@@ -41,9 +41,7 @@ def rows(study: Study) -> list[dict]:
                                                 for i, m in enumerate(valid) if m.get("streamed_figures_invalid")), None)
         row.update(timing_columns(valid))    # first: its reasons blank the server-timed medians (table.TIMING)
         row.update(quality_columns(valid))   # the same for the answers' and the streams' (table.QUALITY)
-        for c in table.medians():
-            row[c.name], row[c.name + table.MAD] = (None, None) if any(row.get(r) for r in c.reasons) \
-                else median_mad([at(m, c.source) for m in valid])
+        row.update(median_columns(row, valid, table.medians()))
         row["tpot_source"] = "server" if row["server_tpot_ms"] is not None else \
             "client stream" if row["streamed_tpot_ms"] is not None else None
         row.update(_against_baseline(cells, sid, bids, valid))
@@ -92,11 +90,9 @@ def timing_columns(valid: list[dict]) -> dict:
     """A row's server-timed columns over its valid repeats (metrics.timing_figures per repeat) but its medians and
     tpot_source (summary.rows, after them): why the server's figures are blank, where each burst arose (summed),
     the client/server TPOT ratio (median) and the first repeat whose two TPOTs disagree."""
-    def first(key):
-        return next((f"repeat {i + 1} of {len(valid)}: {m[key]}" for i, m in enumerate(valid) if m.get(key)), None)
-
-    out = {"server_figures_invalid": first("server_figures_invalid") if valid else "no valid repeat",
-           "server_itl_na": first("server_itl_na"), "tpot_sources_disagree": first("tpot_sources_disagree"),
+    out = {"server_figures_invalid": first_reason(valid, "server_figures_invalid") if valid else "no valid repeat",
+           "server_itl_na": first_reason(valid, "server_itl_na"),
+           "tpot_sources_disagree": first_reason(valid, "tpot_sources_disagree"),
            "server_timing_clock": next((m["server_timing_clock"] for m in valid if m.get("server_timing_clock")), None),
            "tpot_client_over_server": median_mad([m.get("tpot_client_over_server") for m in valid])[0]}
     if valid and any("server_figures_invalid" not in m for m in valid):     # a metrics.json from before these
@@ -111,11 +107,8 @@ def quality_columns(valid: list[dict]) -> dict:
     """A row's answer and stream columns over its valid repeats (metrics.quality_figures per repeat) but its medians
     (summary.rows, after them): each reason and flag of the first repeat that has one, the counts summed, whose
     clock (the first repeat's). A metrics.json from before these figures blanks the spread and the steady state."""
-    def first(key):
-        return next((f"repeat {i + 1} of {len(valid)}: {m[key]}" for i, m in enumerate(valid) if m.get(key)), None)
-
-    out = {key: first(key) for key in ("answers_degenerate", "answers_na", "stream_spread_na", "stream_starvation",
-                                       "steady_na")}
+    out = {key: first_reason(valid, key)
+           for key in ("answers_degenerate", "answers_na", "stream_spread_na", "stream_starvation", "steady_na")}
     out.update({key: next((m[key] for m in valid if m.get(key)), None) for key in ("decode_tok_s_source",
                                                                                  "steady_clock")})
     for key in ("degenerate_answers", "starved_streams"):
@@ -133,10 +126,20 @@ def quality_row(valid: list[dict]) -> dict:
     """table.QUALITY's columns of these repeats' metrics.json, medians included, each blank where a repeat's reason
     blanks it: what `specsweep compare` shows of each side, under the summary's names."""
     out = quality_columns(valid)
-    for c in table.QUALITY:
-        if c.median:
-            out[c.name], out[c.name + table.MAD] = (None, None) if any(out.get(r) for r in c.reasons) \
-                else median_mad([at(m, c.source) for m in valid])
+    return {**out, **median_columns(out, valid, table.medians(table.QUALITY))}
+
+
+def first_reason(valid: list[dict], key: str) -> str | None:
+    """The first of these repeats' metrics.json with a `key` (a reason or flag), as "repeat i of n: reason"."""
+    return next((f"repeat {i + 1} of {len(valid)}: {m[key]}" for i, m in enumerate(valid) if m.get(key)), None)
+
+
+def median_columns(row: dict, valid: list[dict], columns) -> dict:
+    """Each median column's median and MAD over these repeats, both blank where one of its reasons is set in `row`."""
+    out = {}
+    for c in columns:
+        out[c.name], out[c.name + table.MAD] = (None, None) if any(row.get(r) for r in c.reasons) \
+            else median_mad([at(m, c.source) for m in valid])
     return out
 
 

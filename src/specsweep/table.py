@@ -156,7 +156,7 @@ QUALITY = (
     Column("answers_degenerate", DIAGNOSIS, "the first valid repeat's answers_degenerate: more than "
            "metrics.DEGENERATE_SHARE of its answers degenerate", encoding=TEXT, tag="answers_degenerate"),
     Column("answers_na", DIAGNOSIS, "the first valid repeat's answers_na: why its answers were not judged (random "
-           "weights, a set acceptance: bench_cell.answers_not_judged)", encoding=TEXT),
+           "weights, a set acceptance: cells.answers_not_judged)", encoding=TEXT),
     Column("degenerate_answers", FIGURE, "each repeat's degenerate_answers, summed: answers of repetition at least "
            "metrics.DEGENERATE_REPETITION", "answers", LOWER, INT),
     _median("degenerate_share", ("degenerate_share",), "", LOWER, blank_when=("answers_na",)),
