@@ -123,7 +123,7 @@ def answers_not_judged(spec: dict) -> str | None:
     answer, so that its repetition is not judged (metrics.answer_figures), or None: a random-weight server's text
     is noise whatever the drafter does (and loops), a set acceptance's is whatever drafts were accepted at the set
     rate."""
-    if random_weights(spec["server"].get("extra_args") or []):
+    if random_weights((spec.get("server") or {}).get("extra_args") or []):
         return "random weights (--load-format dummy): the text is no model's answer"
     if spec.get("set_acceptance") is not None:
         return "set acceptance: drafts are accepted at a set rate, not by the target, so the text is no model's answer"
