@@ -425,3 +425,24 @@ def test_block_verification_is_refused_on_the_other_backends(overrides, backend)
                                                      f"{backend} backend: run these cells on a backend that has it "
                                                      "(server.backend vllm or local), or set "
                                                      "sweep.verification=[standard]")
+
+
+def test_a_pair_path_that_is_no_folder_here_fails_in_one_line_and_a_hub_id_passes(random_results, tmp_path,
+                                                                                   monkeypatch):
+    """A relative pair.target read from another directory (`snakemake -d`) fails before any server starts."""
+    target = random_results / "models" / "tiny" / "target"
+    drafter = random_results / "models" / "tiny" / "drafter"
+    monkeypatch.chdir(random_results.parent)
+    relative = job("pair.target=results/models/tiny/target", f"pair.drafter={drafter}", "pair.built_by_workflow=false")
+    assert checks.check_pair_paths(relative, {}).status == "pass"            # read from here, it is a folder
+    monkeypatch.chdir(tmp_path)
+    c = checks.check_pair_paths(relative, {})
+    assert c.status == "fail" and c.message == (f"pair.target=results/models/tiny/target is no folder here ({tmp_path}) "
+                                                "and no hub id (owner/name): give its absolute path, or run from the "
+                                                "folder it is relative to")
+    hub = job("pair=qwen3-8b-dflash-b16")                                   # hub ids: checked once downloaded
+    assert checks.check_pair_paths(hub, {}).status == "pass"
+    assert checks.check_pair_paths(job(f"pair.target={target}", "pair.drafter=./nowhere/drafter",
+                                       "pair.built_by_workflow=false"), {}).message.startswith(
+        "pair.drafter=./nowhere/drafter is no folder here")
+    assert vllm_checks.CHECKS.index(checks.check_pair_paths) < vllm_checks.CHECKS.index(checks.check_drafter)

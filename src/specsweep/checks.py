@@ -4,6 +4,7 @@ share: a check passes, warns or fails with one line that names the problem and t
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,26 @@ def check_parallel(cfg, env):
         return warn(name, f"each server cell needs {need} GPUs and {len(gpus)} are visible: {len(gpus) % need} will "
                           f"idle when cells run side by side; pick parallel sizes whose product divides {len(gpus)}")
     return ok(name, f"{need} GPU(s) per server cell, {len(gpus)} visible")
+
+
+# A model id on the hub: a name, or owner/name (huggingface_hub's repo ids); a path of more parts, or one that starts
+# with / . or ~, can only be a folder on this machine
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+def check_pair_paths(cfg, env):
+    """A target or drafter given as a path must be a folder here: where it is not, the server would fail only once
+    started (a relative path is read from the directory the workflow runs in, `snakemake -d`)."""
+    name = "pair paths"
+    pair = cfg["pair"]
+    if pair["built_by_workflow"]:
+        return ok(name, "the embedded pair: built by the workflow")
+    roles = [("target", pair["target"])] + ([("drafter", pair["drafter"])] if pair["method"] == "dflash" else [])
+    for role, path in roles:
+        if path and not Path(path).expanduser().is_dir() and not HUB_ID.fullmatch(str(path)):
+            return fail(name, f"pair.{role}={path} is no folder here ({Path.cwd()}) and no hub id (owner/name): give "
+                              "its absolute path, or run from the folder it is relative to")
+    return ok(name, "; ".join(f"{role} {path}" for role, path in roles))
 
 
 def check_drafter(cfg, env):

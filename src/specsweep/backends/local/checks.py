@@ -2,7 +2,7 @@
 nothing more about another one (environment)."""
 from __future__ import annotations
 
-from ...checks import (check_dataset, check_drafter, check_max_tokens, check_memory, check_num_speculative_tokens,
+from ...checks import (check_dataset, check_drafter, check_pair_paths, check_max_tokens, check_memory, check_num_speculative_tokens,
                        check_prompt_length, check_thinking, fail, ok, warn)
 
 
@@ -54,6 +54,6 @@ def check_verification(cfg, env):
     return ok(name, f"{methods}: the local engine's block verification (docs/engine.md)")
 
 
-CHECKS = [check_dataset, check_drafter, check_num_speculative_tokens, check_thinking, check_memory,
+CHECKS = [check_dataset, check_pair_paths, check_drafter, check_num_speculative_tokens, check_thinking, check_memory,
           check_max_tokens, check_prompt_length, check_local_engine, check_set_acceptance, check_verification]
 # and the shared refusal of sweep.k_schedule, which it lacks (CAPABILITIES; checks.refusals)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ... import drafter_config
-from ...checks import (_tokenizer_ids, check_dataset, check_drafter, check_max_tokens, check_memory,
+from ...checks import (_tokenizer_ids, check_dataset, check_drafter, check_pair_paths, check_max_tokens, check_memory,
                        check_num_speculative_tokens, check_parallel, check_port, check_prompt_length, check_thinking, fail, local_dir, ok,
                        warn)
 from ...config import aslist
@@ -143,5 +143,5 @@ def check_sglang_mask_token(cfg, env):
 
 
 CHECKS = [check_dataset, check_sglang_device, check_parallel, check_sglang_server, check_sglang_dflash,
-          check_sglang_kernel, check_drafter, check_sglang_mask_token, check_num_speculative_tokens, check_thinking,
+          check_sglang_kernel, check_pair_paths, check_drafter, check_sglang_mask_token, check_num_speculative_tokens, check_thinking,
           check_port, check_memory, check_max_tokens, check_prompt_length]   # and the shared refusals of all FEATURES (checks.refusals)

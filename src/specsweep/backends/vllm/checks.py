@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from ... import drafter_config, layout
-from ...checks import (Check, check_dataset, check_drafter, check_max_tokens, check_prompt_length, check_memory, check_num_speculative_tokens,
+from ...checks import (Check, check_dataset, check_drafter, check_pair_paths, check_max_tokens, check_prompt_length, check_memory, check_num_speculative_tokens,
                        check_parallel, check_port, check_thinking, fail, local_dir, ok, warn)
 from ...errors import ServerError
 from . import known_issues
@@ -214,6 +214,6 @@ def known_issue_check(row: known_issues.KnownIssue):
 
 
 CHECKS = [check_dataset, check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support,
-          check_per_request_metrics, check_drafter, check_num_speculative_tokens, check_thinking, check_port,
+          check_per_request_metrics, check_pair_paths, check_drafter, check_num_speculative_tokens, check_thinking, check_port,
           check_attention_backend, check_memory, check_max_tokens, check_prompt_length, check_set_acceptance, check_verification,
           check_k_schedule, *map(known_issue_check, known_issues.ROWS)]
