@@ -32,7 +32,8 @@ def run(log_path: str, fn: Callable[[], object]) -> None:
         except SpecsweepError as e:
             print(f"specsweep: {e}", file=log)
             lines = str(e).splitlines()
-            shown = lines if e.multiline else lines[:1]   # one line per failed check
+            # one line per failed check; else the first, where a server's last log lines follow it only in the log
+            shown = lines if e.multiline else [lines[0].removesuffix(", last lines:").removesuffix(" last lines:")]
             for line in shown:
                 print(f"specsweep: {line}", file=stderr)
             print(f"specsweep: details in {log_path}", file=stderr)
