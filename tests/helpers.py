@@ -202,13 +202,14 @@ def standin_site(tmp_path, version: str = "0.5.17") -> Path:
     return site
 
 
-def standin_study(tiny_results, tmp_path, startup_s) -> tuple[Path, Path, list[str]]:
-    """Overrides for a study of the session's tiny pair on the SGLang stand-in: the folder where it records each
-    launch (STANDIN_RECORD_DIR), its site (Snakemake's env_check finds it there too), and the overrides."""
+def standin_study(pair_results, tmp_path, startup_s) -> tuple[Path, Path, list[str]]:
+    """Overrides for a study of pair_results' tiny pair on the SGLang stand-in: the folder where it records each
+    launch (STANDIN_RECORD_DIR), its site (Snakemake's env_check finds it there too), and the overrides. The stand-in
+    loads no weights, so the random pair (random_results) does, and its tests need not wait for the training."""
     records = tmp_path / "records"
     records.mkdir()
     site = standin_site(tmp_path)
-    return records, site, [*prebuilt_pair(tiny_results), "server=sglang", f"server.python={BIN / 'python'}",
+    return records, site, [*prebuilt_pair(pair_results), "server=sglang", f"server.python={BIN / 'python'}",
                      "kernel=sglang_fa3", f"+server.env.PYTHONPATH={site}", f"+server.env.STANDIN_RECORD_DIR={records}",
                      f"+server.env.STANDIN_STARTUP_S={startup_s}"]
 

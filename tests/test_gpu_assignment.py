@@ -54,13 +54,12 @@ def test_inside_a_slurm_job_the_step_gpus_are_used_and_the_layout_rechecked(lock
     assert take_gpus(0) == ([], [])        # a CPU cell in a job without GPUs
 
 
-@pytest.mark.server
 @pytest.mark.dag
-def test_two_server_cells_run_side_by_side_on_disjoint_gpus(tiny_results, tmp_path):
+def test_two_server_cells_run_side_by_side_on_disjoint_gpus(random_results, tmp_path):
     results = tmp_path / "results"
     # each stand-in answers /health after 4 s and holds each cell's requests 2 s: both servers are up together
     # however far apart their two jobs start under load
-    records, site, standin = standin_study(tiny_results, tmp_path, 4)
+    records, site, standin = standin_study(random_results, tmp_path, 4)
     study = [*standin, "+server.env.STANDIN_SLOW_S_K2=2", "+server.env.STANDIN_SLOW_S_K3=2", "server.stop_grace_s=5",
              "sweep.baseline=false", "sweep.num_speculative_tokens=[2,3]", "dataset.num_prompts=8",
              "sweep.max_tokens=32", "sweep.warmup=0", "tracking=off"]

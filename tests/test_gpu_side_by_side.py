@@ -14,15 +14,15 @@ import pytest
 
 from helpers import last_launch, run_bounded, snakemake_argv, standin_k, standin_study
 
-pytestmark = [pytest.mark.server, pytest.mark.dag]
+pytestmark = pytest.mark.dag
 
 FAST_K, SLOW_K = 2, 3
 FAST_S, SLOW_S = 2.0, 5.0     # per bench cell (its 4 prompts run at once): the K=3 cell is mid-way when K=2 ends
 REPEATS = 3
 
 
-def test_a_finished_gpu_cell_does_not_start_the_running_one_again(tiny_results, tmp_path):
-    records, site, standin = standin_study(tiny_results, tmp_path, 0.5)
+def test_a_finished_gpu_cell_does_not_start_the_running_one_again(random_results, tmp_path):
+    records, site, standin = standin_study(random_results, tmp_path, 0.5)
     results = tmp_path / "results"
     study = [*standin, f"+server.env.STANDIN_SLOW_S_K{FAST_K}={FAST_S}",
              f"+server.env.STANDIN_SLOW_S_K{SLOW_K}={SLOW_S}",

@@ -172,8 +172,8 @@ def test_a_ci_that_ends_near_1_says_borderline(lo, hi, expected):
 
 
 # ---- the DAG: one launch per member, turns, a resumed cell, a rerun that does nothing; relaunch rounds ----------
-def dag_study(tiny_results, tmp_path, *extra):
-    records, site, standin = standin_study(tiny_results, tmp_path, 0.2)
+def dag_study(pair_results, tmp_path, *extra):
+    records, site, standin = standin_study(pair_results, tmp_path, 0.2)
     results = tmp_path / "results"
     study = [*standin, "server.stop_grace_s=5", "sweep.num_speculative_tokens=[2,3]",
              "dataset.num_prompts=4", "sweep.concurrency=[4]", "sweep.max_tokens=8", "sweep.warmup=0",
@@ -194,10 +194,9 @@ def k_of(g, sid):
     return g.servers[sid].spec["num_speculative_tokens"]
 
 
-@pytest.mark.server
 @pytest.mark.dag
-def test_a_group_starts_each_server_once_takes_turns_resumes_one_cell_and_a_rerun_does_nothing(tiny_results, tmp_path):
-    g, argv, env, launches = dag_study(tiny_results, tmp_path)
+def test_a_group_starts_each_server_once_takes_turns_resumes_one_cell_and_a_rerun_does_nothing(random_results, tmp_path):
+    g, argv, env, launches = dag_study(random_results, tmp_path)
     rc = run_bounded(argv, tmp_path / "first.log", 600, env)
     assert rc == 0, (tmp_path / "first.log").read_text()[-4000:]
     assert launches() == [0, 2, 3]                                  # one launch per server cell, up together
@@ -246,10 +245,9 @@ def test_a_group_starts_each_server_once_takes_turns_resumes_one_cell_and_a_reru
     assert rc == 0 and launches() == [0, 2, 3, 2]
 
 
-@pytest.mark.server
 @pytest.mark.dag
-def test_relaunch_rounds_launch_each_member_once_a_round_in_a_rotating_order(tiny_results, tmp_path):
-    g, argv, env, launches = dag_study(tiny_results, tmp_path, "sweep.residency=relaunch", "sweep.rounds=2")
+def test_relaunch_rounds_launch_each_member_once_a_round_in_a_rotating_order(random_results, tmp_path):
+    g, argv, env, launches = dag_study(random_results, tmp_path, "sweep.residency=relaunch", "sweep.rounds=2")
     rc = run_bounded(argv, tmp_path / "first.log", 600, env)
     assert rc == 0, (tmp_path / "first.log").read_text()[-4000:]
     assert launches() == [0, 2, 3, 2, 3, 0]                      # baseline, K=2, K=3, then round 1 rotated
