@@ -207,10 +207,20 @@ def test_scancel_stops_the_server_keeps_finished_cells_and_the_rerun_redoes_only
     assert spec.name in job and f"{base_metrics.parent.parent.name}/" not in job, job
 
 
+def start_now_once_pending(jobid: str) -> None:
+    """SLURM holds a requeued batch job back before it may start again (its BeginTime about two minutes out); an
+    operator's `scontrol update StartTime=now` lets it start at once. The restart is what the test is about, not the
+    wait."""
+    wait_for(lambda: any(j["id"] == jobid and j["state"] == "PENDING" for j in squeue()), 120,
+             "the requeued job to be pending", 0.5)
+    subprocess.run(["scontrol", "update", f"JobId={jobid}", "StartTime=now"], check=True, timeout=30)
+
+
 def test_requeue_mid_cell_resumes_the_job_without_losing_or_duplicating_anything(slurm_smoke):
     results = slurm_smoke[1]
     spec, base_metrics, base_mtime, proc, log, first, jobid = rerun_until_its_server_is_up(slurm_smoke, "requeue")
     subprocess.run(["scontrol", "requeue", jobid], check=True, timeout=30)
+    start_now_once_pending(jobid)
     assert finish(proc, log, 1200) == 0, log.read_text()[-4000:]
     show = subprocess.run(["scontrol", "show", "job", jobid], capture_output=True, text=True, timeout=30).stdout
     assert "Restarts=1" in show and "JobState=COMPLETED" in show        # the same job ran again, to the end
