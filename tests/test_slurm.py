@@ -208,9 +208,9 @@ def test_scancel_stops_the_server_keeps_finished_cells_and_the_rerun_redoes_only
 
 
 def start_now_once_pending(jobid: str) -> None:
-    """SLURM holds a requeued batch job back before it may start again (its BeginTime about two minutes out); an
-    operator's `scontrol update StartTime=now` lets it start at once. The restart is what the test is about, not the
-    wait."""
+    """SLURM holds a requeued batch job back before it may start again (about two minutes here: its vLLM launched
+    again 127 s after the requeue); an operator's `scontrol update StartTime=now` lets it start at once. The restart is
+    what the test is about, not the wait."""
     wait_for(lambda: any(j["id"] == jobid and j["state"] == "PENDING" for j in squeue()), 120,
              "the requeued job to be pending", 0.5)
     subprocess.run(["scontrol", "update", f"JobId={jobid}", "StartTime=now"], check=True, timeout=30)
