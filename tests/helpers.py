@@ -150,6 +150,11 @@ def wait_for(predicate, timeout_s, what, interval_s=0.2):
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
+def cell_files(cells) -> dict:
+    """Every file under these bench cells' folders and its bytes (links left out): what a fault must leave as it was."""
+    return {p: p.read_bytes() for c in cells for p in sorted(c.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
 def files_holding(root: Path, text: str) -> list[Path]:
     """The files under root whose bytes contain text."""
     return [f for f in root.rglob("*") if f.is_file() and text.encode() in f.read_bytes()]

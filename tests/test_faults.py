@@ -12,15 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from helpers import last_launch, popen_group, prebuilt_pair, run, snakemake_argv, wait_for
+from helpers import cell_files, last_launch, popen_group, prebuilt_pair, run, snakemake_argv, wait_for
 from specsweep.claims import port_is_free
 from specsweep.server import group_alive
 
 pytestmark = pytest.mark.server
-
-
-def cell_files(results: Path, cells) -> dict:
-    return {p: p.read_bytes() for c in cells for p in sorted(c.rglob("*")) if p.is_file() and not p.is_symlink()}
 
 
 def bench_dirs(results: Path, study: str):
@@ -78,12 +74,12 @@ def test_server_killed_mid_cell_keeps_everything_and_rerun_redoes_only_that_cell
     # --keep-going: the other server cell (the baseline) finished
     done = [d for d in bench_dirs(results, "t") if (d / "metrics.json").exists()]
     assert len(done) == 1 and not any("-k2-" in str(d) for d in done)
-    before = cell_files(results, done)
+    before = cell_files(done)
     jobs = dry_run_jobs(tmp_path, results, *study)
     assert len(jobs) == 1 and "-k2-" in jobs[0]
     again = run(snakemake_argv(tmp_path, results, *study))
     assert again.returncode == 0, again.stdout[-3000:]
-    assert cell_files(results, done) == before
+    assert cell_files(done) == before
     assert (dead / "metrics.json").exists() and not (dead / "failed.json").exists()
     assert time.monotonic() - killed_at < 900
 

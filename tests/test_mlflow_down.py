@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from helpers import BIN, popen_group, run, snakemake_argv, standin_study, wait_for
+from helpers import BIN, cell_files, popen_group, run, snakemake_argv, standin_study, wait_for
 
 pytestmark = pytest.mark.dag
 
@@ -18,10 +18,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def cell_files(cells) -> dict:
-    return {p: p.read_bytes() for c in cells for p in sorted(c.rglob("*")) if p.is_file() and not p.is_symlink()}
 
 
 def test_mlflow_down_keeps_results_and_a_later_run_ingests_once(random_results, tmp_path):
