@@ -14,21 +14,32 @@ T0C4_R10 = [*T0C4, "synthetic-t0-c4-r1-695441c5", "synthetic-t0-c4-r2-7ae17cf4",
             "synthetic-t0-c4-r4-e2c57a29", "synthetic-t0-c4-r5-6fd39322", "synthetic-t0-c4-r6-69e529a4",
             "synthetic-t0-c4-r7-cd2c8fd3", "synthetic-t0-c4-r8-7c90a983", "synthetic-t0-c4-r9-90f0fe69"]
 ONE_REPEAT = ["sweep.repeats=1"]    # the default sweep before the verdicts
-UNPINNED = ["server.pin_engine_core=false"]     # vllm-cpu before its engine core was pinned
+MP = ["server.distributed_executor_backend=null"]    # vllm-cpu before its model ran in the engine core (uni)
+UNPINNED = ["server.pin_engine_core=false", *MP]     # ... and before its engine core was pinned
 BLOCK_BENCHES = ["synthetic-t0-c1-r0-36141925", "synthetic-t1-c1-r0-05914b04"]
 
 PINNED = {
-    # The default since vllm-cpu's engine core is pinned beside its worker (server.pin_engine_core: auto)
+    # The default since vllm-cpu runs its model in the engine core (server.distributed_executor_backend: uni)
     "default": ([], {
+        "default/base-target-1b632c0d1d": T0C4_R10,
+        "default/tiny-dflash-k3-1a52155894": T0C4_R10,
+        "default/tiny-dflash-k7-2cdda33be5": T0C4_R10,
+    }),
+    "smoke": (["study=smoke", "sweep=smoke"], {
+        "smoke/base-target-1b632c0d1d": ["synthetic-t0-c2-r0-063501a6"],
+        "smoke/tiny-dflash-k3-1a52155894": ["synthetic-t0-c2-r0-063501a6"],
+    }),
+    # ... and before it: the engine core pinned beside its worker (server.pin_engine_core: auto)
+    "default-mp": (MP, {
         "default/base-target-e9e4e4a490": T0C4_R10,
         "default/tiny-dflash-k3-519c3ae069": T0C4_R10,
         "default/tiny-dflash-k7-1ad3d3b816": T0C4_R10,
     }),
-    "smoke": (["study=smoke", "sweep=smoke"], {
+    "smoke-mp": (["study=smoke", "sweep=smoke", *MP], {
         "smoke/base-target-e9e4e4a490": ["synthetic-t0-c2-r0-063501a6"],
         "smoke/tiny-dflash-k3-519c3ae069": ["synthetic-t0-c2-r0-063501a6"],
     }),
-    # ... and before it: the engine core where vLLM put it
+    # ... and before that: the engine core where vLLM put it
     "default-unpinned": (UNPINNED, {
         "default/base-target-09e275b51d": T0C4_R10,
         "default/tiny-dflash-k3-e5c0bfe23a": T0C4_R10,

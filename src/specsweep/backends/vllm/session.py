@@ -44,7 +44,7 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | 
     timing_wanted = bool(cell.run.get("per_request_timing", False))
     timing = timing_wanted and bool(probe.get("per_request_timing"))
     name = cell.served_name
-    env = launch.guarded_env(cell.spec["server"]["env"])
+    env = {**launch.guarded_env(cell.spec["server"]["env"]), **launch.executor_env(cell.spec["server"])}
     # one compile cache for every cell of the results_dir, set here and not in server.env, which the cell id hashes
     env.setdefault("VLLM_CACHE_ROOT", str(cache_root(grid)))
     if sleep:       # vLLM serves /sleep and /wake_up only in its dev mode
