@@ -34,8 +34,10 @@ from dag_overhead import BIN, breakdown, ensure_pair, study_argv, timed
 from specsweep.results import launches
 
 VLLM_PORT = 19590    # outside the port range specsweep's cells take here
+# conf/server/vllm_cpu.yaml's `env`, and what its `distributed_executor_backend: uni` adds to it
+# (backends/vllm/launch.py, executor_env): the environment specsweep's servers get
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1"}   # conf/server/vllm_cpu.yaml's `env`, which specsweep's servers get
+            "VLLM_NO_USAGE_STATS": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
 
 
 def server_argvs(results: Path) -> dict[str, list[str]]:
