@@ -111,7 +111,9 @@ def test_interrupt_stops_every_server_and_the_next_run_resumes(tiny_results, tmp
     assert proc.returncode != 0
     wait_for(lambda: not group_alive(info["pgid"]), 30, "the server's process group to be gone")
     assert port_is_free("127.0.0.1", info["port"])
-    assert "stopped" in next((results / "t").glob("base-*/logs/job-*.log")).read_text()
+    # Snakemake may exit before its job has written its last line: the job stops its server, then says so
+    job_log = next((results / "t").glob("base-*/logs/job-*.log"))
+    wait_for(lambda: "stopped" in job_log.read_text(), 30, f"the job to say it stopped its server ({job_log})")
     assert len(dry_run_jobs(tmp_path, results, *study)) == 1       # the unfinished cell is still to run
 
 
@@ -173,7 +175,10 @@ def test_concurrency_64_and_256_account_for_every_request(tiny_results, tmp_path
             assert fig["requests_completed"] == n, [r["error"] for r in rows if not r["ok"]][:3]
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             print(f"concurrency {n}: {fig['wall_s']:.1f} s, client CPU {cpu:.2f} s, max RSS {rss:.0f} MiB")
-            assert cpu < fig["wall_s"] and rss < 2048
+            # the client's CPU per request, not against the wall: a server fast enough makes the client the
+            # bottleneck at 64 streams on two cores (0.58 s of CPU in 0.58 s, 2026-12-03). 25 ms: 13x the 1.86 ms
+            # a request cost against an instant server (docs/benchmarks.md), 2.7x the 9 ms measured here
+            assert cpu / n < 0.025 and rss < 2048
 
 
 # 5. a leftover server from a killed run ----------------------------------------------------------------------
