@@ -216,6 +216,23 @@ def test_thinking_against_the_drafters_training():
     assert checks.check_thinking(job("pair=qwen3-8b-dflash-b16", "sweep.thinking=false"), {}).status == "pass"
 
 
+def test_the_model_in_vllm_cpus_engine_core_is_one_rank_on_one_thread(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert vllm_checks.check_executor(job(), {}).status == "pass"          # vllm_cpu's default, on two cores
+    c = vllm_checks.check_executor(job("server.tensor_parallel_size=2"), {})
+    assert (c.status, c.message) == ("fail", "server.distributed_executor_backend=uni runs one rank, but "
+                                             "tensor_parallel_size x data_parallel_size = 2: set "
+                                             "server.distributed_executor_backend=mp")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    c = vllm_checks.check_executor(job(), {})
+    assert c.status == "warn" and "16 cores" in c.message and "binds its worker to 15" in c.message
+    assert vllm_checks.check_executor(job("+server.env.OMP_NUM_THREADS=8"), {}).status == "pass"
+    assert vllm_checks.check_executor(job("server.distributed_executor_backend=mp"), {}).status == "pass"
+    assert vllm_checks.check_executor(job("server=vllm_gpu"), {}).message == "vLLM's choice"
+
+
 def test_max_tokens_with_thinking():
     c = checks.check_max_tokens(job("pair=qwen3.5-27b-dflash", "sweep.thinking=true", "sweep.max_tokens=64"), {})
     assert c.status == "fail" and "cut off inside the thinking trace" in c.message

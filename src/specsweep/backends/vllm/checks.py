@@ -171,6 +171,27 @@ def check_k_schedule(cfg, env):
     return ok(name, f"{schedule}: vLLM picks K per batch size, each entry clamped to the cell's K (the largest)")
 
 
+def check_executor(cfg, env):
+    """server.distributed_executor_backend=uni on a CPU (vllm_cpu's default): the model in the engine core's
+    process, on one compute thread (launch.executor_env), one rank only. Where this machine has more than two
+    cores, vLLM's own `mp` would bind its worker to all but one of them (docs/residency.md#the-model-in-the-engine-core)."""
+    name = "executor"
+    s = cfg["server"]
+    backend = s.get("distributed_executor_backend")
+    if s.get("device") != "cpu" or backend != "uni":
+        return ok(name, backend or "vLLM's choice")
+    ranks = s.get("tensor_parallel_size", 1) * s.get("data_parallel_size", 1)
+    if ranks > 1:
+        return fail(name, f"server.distributed_executor_backend=uni runs one rank, but tensor_parallel_size x "
+                          f"data_parallel_size = {ranks}: set server.distributed_executor_backend=mp")
+    cores, threads = len(os.sched_getaffinity(0)), str(s["env"].get("OMP_NUM_THREADS", 1))
+    if cores > 2 and threads == "1":
+        return warn(name, f"server.distributed_executor_backend=uni computes on one thread, and this machine has "
+                          f"{cores} cores: set server.distributed_executor_backend=mp, where vLLM binds its worker to "
+                          f"{cores - 1} of them (or OMP_NUM_THREADS in server.env)")
+    return ok(name, f"uni: the model in the engine core's process, {threads} compute thread(s)")
+
+
 def check_attention_backend(cfg, env):
     name = "attention_backend"
     backend = cfg["kernel"]["attention_backend"]
@@ -216,4 +237,4 @@ def known_issue_check(row: known_issues.KnownIssue):
 CHECKS = [check_dataset, check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support,
           check_per_request_metrics, check_pair_paths, check_drafter, check_num_speculative_tokens, check_thinking, check_port,
           check_attention_backend, check_memory, check_max_tokens, check_prompt_length, check_set_acceptance, check_verification,
-          check_k_schedule, *map(known_issue_check, known_issues.ROWS)]
+          check_k_schedule, check_executor, *map(known_issue_check, known_issues.ROWS)]
