@@ -11,7 +11,7 @@ from ...checks import (Check, check_dataset, check_drafter, check_pair_paths, ch
                        check_parallel, check_port, check_thinking, fail, local_dir, ok, warn)
 from ...errors import ServerError
 from . import known_issues
-from .launch import interpreter_of, probe_python, server_command
+from .launch import executor_env, interpreter_of, probe_python, server_command
 
 # GPU backends with the non-causal attention DFlash needs (supports_non_causal in vLLM 0.26 and 0.32), and the
 # dtypes each takes (supported_dtypes there): FlashAttention has no float32 kernel.
@@ -184,7 +184,7 @@ def check_executor(cfg, env):
     if ranks > 1:
         return fail(name, f"server.distributed_executor_backend=uni runs one rank, but tensor_parallel_size x "
                           f"data_parallel_size = {ranks}: set server.distributed_executor_backend=mp")
-    cores, threads = len(os.sched_getaffinity(0)), str(s["env"].get("OMP_NUM_THREADS", 1))
+    cores, threads = len(os.sched_getaffinity(0)), executor_env(s)["OMP_NUM_THREADS"]
     if cores > 2 and threads == "1":
         return warn(name, f"server.distributed_executor_backend=uni computes on one thread, and this machine has "
                           f"{cores} cores: set server.distributed_executor_backend=mp, where vLLM binds its worker to "

