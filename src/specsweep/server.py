@@ -5,11 +5,13 @@ what we started is ever signalled, by the process group recorded at launch.
 """
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import secrets
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -33,6 +35,42 @@ JOB_THREAD_VARS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 
 
 BIND_ATTEMPTS = 3       # launches of one server when its port is taken before it binds
+
+
+class SideBySide:
+    """The servers one job starts side by side, each from its own thread (runner.Members.start). Signals reach only
+    the job's main thread: where it is interrupted while they start, leaving this block tells every server still
+    starting to give up, and each thread then stops its own (Server.__enter__), so none outlives the job.
+    Threads see it through STARTING (pass them contextvars.copy_context())."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._servers: list[Server] = []
+        self.cancelled = False
+
+    def __enter__(self) -> "SideBySide":
+        self._token = STARTING.set(self)
+        return self
+
+    def __exit__(self, exc_type, *_) -> None:
+        STARTING.reset(self._token)
+        if exc_type is not None:
+            self.cancel()
+
+    def join(self, srv: "Server") -> None:
+        with self._lock:
+            if self.cancelled:
+                raise ServerError(f"{srv.kind} not started: the job was interrupted")
+            self._servers.append(srv)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            for srv in self._servers:
+                srv.cancelled.set()
+
+
+STARTING: contextvars.ContextVar[SideBySide | None] = contextvars.ContextVar("starting", default=None)
 
 
 def new_api_key() -> str:
@@ -96,8 +134,12 @@ class Server:
     info: dict = field(default_factory=dict)
     _claims: list[Claim] = field(default_factory=list)
     _key_file: Path | None = None
+    cancelled: threading.Event = field(default_factory=threading.Event)   # SideBySide.cancel: give up waiting
 
     def start(self) -> None:
+        side = STARTING.get()
+        if side is not None:
+            side.join(self)
         note = reap_leftover(self.log_dir, self.run["stop_grace_s"], self.kind)
         if note:
             print(f"[specsweep] {note}", flush=True)
@@ -176,6 +218,9 @@ class Server:
         try:
             with httpx.Client(timeout=5.0, headers=self.auth) as http:
                 while time.monotonic() < deadline:
+                    if self.cancelled.is_set():
+                        raise ServerError(f"{self.kind} on :{self.port} stopped before it was ready: the job was "
+                                          "interrupted")
                     if self.proc.poll() is not None:
                         raise ServerError(f"{self.kind} exited with code {self.proc.returncode} before it was ready; "
                                           f"log {self.log_path}, last lines:\n{self.log_tail()}")
