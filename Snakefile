@@ -39,7 +39,6 @@ localrules:
     server_cell_done,
     acceptance,
     summarize,
-    plots,
     report_pages,
     training_page,
     ingest_mlflow,

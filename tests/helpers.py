@@ -275,3 +275,31 @@ def make_random_pair(root: Path, seed: int = 0) -> Path:
     (models / "target" / "train.json").write_text(json.dumps({"steps": 0, "random": True}) + "\n")
     (models / "drafter" / "train.json").write_text(json.dumps({"steps": 0, "random": True}) + "\n")
     return models
+
+
+# A stand-in for a server's readiness: /health and /v1/models (model "m") on 127.0.0.1:PORT, bound with SO_REUSEPORT as
+# vLLM binds, after STARTUP seconds (argv: PORT [STARTUP]; a negative STARTUP: never ready)
+MODELS_SERVER = """
+import http.server, json, socket, sys, time
+
+class Models(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"data": [{"id": "m"}]}).encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+class Shared(http.server.ThreadingHTTPServer):
+    def server_bind(self):
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        super().server_bind()
+
+if __name__ == "__main__":
+    startup = float(sys.argv[2]) if len(sys.argv) > 2 else 0
+    time.sleep(startup if startup >= 0 else 3600)
+    Shared(("127.0.0.1", int(sys.argv[1])), Models).serve_forever()
+"""

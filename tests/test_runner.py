@@ -17,6 +17,8 @@ from specsweep.datasets import materialise
 from specsweep.errors import CellError, ServerError
 from specsweep.results import read_json
 
+from helpers import MODELS_SERVER
+
 GIB = 1024 ** 3
 
 
@@ -147,25 +149,33 @@ def test_relaunch_starts_a_member_for_each_turn(tmp_path, monkeypatch):
     assert not [e for e in events if e[0] in ("pause", "resume")]
 
 
+class Stop(BaseException):
+    """What a job's SIGTERM raises (snakejob.Terminated), here from SIGUSR1."""
+
+
+@contextmanager
+def signal_after(seconds):
+    """SIGUSR1 raised from another thread after `seconds`, as a signal from outside may reach any thread; its
+    handler raises Stop in the main thread."""
+    def stop(signum, frame):
+        raise Stop()
+    old = signal.signal(signal.SIGUSR1, stop)
+    timer = threading.Timer(seconds, lambda: signal.raise_signal(signal.SIGUSR1))
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, old)
+
+
 def test_a_sigterm_while_a_member_starts_stops_every_one_already_up(group, monkeypatch, tmp_path):
     g, lead, (base, k3, k7) = group
     events = []
     fake_backend(monkeypatch, events, slow=(k3, 30))
 
-    class Stop(BaseException):
-        pass
-
-    def stop(signum, frame):
-        raise Stop()
-    old = signal.signal(signal.SIGUSR1, stop)
-    timer = threading.Timer(0.5, lambda: signal.raise_signal(signal.SIGUSR1))
-    timer.start()
-    try:
-        with pytest.raises(Stop):
-            runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
-    finally:
-        timer.cancel()
-        signal.signal(signal.SIGUSR1, old)
+    with pytest.raises(Stop), signal_after(0.5):
+        runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
     assert ("starting", k3) in events and not [e for e in events if e[1] == k7]       # K=7 never started
     assert [e[0] for e in events if e[1] == base] == ["start", "pause", "stop"]        # the baseline was stopped
 
@@ -220,36 +230,15 @@ def test_a_thinking_off_cell_s_group_serves_no_counterfactual(group, monkeypatch
     assert len([e for e in events if e[0] == "bench"]) == 6 and not any(g.servers[s].counterfactual for s in g.servers)
 
 
-# A server that takes STARTUP seconds (forever where negative) to answer /health and list its model, as vLLM does
-SLOW_SERVER = """
-import http.server, json, sys, time
-port, startup = int(sys.argv[1]), float(sys.argv[2])
-time.sleep(startup if startup >= 0 else 3600)
-
-class Ready(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = json.dumps({"data": [{"id": "m"}]}).encode()
-        self.send_response(200)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-http.server.HTTPServer(("127.0.0.1", port), Ready).serve_forever()
-"""
-
-
 def process_backend(monkeypatch, tmp_path, events, startup_s):
-    """Sessions whose servers are real processes (SLOW_SERVER through specsweep.server.Server), so that starting them
-    side by side runs the real launch, readiness and stop."""
+    """Sessions whose servers are real processes (helpers.MODELS_SERVER, ready after `startup_s`, through
+    specsweep.server.Server), so that starting them side by side runs the real launch, readiness and stop."""
     import sys
 
     from specsweep.server import Server, ServerSession, group_alive
 
-    script = tmp_path / "slow_server.py"
-    script.write_text(SLOW_SERVER)
+    script = tmp_path / "models_server.py"
+    script.write_text(MODELS_SERVER)
     run = {"host": "127.0.0.1", "port": None, "port_range": [18400, 18499], "ready_timeout_s": 120, "stop_grace_s": 5}
     groups = []
 
@@ -296,21 +285,9 @@ def test_a_sigterm_while_members_start_side_by_side_stops_every_one(monkeypatch,
     events = []
     alive = process_backend(monkeypatch, tmp_path, events, startup_s=-1)     # never ready
 
-    class Stop(BaseException):
-        pass
-
-    def stop(signum, frame):
-        raise Stop()
-    old = signal.signal(signal.SIGUSR1, stop)
-    timer = threading.Timer(1.0, lambda: signal.raise_signal(signal.SIGUSR1))
     t0 = time.monotonic()
-    timer.start()
-    try:
-        with pytest.raises(Stop):
-            runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
-    finally:
-        timer.cancel()
-        signal.signal(signal.SIGUSR1, old)
+    with pytest.raises(Stop), signal_after(1.0):
+        runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
     assert time.monotonic() - t0 < 30                   # not the 120 s readiness timeout
     assert {e[1] for e in events if e[0] == "starting"} == {base, k3, k7} and not [e for e in events if e[0] == "start"]
     assert alive() == [] and not [t for t in threading.enumerate() if t.name.startswith("start")]

@@ -18,7 +18,7 @@ from specsweep.config import compose_jobs
 from specsweep.errors import ServerError
 from specsweep.server import group_alive
 
-from helpers import files_holding, last_launch
+from helpers import MODELS_SERVER, files_holding, last_launch
 from test_stream_timing import assert_dflash_chunks
 
 
@@ -226,30 +226,6 @@ def test_missing_vllm_is_a_clear_error(tmp_path):
         server_command({"executable": "vllm", "python": str(tmp_path / "python")})
 
 
-SHARED_PORT_SERVER = """
-import http.server, json, socket, sys
-
-class Models(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = json.dumps({"data": [{"id": "m"}]}).encode()
-        self.send_response(200)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-class Shared(http.server.ThreadingHTTPServer):
-    def server_bind(self):
-        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        super().server_bind()
-
-if __name__ == "__main__":
-    Shared(("127.0.0.1", int(sys.argv[1])), Models).serve_forever()
-"""
-
-
 def test_a_port_shared_through_so_reuseport_is_not_ready(tmp_path, lock_dir):
     """Two servers that bind one port with SO_REUSEPORT (vLLM does) both answer it, so requests could reach
     either: readiness must see the stranger, here one started by this test process."""
@@ -260,7 +236,7 @@ def test_a_port_shared_through_so_reuseport_is_not_ready(tmp_path, lock_dir):
     from specsweep.server import Server
 
     script = tmp_path / "shared_port_server.py"
-    script.write_text(SHARED_PORT_SERVER)
+    script.write_text(MODELS_SERVER)
     run = {"host": "127.0.0.1", "port": None, "port_range": [18300, 18399], "ready_timeout_s": 60,
            "stop_grace_s": 5}
     srv = Server(lambda p: [sys.executable, str(script), str(p)], run, tmp_path / "logs", served_name="m", kind="test")

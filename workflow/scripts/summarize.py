@@ -1,10 +1,16 @@
 import sys
 from pathlib import Path
 
-from specsweep import snakejob, summary
+from specsweep import plots, snakejob, summary
 from specsweep.study import Study
 
-snakejob.run(snakemake.log[0], lambda: summary.write_summary(
-    Study.load(snakemake.params.dir, snakemake.params.grid), snakemake.output.summary, snakemake.output.k_comparison,
-    snakemake.output.by_category))
+
+def summarize_and_plot():
+    out = snakemake.output
+    summary.write_summary(Study.load(snakemake.params.dir, snakemake.params.grid), out.summary, out.k_comparison,
+                          out.by_category)
+    plots.plot_study(out.summary, out.by_category, out.plots)
+
+
+snakejob.run(snakemake.log[0], summarize_and_plot)
 sys.stderr.write(Path(snakemake.log[0]).read_text())   # the verdicts, where the user sees them
