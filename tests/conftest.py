@@ -29,8 +29,19 @@ pair is trained there once, by the first process that needs it, and copied from 
 TRAIN_TIMEOUT_S = 1800
 
 
+def one_core() -> None:
+    """SPECSWEEP_TEST_CORE=N (.ci/run's second run, two pytest sessions side by side): this session and all it starts
+    (its servers, Snakemake, clients; a server SLURM starts is the cluster's) on the machine's N-th core, as on a
+    one-core machine."""
+    n = os.environ.get("SPECSWEEP_TEST_CORE")
+    if n:
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[int(n) % len(cores)]})
+
+
 def pytest_configure(config):
     raise_on_signals()
+    one_core()
     # specsweep always names its MLflow store; MLflow's own default (any call without a tracking URI) is
     # sqlite:///mlflow.db in the current directory, the repo's: how a stray store was once committed. Such a
     # call lands in a scratch store here instead, and the session fails (pytest_sessionfinish).
