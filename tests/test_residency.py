@@ -53,7 +53,7 @@ def test_a_cpu_group_that_does_not_fit_is_relaunched_and_says_why():
     plan = residency.plan(g, lead_members(g), available_bytes=6 * GIB)
     assert {p.residency for p in plan.values()} == {"relaunch"}
     note = next(iter(plan.values())).note
-    assert "3 co-resident servers need about 9.3 GiB" in note and "6.0 GiB free" in note
+    assert "3 co-resident servers need about 6.5 GiB" in note and "6.0 GiB free" in note
 
 
 def test_pause_idle_pauses_cpu_members_only(tmp_path):
@@ -140,7 +140,9 @@ def test_memory_split_rounds_down_and_refuses_what_does_not_fit():
 def test_a_cluster_job_asks_for_what_its_members_need_up_together():
     g = grid()
     ms = lead_members(g)
-    assert residency.group_mem_mb(g, ms) == max(8000, int(3 * (1 + residency.CPU_SERVER_GIB) * 1024))
+    assert residency.group_mem_mb(g, ms) == max(8000, int(3 * (64 / 1024 + residency.CPU_SERVER_GIB) * 1024))
+    gib = grid("server.kv_cache_mib=null", "+server.env.VLLM_CPU_KVCACHE_SPACE='3'")    # the legacy way, in GiB
+    assert residency.group_mem_mb(gib, lead_members(gib)) == int(3 * (3 + residency.CPU_SERVER_GIB) * 1024)
     relaunch = grid("sweep.residency=relaunch")
     assert residency.group_mem_mb(relaunch, lead_members(relaunch)) == 8000
 

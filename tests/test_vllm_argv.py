@@ -146,3 +146,15 @@ def test_a_vllm_cpu_cell_runs_its_model_in_the_engine_core_and_a_gpu_cell_leaves
             assert engine.distributed_executor_backend == backend, (overrides, sid)
             got = {k: srv.env.get(k) for k in ("VLLM_ENABLE_V1_MULTIPROCESSING", "OMP_NUM_THREADS")}
             assert got == {k: env.get(k) for k in got}, (overrides, sid)
+
+
+def test_a_vllm_cpu_cell_sizes_its_kv_cache_and_a_gpu_cell_leaves_it_to_vllm(serve_parser, probed):
+    """vllm-cpu: 64 MiB (server.kv_cache_mib), and no VLLM_CPU_KVCACHE_SPACE, which vLLM would put over the flag."""
+    for overrides, size in (([], 64 * 2 ** 20), (["server.kv_cache_mib=256"], 256 * 2 ** 20),
+                            (["server=vllm_gpu"], None)):
+        grid = expand(compose_jobs(["results_dir=results", *overrides]))
+        for sid in grid.servers:
+            srv = vllm_session.server_for(grid, sid)
+            _, engine = read_back(serve_parser, srv.argv_for(18000))
+            assert engine.kv_cache_memory_bytes == size, (overrides, sid)
+            assert "VLLM_CPU_KVCACHE_SPACE" not in srv.env, (overrides, sid)

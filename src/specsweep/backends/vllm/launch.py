@@ -166,4 +166,6 @@ def build_argv(command: list[str], spec: dict, host: str, port: int, served_name
         argv += ["--enable-per-request-metrics"]
     if s.get("distributed_executor_backend"):
         argv += ["--distributed-executor-backend", s["distributed_executor_backend"]]
+    if s.get("kv_cache_mib"):
+        argv += ["--kv-cache-memory-bytes", str(s["kv_cache_mib"] * 2 ** 20)]
     return argv + [str(a) for a in s["extra_args"]]

@@ -267,12 +267,30 @@ class VllmSession(ServerSession):
         return Measurement(rows, figures, failure, per_request_asked=level)
 
 
+def kv_shortfall(info: dict, server: dict, concurrency: int) -> str | None:
+    """Why a ready server cannot serve its bench cells' concurrency from its KV cache (vLLM's "Maximum concurrency
+    for max_model_len tokens per request"), or None: requests beyond it would wait or be preempted, and the cell's
+    timing would measure that."""
+    held = info.get("kv_cache_max_concurrency")
+    if held is None or held >= concurrency:
+        return None
+    fix = (f"raise server.kv_cache_mib (now {server['kv_cache_mib']})" if server.get("kv_cache_mib") else
+           "set server.kv_cache_mib or raise server.gpu_memory_utilization")
+    return (f"its KV cache holds {held:g} requests of max_model_len {server['max_model_len']} "
+            f"({info.get('kv_cache_tokens')} tokens), fewer than its bench cells' concurrency {concurrency}: {fix}, "
+            "or lower server.max_model_len")
+
+
 @contextmanager
 def open_session(grid: Grid, sid: str, progress: bool = True, how: Launch | None = None) -> Iterator[VllmSession]:
     t0 = time.monotonic()
     with server_for(grid, sid, how=how) as srv:
         print(f"[specsweep] {sid}: vLLM ready on {srv.url} in {time.monotonic() - t0:.0f} s "
               f"(vLLM {srv.info['vllm_version']}, {srv.info['python']})", flush=True)
+        short = kv_shortfall(srv.info, grid.servers[sid].spec["server"],
+                             max((b.spec["concurrency"] for b in grid.benches[sid].values()), default=1))
+        if short:
+            raise ServerError(short)
         if srv.info["per_request_spec_metrics"] != srv.info["per_request_spec_metrics_wanted"]:
             print(f"[specsweep] {sid}: vLLM {srv.info['vllm_version']} has no --per-request-spec-decode-metrics: "
                   "acceptance from the counters alone (spec_decode_source=counters); per-prompt figures need "
