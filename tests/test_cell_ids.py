@@ -16,7 +16,7 @@ T0C4_R10 = [*T0C4, "synthetic-t0-c4-r1-695441c5", "synthetic-t0-c4-r2-7ae17cf4",
 ONE_REPEAT = ["sweep.repeats=1"]    # the default sweep before the verdicts
 # vllm-cpu before its KV cache was sized in MiB (server.kv_cache_mib: 64): VLLM_CPU_KVCACHE_SPACE's 1 GiB
 GIB_KV = ["server.kv_cache_mib=null", "+server.env.VLLM_CPU_KVCACHE_SPACE='1'"]
-UNI = GIB_KV                                        # ... with its model in the engine core (uni)
+UNI = ["server.kv_cache_mib=null", "+server.env.VLLM_CPU_KVCACHE_SPACE=1"]   # ... the same: env values are strings
 MP = ["server.distributed_executor_backend=null", *GIB_KV]    # ... and before that, in vLLM's own worker
 UNPINNED = ["server.pin_engine_core=false", *MP]     # ... and before its engine core was pinned
 BLOCK_BENCHES = ["synthetic-t0-c1-r0-36141925", "synthetic-t1-c1-r0-05914b04"]

@@ -59,6 +59,18 @@ def test_snakemake_config_becomes_hydra_overrides():
     assert format_override_value(None) == "null" and format_override_value({"x": 1}) == "{x:1}"
 
 
+def test_an_override_whose_closing_quote_snakemake_stripped_is_one_line():
+    """`--config overrides="... +server.env.X='1'"`: Snakemake strips the quote that ends the value."""
+    from snakemake.cli import parse_config
+
+    config = parse_config(["overrides=pair.block_size=16 +server.env.X='1'"])
+    with pytest.raises(ConfigError, match=r"No closing quotation; Snakemake strips a quote .* end it with a space") as e:
+        overrides_from_snakemake(config)
+    assert "\n" not in str(e.value)
+    assert overrides_from_snakemake(parse_config(["overrides=pair.block_size=16 +server.env.X='1' "])) == [
+        "pair.block_size=16", "+server.env.X=1"]
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["server=local", "kernel=flash_attn_graphs"],
      "config: kernel.attention_backend=FLASH_ATTN is a server's attention backend, which the local engine "

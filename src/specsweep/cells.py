@@ -471,7 +471,10 @@ def _server_spec(cfg: dict, k: int | None, acceptance=None, verification: str = 
     spec = {
         "target": pair["target"],
         "tokenizer": pair["tokenizer"] or pair["target"],
-        "server": {k_: v for k_, v in server.items() if k_ not in OPERATIONAL_SERVER_KEYS},
+        "server": {k_: v for k_, v in server.items() if k_ not in OPERATIONAL_SERVER_KEYS}
+        # an environment is strings: VAR=1 and VAR='1' are one server (an override that passed through a shell
+        # lost its quotes)
+        | ({"env": {k_: str(v) for k_, v in server["env"].items()}} if server.get("env") else {}),
         "kernel": {k_: v for k_, v in kernel.items() if k_ != "name"},
         "method": "none",
         "num_speculative_tokens": 0,

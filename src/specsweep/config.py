@@ -52,12 +52,23 @@ def overrides_from_snakemake(config: dict) -> list[str]:
         if key == "jobs_file":
             continue
         if key == "overrides":
-            out += shlex.split(value) if isinstance(value, str) else [str(v) for v in value]
+            out += _split_overrides(value) if isinstance(value, str) else [str(v) for v in value]
         elif isinstance(value, dict):
             out += [f"{key}.{k}={format_override_value(v)}" for k, v in flatten(value).items()]
         else:
             out.append(f"{key}={format_override_value(value)}")
     return out
+
+
+def _split_overrides(value: str) -> list[str]:
+    """--config overrides="..." as the shell would split it; an unbalanced quote is a one-line error. Snakemake
+    strips the quotes at either end of a --config value (parse_key_value_arg), so one that ends a quoted override
+    is lost before it gets here."""
+    try:
+        return shlex.split(value)
+    except ValueError as e:
+        raise ConfigError(f"config: overrides={value!r}: {e}; Snakemake strips a quote at either end of a --config "
+                          "value, so end it with a space, e.g. overrides=\"... server.env.X='1' \"") from None
 
 
 def _compose_one(overrides: list[str]) -> dict:
