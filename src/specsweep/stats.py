@@ -30,7 +30,6 @@ import numpy as np
 
 from . import metrics
 
-
 CONFIDENCE = 0.95
 N_RESAMPLES = 9999
 SEED = 0
