@@ -2,9 +2,10 @@
 after another, through the group job's own code (runner.Members.start, residency.plan).
 
 Starts alternate between the widths A B B A A B ... after one uncounted start (the session's first pays for a cold
-page cache). Each start: when the last member was up (all_up_s, what the study waits for) and each member's ready_s.
-The ratio wide / one of all_up_s pairs the starts in order (1st with 1st, ...), with its geometric mean and a 95% t
-interval. Every server started here is stopped before the next start.
+page cache). Each start: when the last member was up (all_up_s, what the study waits for) and each member's ready_s
+and engine_init_s. The ratio wide / one of all_up_s pairs the starts in order (1st with 1st, ...), with its geometric
+mean and a 95% t interval. Every server started here is stopped before the next start. `alternate` is the loop
+(bench/kv_cache_start.py runs it over two KV cache sizes).
 
     PYTHONPATH=src .venv/bin/python bench/start_side_by_side.py --overrides "pair.target=... pair.drafter=..." \\
         --width 2 --starts 3 --out bench/archive/cpu/start-side-by-side
@@ -31,7 +32,7 @@ from specsweep.config import compose_jobs
 from specsweep.results import atomic_write_json, atomic_write_text
 
 
-def one_start(overrides: list[str], results: Path, width: int) -> dict:
+def one_start(overrides: list[str], width: int, results: Path) -> dict:
     grid = expand(compose_jobs([f"results_dir={results}", "tracking=off", *overrides]))
     members = grid.group(grid.leads()[0])
     launches = {s: dataclasses.replace(launch, start_at_once=width) for s, launch in residency.plan(grid, members).items()}
@@ -47,6 +48,41 @@ def one_start(overrides: list[str], results: Path, width: int) -> dict:
             "members": len(members), "residency": launches[members[0]].residency}
 
 
+def alternate(arms: dict[str, tuple[list[str], int]], starts: int, warm: str, name: str, out: Path) -> dict:
+    """Starts of the group alternating between two arms (label -> (overrides, width)), A B B A A B ..., after one
+    uncounted start of the arm `warm`; the ratio A / B of all_up_s pairs the starts in order, with its geometric mean
+    and a 95% t interval. Writes out/<name>.json and .md."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))      # unwind: the servers started here are stopped
+    results = Path(tempfile.mkdtemp(prefix=f"{name}-"))
+    labels = list(arms)
+    order = [labels[(i + i // 2) % 2] for i in range(2 * starts)]      # A B B A A B ...
+    t0 = time.time()
+    warm_up = one_start(*arms[warm], results=results)
+    print(json.dumps({"warm_up": warm_up}), flush=True)
+    done = []
+    for arm in order:
+        done.append({"arm": arm, **one_start(*arms[arm], results=results)})
+        print(json.dumps(done[-1]), flush=True)
+    a, b = ([s["all_up_s"] for s in done if s["arm"] == label] for label in labels)
+    g, lo, hi = interval([math.log(x / y) for x, y in zip(a, b)])
+    summary = {"warm_up": warm_up, "starts": done, "order": order,
+               "arms": {label: {"overrides": " ".join(o), "width": w} for label, (o, w) in arms.items()},
+               "ratio_all_up": {"of": f"{labels[0]} / {labels[1]}", "geomean": g, "ci95_low": lo, "ci95_high": hi,
+                                "pairs": len(a)},
+               "host": platform.node(), "cores": len(os.sched_getaffinity(0)), "wall_s": round(time.time() - t0, 1)}
+    atomic_write_json(out / f"{name}.json", summary)
+    lines = ["| start | arm | at once | all up s | each member's ready_s | each member's engine_init_s |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {i + 1} | {s['arm']} | {s['width']} | {s['all_up_s']} | "
+              f"{', '.join(str(r) for r in s['ready_s'].values())} | "
+              f"{', '.join(str(r) for r in s['engine_init_s'].values())} |" for i, s in enumerate(done)]
+    lines.append(f"\n{labels[0]} / {labels[1]}, all up: {g:.3f} [{lo:.3f}, {hi:.3f}] (95% t, {len(a)} pairs of starts); "
+                 f"{done[0]['members']} members, {summary['cores']} cores; arms: {summary['arms']}")
+    atomic_write_text(out / f"{name}.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--overrides", default="", help="Hydra overrides of the study (pair, server, sweep)")
@@ -54,33 +90,9 @@ def main() -> None:
     ap.add_argument("--starts", type=int, default=3, help="starts of the group at each width")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))      # unwind: the servers started here are stopped
-    results = Path(tempfile.mkdtemp(prefix="side-by-side-"))
     overrides = args.overrides.split()
-    widths = (args.width, 1)
-    order = [widths[(i + i // 2) % 2] for i in range(2 * args.starts)]      # A B B A A B ...
-    t0 = time.time()
-    warm = one_start(overrides, results, 1)
-    print(json.dumps({"warm_up": warm}), flush=True)
-    starts = []
-    for width in order:
-        starts.append(one_start(overrides, results, width))
-        print(json.dumps(starts[-1]), flush=True)
-    wide, one = ([s["all_up_s"] for s in starts if s["width"] == w] for w in widths)
-    g, lo, hi = interval([math.log(a / b) for a, b in zip(wide, one)])
-    summary = {"warm_up": warm, "starts": starts, "order": order, "overrides": args.overrides,
-               "ratio_all_up": {"geomean": g, "ci95_low": lo, "ci95_high": hi, "pairs": len(wide)},
-               "host": platform.node(), "cores": len(os.sched_getaffinity(0)), "wall_s": round(time.time() - t0, 1)}
-    out = Path(args.out)
-    atomic_write_json(out / "start_side_by_side.json", summary)
-    lines = ["| start | at once | all up s | each member's ready_s |", "|---|---|---|---|"]
-    lines += [f"| {i + 1} | {s['width']} | {s['all_up_s']} | {', '.join(str(r) for r in s['ready_s'].values())} |"
-              for i, s in enumerate(starts)]
-    lines.append(f"\n{args.width} at once / one at a time, all up: {g:.3f} [{lo:.3f}, {hi:.3f}] (95% t, {len(wide)} "
-                 f"pairs of starts); {starts[0]['members']} members, {summary['cores']} cores; "
-                 f"overrides: {args.overrides}")
-    atomic_write_text(out / "start_side_by_side.md", "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    alternate({f"{args.width} at once": (overrides, args.width), "one at a time": (overrides, 1)}, args.starts,
+              warm="one at a time", name="start_side_by_side", out=Path(args.out))
 
 
 if __name__ == "__main__":
