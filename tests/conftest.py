@@ -187,9 +187,14 @@ def random_results(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def lock_dir(tmp_path, monkeypatch):
-    """Port/GPU claims private to one test."""
+    """Port/GPU claims private to one test; but in .ci/run's two sessions side by side (SPECSWEEP_TEST_CORE set),
+    the machine's own lock directory, where the other session's servers, Snakemake jobs and SLURM jobs claim too:
+    with claims private to each, a server of each session took one free port in the same second (both vLLMs bind it
+    with SO_REUSEPORT, and the one whose readiness check saw the other's never became ready)."""
     import specsweep.claims as claims
 
+    if os.environ.get("SPECSWEEP_TEST_CORE"):
+        return claims.LOCK_DIR
     monkeypatch.setattr(claims, "LOCK_DIR", tmp_path / "locks")
     return tmp_path / "locks"
 
