@@ -174,3 +174,34 @@ def test_extra_args_may_not_set_what_the_spec_sets(backend, args, item, fix):
 def test_extra_args_that_the_spec_does_not_set_pass():
     [cfg] = compose_jobs(["server.extra_args=" + json.dumps(["--max-num-seqs", "64", "--seed=1", "--", "-x"])])
     assert cfg["server"]["extra_args"] == ["--max-num-seqs", "64", "--seed=1", "--", "-x"]
+
+
+def test_a_composition_is_kept_and_read_back_only_while_its_inputs_are_the_same(tmp_path, monkeypatch):
+    """compose_jobs keeps what it composed under the user's cache, named by everything composition reads: the same
+    overrides and files read it back (equal to a fresh compose); a changed conf/ file is a new composition."""
+    import shutil
+
+    import specsweep.config as config
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    conf = tmp_path / "conf"
+    shutil.copytree(config.CONF_DIR, conf)
+    monkeypatch.setattr(config, "CONF_DIR", conf)
+    overrides = ["sweep.num_speculative_tokens=[2,5]", "sweep.k_by_concurrency={1:5}"]
+    first = compose_jobs(overrides)
+    kept = config.composed_path(overrides)
+    assert kept.parent == tmp_path / "cache" / "specsweep" / "composed" and kept.exists()
+    assert compose_jobs(overrides) == first == config._compose_jobs(overrides)
+    assert first[0]["sweep"]["k_by_concurrency"] == {1: [5]}        # types kept: an int key stays an int
+
+    sweep = conf / "sweep" / "default.yaml"
+    sweep.write_text(sweep.read_text().replace("repeats:", "repeats: 7 #", 1))
+    assert config.composed_path(overrides) != kept
+    assert compose_jobs(overrides)[0]["sweep"]["repeats"] == 7 != first[0]["sweep"]["repeats"]
+
+    other = config.composed_path(["sweep.repeats=2"])
+    other.write_bytes(b"not a pickle")                               # a torn or foreign file is composed afresh
+    assert compose_jobs(["sweep.repeats=2"])[0]["sweep"]["repeats"] == 2
+    with pytest.raises(ConfigError):                                 # a refusal is never kept
+        compose_jobs(["sweep.nope=1"])
+    assert len(list(kept.parent.glob("*.pkl"))) == 3

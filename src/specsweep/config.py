@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import json
+import os
+import pickle
 import shlex
+import sys
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -20,6 +24,13 @@ from .nested import flatten
 REPO = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO / "conf"
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+PACKAGE = Path(__file__).resolve().parent
+COMPOSED_KEPT = 256          # compositions kept in the user's cache (composed_path); the oldest half goes beyond
+
+
+def user_cache() -> Path:
+    """specsweep's folder in the user's cache: compositions (composed_path) and the MLflow schema template."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specsweep"
 
 
 def format_override_value(value: Any) -> str:
@@ -236,8 +247,63 @@ def aslist(value: Any) -> list:
 
 
 def compose_jobs(overrides: Iterable[str] = ()) -> list[dict]:
-    """One resolved, validated config per (pair, dataset) named in the sweep."""
+    """One resolved, validated config per (pair, dataset) named in the sweep. A composition made before from the
+    same inputs is read back (composed_path): Hydra's compose and the schema check took 0.6-0.8 s of every
+    Snakemake start, a no-op's included (docs/benchmarks.md)."""
     overrides = list(overrides)
+    path = composed_path(overrides)
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except (OSError, EOFError, ValueError, pickle.UnpicklingError):
+        pass
+    jobs = _compose_jobs(overrides)
+    _keep_composed(path, jobs)
+    return jobs
+
+
+def composed_path(overrides: list[str]) -> Path:
+    """Where the composition of `overrides` is kept: named by a digest of all it depends on, so a changed input
+    is a new name and a stale composition is never read. Those inputs: the overrides, every file under conf/, the
+    schema, specsweep's own code (validate, the backends' schema fragments and flags), the backend registry, and
+    the versions of Hydra, OmegaConf, jsonschema and Python. Composition reads no environment variable and no
+    other file (conf/ has no `oc.env` or other resolver)."""
+    import importlib.util
+    from importlib import metadata
+
+    from . import backends
+
+    digest = hashlib.sha256(json.dumps([overrides, sorted(backends.BACKENDS.items()), sys.version,
+                                        [metadata.version(d) for d in ("hydra-core", "omegaconf", "jsonschema")]]
+                                       ).encode())
+    files = [(root, f) for root, pattern in ((CONF_DIR, "*.yaml"), (SCHEMA.parent, SCHEMA.name), (PACKAGE, "*.py"))
+             for f in sorted(root.rglob(pattern))]
+    for module in backends.BACKENDS.values():      # a backend registered from outside specsweep: its facts
+        if not module.startswith(f"{__package__}."):
+            origin = Path(importlib.util.find_spec(module).origin)
+            files.append((origin.parent, origin))
+    for root, f in files:
+        digest.update(f"{f.relative_to(root)}\0".encode() + f.read_bytes() + b"\0")
+    return user_cache() / "composed" / f"{digest.hexdigest()[:32]}.pkl"
+
+
+def _keep_composed(path: Path, jobs: list[dict]) -> None:
+    """Write a composition whole or not at all, and keep the folder's size bounded; a cache that cannot be
+    written (a read-only home) only costs the next run its compose."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staged = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        staged.write_bytes(pickle.dumps(jobs, protocol=pickle.HIGHEST_PROTOCOL))
+        os.replace(staged, path)
+        kept = sorted(path.parent.glob("*.pkl"), key=lambda f: f.stat().st_mtime)
+        if len(kept) > COMPOSED_KEPT:
+            for f in kept[:len(kept) - COMPOSED_KEPT // 2]:
+                f.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _compose_jobs(overrides: list[str]) -> list[dict]:
     base = validate(_compose_one(overrides))
     pairs = aslist(base["sweep"]["pairs"]) or [None]
     datasets = aslist(base["sweep"]["datasets"]) or [None]

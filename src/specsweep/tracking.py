@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import layout, table
 from .cells import Grid
-from .config import REPO
+from .config import REPO, user_cache
 from .errors import TrackingError
 from .labels import config_id, several_output_lengths
 from .mlflow_runs import RunPayload, configuration_run, k_tags
@@ -53,11 +53,6 @@ def compare_url(run_ids: list[str], experiment_id: str, base: str = UI) -> str:
 
 def default_store(grid: Grid) -> Path:
     return layout.mlflow_db(grid.results_dir).resolve()
-
-
-def schema_cache() -> Path:
-    """Where the empty, migrated MLflow schema is kept between studies (one file per MLflow version)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specsweep"
 
 
 def _schema_template(cache: Path, shm: Path) -> Path:
@@ -92,7 +87,7 @@ def create_store(db: Path, shm: Path = Path("/dev/shm"), cache: Path | None = No
     not at all; never over a store that exists, or one another ingest created meanwhile."""
     if db.exists():
         return
-    template = _schema_template(cache or schema_cache(), shm)
+    template = _schema_template(cache or user_cache(), shm)
     db.parent.mkdir(parents=True, exist_ok=True)
     staged = db.with_name(f".{db.name}.{os.getpid()}.tmp")
     try:
