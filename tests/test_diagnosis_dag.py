@@ -50,6 +50,8 @@ def test_the_low_acceptance_diagnosis_on_three_doctored_drafters(tiny_results, t
     jobs_file.write_text(yaml.safe_dump(jobs))
     out = snakemake(tmp_path / "work", "--config", f"jobs_file={jobs_file}")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    # each group's job wrote its cell's acceptance record (counterfactuals.record_acceptance): the checkpoint ran none
+    assert "checkpoint acceptance:" not in out.stdout + out.stderr
 
     rows = {r["server_cell"]: r for r in csv.DictReader(open(results / "diag" / layout.SUMMARY))}
     by_drafter = {}
@@ -89,7 +91,20 @@ def test_the_low_acceptance_diagnosis_on_three_doctored_drafters(tiny_results, t
         assert f"diagnosis {expected}" in page
 
     [base] = [sid for sid, r in rows.items() if r["method"] == "none"]
-    assert not (results / "diag" / base / layout.ACCEPTANCE).exists()
+    assert not list((results / "diag" / base).glob("acceptance*"))
     # a rerun reruns no diagnosis
     again = snakemake(tmp_path / "work", "-n", "--config", f"jobs_file={jobs_file}")
     assert again.returncode == 0 and "diagnose" not in again.stdout, again.stdout[-2000:]
+    # a record its group's job did not write (a group that failed, a study from before) is the checkpoint's to write
+    sid, _ = by_drafter[drafters["mask_token"]]
+    [record] = (results / "diag" / sid).glob("acceptance-*.json")
+    record.unlink()
+    (results / "diag" / layout.SUMMARY).unlink()
+    plan = snakemake(tmp_path / "work", "-n", "--config", f"jobs_file={jobs_file}")
+    assert plan.returncode == 0 and "checkpoint acceptance:" in plan.stdout + plan.stderr, plan.stdout[-3000:]
+    # another threshold is another record (Grid.acceptance_path): decided afresh by the checkpoint, no cell rerun
+    jobs = [{**j, "sweep": {**j["sweep"], "diagnose": {**j["sweep"]["diagnose"], "below_al": 99}}} for j in jobs]
+    jobs_file.write_text(yaml.safe_dump(jobs))
+    plan = snakemake(tmp_path / "work", "-n", "--config", f"jobs_file={jobs_file}")
+    text = plan.stdout + plan.stderr
+    assert plan.returncode == 0 and "checkpoint acceptance:" in text and "serve_and_bench" not in text, text[-3000:]

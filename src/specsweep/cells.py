@@ -332,7 +332,12 @@ class Grid:
         return layout.diagnosis(self.server_dir(sid))
 
     def acceptance_path(self, sid: str) -> Path:
-        return layout.acceptance(self.server_dir(sid))
+        """The record of whether a cell needs a diagnosis, named after its sweep.diagnose settings: the group's job
+        writes it, and another threshold is another record (the acceptance checkpoint's)."""
+        return layout.acceptance(self.server_dir(sid), self.acceptance_tag(sid))
+
+    def acceptance_tag(self, sid: str) -> str:
+        return stable_hash(self.configs[sid]["sweep"].get("diagnose"))[:10]
 
     def add_counterfactual(self, sid: str, tag: str, spec: dict, benches: list[dict]) -> str:
         """A counterfactual server cell of `sid`: the cell's spec with some values changed (`spec`: a doctored

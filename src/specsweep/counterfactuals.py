@@ -352,7 +352,7 @@ def _groups_needed(grid: Grid, sid: str, below: float) -> list[tuple[dict, list[
 
 
 def acceptance(grid: Grid, sid: str, out: str | Path) -> dict:
-    """The light part (a local rule): write `out` (layout.ACCEPTANCE) saying, per bench group, whether the cell's
+    """The light part: write `out` (Grid.acceptance_path) saying, per bench group, whether the cell's
     pooled acceptance length is below sweep.diagnose.below_al; the workflow asks for a diagnosis only where one is."""
     below, prompts = settings(grid.configs[sid])
     entries = [e for e, _, _ in _groups_needed(grid, sid, below)]
@@ -360,6 +360,20 @@ def acceptance(grid: Grid, sid: str, out: str | Path) -> dict:
               "groups": entries}
     atomic_write_json(out, record)
     return record
+
+
+def record_acceptance(grid: Grid, members: list[str]) -> None:
+    """Write the acceptance record (`acceptance`) of each diagnosed member whose cells are all finished, in the
+    group's job after its servers stop: the acceptance checkpoint then finds it written and runs no job of its own
+    (a Python start-up per speculative cell on the chain to the summary). The checkpoint still writes a record
+    this did not (a group that failed, a study from before)."""
+    for sid in members:
+        if not grid.diagnosed(sid) or grid.pending(sid):
+            continue
+        record = grid.acceptance_path(sid)
+        newest = max(grid.metrics_path(sid, bid).stat().st_mtime for bid in grid.benches[sid])
+        if not record.exists() or record.stat().st_mtime < newest:   # a member this job ran no cell of keeps its own
+            acceptance(grid, sid, record)
 
 
 def diagnose(grid: Grid, sid: str, out: str | Path, env_json: str | Path | None = None,

@@ -9,7 +9,7 @@ It imports nothing of specsweep, so every module can use it.
 <results>/<study>/                        StudyFiles: env.json, summary.csv, k_comparison.csv, summary_by_category.csv,
                                           tune.csv, tune.yaml, tune_verify.csv, plots/, pages/, logs/, mlflow-<store>.done
 <results>/<study>/<server cell>/          logs/ (server-*.log, server.json, job-*.log), runs/<todo>.done, cells-<set>.done,
-                                          acceptance.json, diagnosis.json, counterfactuals/ (drafters/<tag>/,
+                                          acceptance-<settings>.json, diagnosis.json, counterfactuals/ (drafters/<tag>/,
                                           <cf cell>/<bench>/)
 <results>/<study>/<server cell>/<bench>/  config.yaml, requests.jsonl, metrics.json, failed.json, server.log
 <results>/datasets/, models/tiny/, sweeps/, mlflow.db, mlartifacts/, .vllm-cache/
@@ -33,7 +33,7 @@ CELL_FILES = (METRICS, REQUESTS, CONFIG, SERVER_LOG_LINK)     # what a cell keep
 LOGS = "logs"                     # also a study's: its rules' logs
 SERVER_RECORD = "server.json"     # the launch record: PID, process group, argv, readiness
 RUNS = "runs"                     # the server job's run markers
-ACCEPTANCE = "acceptance.json"    # a speculative cell's pooled acceptance per bench group: is a diagnosis needed?
+ACCEPTANCE = "acceptance-{}.json"  # a speculative cell's pooled acceptance per bench group: is a diagnosis needed?
 DIAGNOSIS = "diagnosis.json"      # why a speculative cell's acceptance is low (the diagnose rule)
 COUNTERFACTUALS = "counterfactuals"  # the diagnosis's counterfactual cells and doctored drafters
 DRAFTERS = "drafters"             # under counterfactuals/: one doctored drafter per counterfactual tag
@@ -102,9 +102,10 @@ def cells_done(server: Path, cellset: str) -> Path:
     return server / f"cells-{cellset}{MARKER_SUFFIX}"
 
 
-def acceptance(server: Path) -> Path:
-    """Whether a speculative server cell needs a diagnosis: `acceptance.json` in its folder."""
-    return Path(server) / ACCEPTANCE
+def acceptance(server: Path, settings: str) -> Path:
+    """Whether a speculative server cell needs a diagnosis: `acceptance-<settings>.json` in its folder, named after
+    the sweep.diagnose settings it was decided with (Grid.acceptance_path)."""
+    return Path(server) / ACCEPTANCE.format(settings)
 
 
 def diagnosis(server: Path) -> Path:

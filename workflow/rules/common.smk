@@ -10,11 +10,13 @@ def server_cells_of(study):
 
 def diagnoses_of(study):
     """What the summary and pages read of the low-acceptance diagnosis (diagnose.smk): each diagnosed server cell's
-    acceptance record (a checkpoint), and its diagnosis.json where that record asks for one."""
+    acceptance record (a checkpoint), and its diagnosis.json where that record asks for one. The group's job comes
+    first: it writes the record (counterfactuals.record_acceptance), and the checkpoint then runs no job."""
     out = []
     for sid in server_cells_of(study):
         if GRID.diagnosed(sid):
-            record = checkpoints.acceptance.get(study=study, server=sid).output[0]
+            after_group(study, sid)
+            record = checkpoints.acceptance.get(study=study, server=sid, settings=GRID.acceptance_tag(sid)).output[0]
             needed = json.loads(Path(record).read_text())["needed"]  # counterfactuals.acceptance's record
             out += [record, str(GRID.diagnosis_path(sid))] if needed else [record]
     return out
@@ -33,13 +35,17 @@ def run_marker(lead):
     return RUN_MARKERS[lead]
 
 
-def cell_metrics(wildcards):
-    """The metrics.json of a server cell's bench cells. While any of its group's is unfinished, the group's job (a
-    checkpoint) is asked for first; once that has run, Snakemake re-evaluates this and gets the paths a finished
-    grid gives."""
-    lead = GRID.group_of(wildcards.server)
+def after_group(study, sid):
+    """While any bench cell of sid's group is unfinished, ask for the group's job (a checkpoint) first: the input
+    function calling this is evaluated again once that job has run."""
+    lead = GRID.group_of(sid)
     if run_marker(lead):
-        checkpoints.serve_and_bench.get(study=wildcards.study, server=lead, todo=run_marker(lead))
+        checkpoints.serve_and_bench.get(study=study, server=lead, todo=run_marker(lead))
+
+
+def cell_metrics(wildcards):
+    """The metrics.json of a server cell's bench cells, the paths a finished grid gives, after its group's job."""
+    after_group(wildcards.study, wildcards.server)
     return [str(GRID.metrics_path(wildcards.server, bid)) for bid in GRID.benches[wildcards.server]]
 
 
@@ -123,6 +129,7 @@ def launch_labels(wildcards):
 wildcard_constraints:
     study=r"[A-Za-z0-9._-]+",
     server=r"[A-Za-z0-9._-]+",
+    settings=r"[0-9a-f]+",
 
 
 def cancel_timers():

@@ -1,28 +1,30 @@
 # The low-acceptance diagnosis (counterfactuals.py). Once a speculative server cell of real acceptance has
-# finished, the acceptance checkpoint (light, local) writes its pooled acceptance per bench group and whether any
-# is below sweep.diagnose.below_al. Only then does the summary ask for the diagnose job, which runs the known
-# causes' counterfactual cells on the cell's own backend and writes diagnosis.json; a healthy cell costs no launch
-# and no cluster job. A finished diagnosis is never rerun unless its cells or its settings change. A CPU cell's
-# diagnose job takes every core, as a server cell does: its counterfactual cells are server cells too.
+# finished, its group's job writes its pooled acceptance per bench group and whether any is below
+# sweep.diagnose.below_al (counterfactuals.record_acceptance), in a record named after those settings
+# (Grid.acceptance_path). The acceptance checkpoint (light, local) then finds it and runs no job; it writes the
+# record where the group's job did not (a group that failed, settings changed since). Only then does the summary
+# ask for the diagnose job, which runs the known causes' counterfactual cells on the cell's own backend and writes
+# diagnosis.json; a healthy cell costs no launch and no cluster job. A finished diagnosis is never rerun unless its
+# cells or its settings change. A CPU cell's diagnose job takes every core, as a server cell does: its
+# counterfactual cells are server cells too.
 
 
 checkpoint acceptance:
     input:
-        lambda w: str(GRID.cells_done(w.server)),
+        cell_metrics,
     output:
-        layout.acceptance(layout.server_dir(RESULTS, "{study}", "{server}")),
+        layout.acceptance(layout.server_dir(RESULTS, "{study}", "{server}"), "{settings}"),
     log:
-        layout.log(layout.server_dir(RESULTS, "{study}", "{server}"), "acceptance"),
+        layout.log(layout.server_dir(RESULTS, "{study}", "{server}"), "acceptance-{settings}"),
     params:
         grid=lambda w: GRID.subset(w.server),
-        settings=lambda w: GRID.configs[w.server]["sweep"].get("diagnose"),
     script:
         "../scripts/acceptance.py"
 
 
 rule diagnose:
     input:
-        acceptance=layout.acceptance(layout.server_dir(RESULTS, "{study}", "{server}")),
+        acceptance=lambda w: str(GRID.acceptance_path(w.server)),
         env=STUDY.env,
     output:
         layout.diagnosis(layout.server_dir(RESULTS, "{study}", "{server}")),
