@@ -331,6 +331,10 @@ class Grid:
     def diagnosis_path(self, sid: str) -> Path:
         return layout.diagnosis(self.server_dir(sid))
 
+    def max_concurrency(self, sid: str) -> int:
+        """The most requests a server cell's bench cells send at once: what its KV cache must hold."""
+        return max((int(b.spec["concurrency"]) for b in self.benches[sid].values()), default=1)
+
     def acceptance_path(self, sid: str) -> Path:
         """The record of whether a cell needs a diagnosis, named after its sweep.diagnose settings: the group's job
         writes it, and another threshold is another record (the acceptance checkpoint's)."""

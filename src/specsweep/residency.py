@@ -134,8 +134,7 @@ def gpu_need_bytes(grid: Grid, sid: str) -> int | None:
     cell = grid.servers[sid]
     spec = cell.spec
     dummy = "dummy" in json.dumps(spec["server"].get("extra_args", []))
-    concurrency = max(int(b.spec["concurrency"]) for b in grid.benches[sid].values())
-    tokens = concurrency * int(spec["server"]["max_model_len"])
+    tokens = grid.max_concurrency(sid) * int(spec["server"]["max_model_len"])
     parts = [weights_bytes(spec["target"], dummy), kv_bytes(spec["target"], tokens)]
     if not cell.is_baseline and spec.get("drafter"):
         parts += [weights_bytes(spec["drafter"], dummy), kv_bytes(spec["drafter"], tokens)]

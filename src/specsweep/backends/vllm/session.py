@@ -287,8 +287,7 @@ def open_session(grid: Grid, sid: str, progress: bool = True, how: Launch | None
     with server_for(grid, sid, how=how) as srv:
         print(f"[specsweep] {sid}: vLLM ready on {srv.url} in {time.monotonic() - t0:.0f} s "
               f"(vLLM {srv.info['vllm_version']}, {srv.info['python']})", flush=True)
-        short = kv_shortfall(srv.info, grid.servers[sid].spec["server"],
-                             max((b.spec["concurrency"] for b in grid.benches[sid].values()), default=1))
+        short = kv_shortfall(srv.info, grid.servers[sid].spec["server"], grid.max_concurrency(sid))
         if short:
             raise ServerError(short)
         if srv.info["per_request_spec_metrics"] != srv.info["per_request_spec_metrics_wanted"]:
