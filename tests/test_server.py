@@ -258,6 +258,40 @@ def test_a_port_shared_through_so_reuseport_is_not_ready(tmp_path, lock_dir):
     assert last_launch(tmp_path / "logs")["stopped_at"]
 
 
+def test_a_port_that_answers_with_another_servers_model_fails_readiness_at_once(tmp_path, lock_dir):
+    """Where a stranger holds the port and answers for its own model (SO_REUSEPORT let both bind, and it may answer
+    every probe), readiness says so as soon as it sees that answer, not after server.ready_timeout_s (the SLURM
+    requeue test once waited 300 s so, beside another session's server on its port)."""
+    import importlib.util
+    import sys
+    import threading
+
+    from specsweep.server import Server
+
+    script = tmp_path / "shared_port_server.py"
+    script.write_text(MODELS_SERVER)
+    run = {"host": "127.0.0.1", "port": None, "port_range": [18300, 18399], "ready_timeout_s": 60,
+           "stop_grace_s": 5}
+    # ours never binds (it sleeps), and serves "ours"; the stranger serves "m"
+    srv = Server(lambda p: [sys.executable, str(script), str(p), "-1"], run, tmp_path / "logs", served_name="ours",
+                 kind="test")
+    srv.start()
+    spec = importlib.util.spec_from_file_location("shared_port_server", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    stranger = mod.Shared(("127.0.0.1", srv.port), mod.Models)
+    threading.Thread(target=stranger.serve_forever, daemon=True).start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ServerError, match=f"port {srv.port} is also served by pid {os.getpid()}"):
+            srv.wait_ready(progress=False)
+        assert time.monotonic() - t0 < 10
+    finally:
+        stranger.shutdown()
+        stranger.server_close()
+        srv.stop()
+
+
 def test_speculative_cells_ask_for_per_request_metrics_where_their_vllm_has_them(tmp_path, lock_dir):
     from test_preflight import old_vllm
 

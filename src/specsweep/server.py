@@ -224,8 +224,10 @@ class Server:
                     if self.proc.poll() is not None:
                         raise ServerError(f"{self.kind} exited with code {self.proc.returncode} before it was ready; "
                                           f"log {self.log_path}, last lines:\n{self.log_tail()}")
-                    if self._answers(http):
+                    answer = self._answers(http)
+                    if answer:                     # ours, or another server's (its model is not ours): see whose
                         self._check_listener_is_ours()
+                    if answer == "ours":
                         self._drop_key_file()      # read at start-up; the key now lives only in memory
                         self._record_ready()
                         return
@@ -264,14 +266,16 @@ class Server:
             except ProcessLookupError:
                 pass
 
-    def _answers(self, http: httpx.Client) -> bool:
+    def _answers(self, http: httpx.Client) -> str:
+        """"ours" where the port serves our model; "other" where it serves models, none ours (another server on
+        the port, which SO_REUSEPORT lets in: our own may never be reached); "" where nothing answers yet."""
         try:
             if http.get(f"{self.url}/health").status_code != 200:
-                return False
-            models = http.get(f"{self.url}/v1/models").json()
-        except (httpx.HTTPError, ValueError):
-            return False
-        return any(m.get("id") == self.served_name for m in models.get("data", []))
+                return ""
+            models = [m.get("id") for m in http.get(f"{self.url}/v1/models").json().get("data", [])]
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return ""
+        return "ours" if self.served_name in models else "other" if models else ""
 
     def _check_listener_is_ours(self) -> None:
         """A server binding with SO_REUSEPORT (vLLM does) can share a port with another one started at the
