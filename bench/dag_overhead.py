@@ -176,7 +176,9 @@ def breakdown(work: Path, results: Path, t0: float, t1: float) -> dict:
 
 PREAMBLE = "import pickle; from snakemake.logging import logger; from snakemake.iocontainers import Snakemake"
 LAZY = {"serve_and_bench.py": "import specsweep.backends.vllm.session",   # the runner imports the cell's backend session
-        "ingest_mlflow.py": "from mlflow.tracking import MlflowClient"}
+        # the client, and the SQLite store it opens (sqlalchemy's ORM, alembic): 1.1 s more here
+        "ingest_mlflow.py": "from mlflow.tracking import MlflowClient; import mlflow.store.tracking.sqlalchemy_store",
+        "summarize.py": "import scipy.stats"}                               # stats._scipy_stats, where a CI is computed
 
 
 def script_imports(script: Path) -> str:
