@@ -228,9 +228,12 @@ def test_missing_vllm_is_a_clear_error(tmp_path):
         server_command({"executable": "vllm", "python": str(tmp_path / "python")})
 
 
-def test_a_port_shared_through_so_reuseport_is_not_ready(tmp_path, lock_dir):
+@pytest.mark.parametrize("ours_binds", [True, False])
+def test_a_port_shared_through_so_reuseport_is_not_ready(tmp_path, lock_dir, ours_binds):
     """Two servers that bind one port with SO_REUSEPORT (vLLM does) both answer it, so requests could reach
-    either: readiness must see the stranger, here one started by this test process."""
+    either: readiness must see the stranger, here one started by this test process. Where ours has not bound it
+    (or the stranger takes every probe) and the stranger answers for its own model, readiness says so at once, not
+    after server.ready_timeout_s (the SLURM requeue test once waited 300 s so, beside another session's server)."""
     import importlib.util
     import sys
     import threading
@@ -241,39 +244,9 @@ def test_a_port_shared_through_so_reuseport_is_not_ready(tmp_path, lock_dir):
     script.write_text(MODELS_SERVER)
     run = {"host": "127.0.0.1", "port": None, "port_range": [18300, 18399], "ready_timeout_s": 60,
            "stop_grace_s": 5}
-    srv = Server(lambda p: [sys.executable, str(script), str(p)], run, tmp_path / "logs", served_name="m", kind="test")
-    srv.start()
-    spec = importlib.util.spec_from_file_location("shared_port_server", script)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    stranger = mod.Shared(("127.0.0.1", srv.port), mod.Models)
-    threading.Thread(target=stranger.serve_forever, daemon=True).start()
-    try:
-        with pytest.raises(ServerError, match=f"port {srv.port} is also served by pid {os.getpid()}"):
-            srv.wait_ready(progress=False)
-    finally:
-        stranger.shutdown()
-        stranger.server_close()
-        srv.stop()
-    assert last_launch(tmp_path / "logs")["stopped_at"]
-
-
-def test_a_port_that_answers_with_another_servers_model_fails_readiness_at_once(tmp_path, lock_dir):
-    """Where a stranger holds the port and answers for its own model (SO_REUSEPORT let both bind, and it may answer
-    every probe), readiness says so as soon as it sees that answer, not after server.ready_timeout_s (the SLURM
-    requeue test once waited 300 s so, beside another session's server on its port)."""
-    import importlib.util
-    import sys
-    import threading
-
-    from specsweep.server import Server
-
-    script = tmp_path / "shared_port_server.py"
-    script.write_text(MODELS_SERVER)
-    run = {"host": "127.0.0.1", "port": None, "port_range": [18300, 18399], "ready_timeout_s": 60,
-           "stop_grace_s": 5}
-    # ours never binds (it sleeps), and serves "ours"; the stranger serves "m"
-    srv = Server(lambda p: [sys.executable, str(script), str(p), "-1"], run, tmp_path / "logs", served_name="ours",
+    # the stranger serves "m"; ours serves "m" too, or never binds (it sleeps) and would serve "ours"
+    argv, name = ([], "m") if ours_binds else (["-1"], "ours")
+    srv = Server(lambda p: [sys.executable, str(script), str(p), *argv], run, tmp_path / "logs", served_name=name,
                  kind="test")
     srv.start()
     spec = importlib.util.spec_from_file_location("shared_port_server", script)
@@ -290,6 +263,7 @@ def test_a_port_that_answers_with_another_servers_model_fails_readiness_at_once(
         stranger.shutdown()
         stranger.server_close()
         srv.stop()
+    assert last_launch(tmp_path / "logs")["stopped_at"]
 
 
 def test_speculative_cells_ask_for_per_request_metrics_where_their_vllm_has_them(tmp_path, lock_dir):
