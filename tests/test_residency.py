@@ -106,6 +106,17 @@ def test_gpu_members_split_the_budget_by_their_needs(tmp_path):
     assert all(p.gpu_ids == ("0",) and not p.pause_idle for p in plan.values())
 
 
+def test_a_float32_member_needs_four_bytes_a_value(tmp_path):
+    """Random weights counted from the config and the KV cache, both at server.dtype's width (the tiny pair runs
+    in float32 on a GPU, experiment=gpu_tiny): twice bfloat16's, less the fixed overhead."""
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    bf16, fp32 = gpu_grid(tmp_path / "a"), gpu_grid(tmp_path / "b", "server.dtype=float32")
+    for a, b in zip(lead_members(bf16), lead_members(fp32)):
+        half, full = (residency.gpu_need_bytes(g, s) - residency.GPU_OVERHEAD_GIB * GIB
+                      for g, s in ((bf16, a), (fp32, b)))
+        assert full == 2 * half
+
+
 def test_a_gpu_group_that_does_not_fit_sleeps_on_vllm_and_says_the_sizes(tmp_path):
     g = gpu_grid(tmp_path)
     plan = residency.plan(g, lead_members(g), ["0"], device_bytes=40 * GIB)

@@ -102,9 +102,14 @@ def _model_config(path: str) -> dict | None:
         return None
 
 
-def weights_bytes(path: str | None, dummy: bool) -> int | None:
+def dtype_bytes(dtype: str) -> int:
+    """Bytes a value of server.dtype takes (the weights' and the KV cache's): 4 for float32, else 2."""
+    return 4 if dtype in ("float32", "float") else 2
+
+
+def weights_bytes(path: str | None, dummy: bool, width: int = 2) -> int | None:
     """A model's weights on the GPU: its safetensors files' size, or, for random (dummy) weights or a folder
-    without them, 2 bytes a parameter counted from its config; None where neither is on this machine."""
+    without them, `width` bytes a parameter counted from its config; None where neither is on this machine."""
     if not path:
         return 0
     files = list(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
@@ -115,7 +120,7 @@ def weights_bytes(path: str | None, dummy: bool) -> int | None:
         return None
     h, layers = cfg.get("hidden_size", 0), cfg.get("num_hidden_layers", 0)
     inter, vocab = cfg.get("intermediate_size", 4 * h), cfg.get("vocab_size", 0)
-    return 2 * (layers * (4 * h * h + 3 * h * inter) + 2 * vocab * h)
+    return width * (layers * (4 * h * h + 3 * h * inter) + 2 * vocab * h)
 
 
 def kv_bytes(path: str, tokens: int, dtype_bytes: int = 2) -> int | None:
@@ -135,9 +140,9 @@ def gpu_need_bytes(grid: Grid, sid: str) -> int | None:
     spec = cell.spec
     dummy = "dummy" in json.dumps(spec["server"].get("extra_args", []))
     tokens = grid.max_concurrency(sid) * int(spec["server"]["max_model_len"])
-    parts = [weights_bytes(spec["target"], dummy), kv_bytes(spec["target"], tokens)]
-    if not cell.is_baseline and spec.get("drafter"):
-        parts += [weights_bytes(spec["drafter"], dummy), kv_bytes(spec["drafter"], tokens)]
+    width = dtype_bytes(spec["server"]["dtype"])
+    models = [spec["target"]] + ([spec["drafter"]] if not cell.is_baseline and spec.get("drafter") else [])
+    parts = [b for m in models for b in (weights_bytes(m, dummy, width), kv_bytes(m, tokens, width))]
     if any(p is None for p in parts):
         return None
     return int(sum(parts) + GPU_OVERHEAD_GIB * GIB)

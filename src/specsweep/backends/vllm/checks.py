@@ -204,9 +204,8 @@ def check_kv_cache(cfg, env):
         return ok(name, "vLLM's own sizing")
     concurrency = max([*sweep["concurrency"], *map(int, sweep.get("k_by_concurrency") or {})])
     tokens = concurrency * s["max_model_len"]
-    width = 4 if s["dtype"] in ("float32", "float") else 2
     models = [cfg["pair"]["target"]] + ([cfg["pair"]["drafter"]] if cfg["pair"].get("drafter") else [])
-    per_token = [residency.kv_bytes(m, 1, width) for m in models]
+    per_token = [residency.kv_bytes(m, 1, residency.dtype_bytes(s["dtype"])) for m in models]
     if None in per_token or not all(per_token):
         return ok(name, f"{mib} MiB (a model's config is not on this machine: checked once its server is up)")
     held = mib * 2 ** 20 // sum(per_token) // s["max_model_len"]
