@@ -248,8 +248,8 @@ def aslist(value: Any) -> list:
 
 def compose_jobs(overrides: Iterable[str] = ()) -> list[dict]:
     """One resolved, validated config per (pair, dataset) named in the sweep. A composition made before from the
-    same inputs is read back (composed_path): Hydra's compose and the schema check took 0.6-0.8 s of every
-    Snakemake start, a no-op's included (docs/benchmarks.md)."""
+    same inputs is read back (composed_path), so a Snakemake start skips Hydra's compose and the schema check
+    (docs/benchmarks.md, 2026-12-03, night)."""
     overrides = list(overrides)
     path = composed_path(overrides)
     try:
@@ -269,13 +269,10 @@ def composed_path(overrides: list[str]) -> Path:
     the versions of Hydra, OmegaConf, jsonschema and Python. Composition reads no environment variable and no
     other file (conf/ has no `oc.env` or other resolver)."""
     import importlib.util
-    from importlib import metadata
 
     from . import backends
 
-    digest = hashlib.sha256(json.dumps([overrides, sorted(backends.BACKENDS.items()), sys.version,
-                                        [metadata.version(d) for d in ("hydra-core", "omegaconf", "jsonschema")]]
-                                       ).encode())
+    digest = hashlib.sha256(json.dumps([overrides, sorted(backends.BACKENDS.items()), _library_versions()]).encode())
     files = [(root, f) for root, pattern in ((CONF_DIR, "*.yaml"), (SCHEMA.parent, SCHEMA.name), (PACKAGE, "*.py"))
              for f in sorted(root.rglob(pattern))]
     for module in backends.BACKENDS.values():      # a backend registered from outside specsweep: its facts
@@ -285,6 +282,14 @@ def composed_path(overrides: list[str]) -> Path:
     for root, f in files:
         digest.update(f"{f.relative_to(root)}\0".encode() + f.read_bytes() + b"\0")
     return user_cache() / "composed" / f"{digest.hexdigest()[:32]}.pkl"
+
+
+@functools.cache
+def _library_versions() -> list[str]:
+    """Python's and the composing libraries' versions: read once a process (importlib.metadata scans sys.path)."""
+    from importlib import metadata
+
+    return [sys.version, *(metadata.version(d) for d in ("hydra-core", "omegaconf", "jsonschema"))]
 
 
 def _keep_composed(path: Path, jobs: list[dict]) -> None:
