@@ -46,8 +46,8 @@ DEGENERATE = "degenerate"
 
 
 def _scipy_stats():
-    """scipy.stats, imported where a CI is computed: its 0.9 s import is not paid by the jobs that only format one
-    (the MLflow ingest) or by a group's job before its servers start."""
+    """scipy.stats, imported where a CI is computed: its import (about a second here, docs/benchmarks.md) is not
+    paid by the jobs that only format one (the MLflow ingest) or by a group's job before its servers start."""
     from scipy import stats
 
     return stats
