@@ -18,6 +18,13 @@ split into before its server was created and after it stopped.
 It also times each workflow script's imports in a fresh interpreter (`python -X importtime`): Snakemake's
 script preamble, the unpickling of the job's params and the script's own imports, then apart what the job
 imports on use inside the function it calls (LAZY).
+
+After each cold study it measures the floor under the overhead (`--floor-only`: that alone): a Snakefile of the same jobs
+with the same dependencies (the environment check beside the dataset, the group's job, a cell-set marker per
+server, the summary, then the report pages beside the MLflow ingest), each a `script:` that does nothing, or
+(`imports`) that only imports what the real job imports before and on use; the group's job holds FLOOR_HOLD_S
+in place of its servers. Its wall less that hold is what Snakemake and Python cost a DAG of this shape on this
+machine before specsweep does any work.
 """
 from __future__ import annotations
 
@@ -222,28 +229,82 @@ def scripts_of_dag() -> list[Path]:
     return [REPO / "workflow" / "scripts" / n for n in sorted(used) if not n.startswith("tiny_")]
 
 
+# ---- the floor: the same DAG, its jobs doing nothing ------------------------------------------------------
+
+FLOOR_HOLD_S = 1.0      # the group's job, in place of its servers' spans
+FLOOR_JOBS = {          # rule -> (the real job's script, what it waits for); the server cells are three markers
+    "env_check": ("env_check.py", []), "dataset": ("dataset.py", []),
+    "serve_and_bench": ("serve_and_bench.py", ["env_check", "dataset"]),
+    **{f"server_cell_done_{i}": (None, ["serve_and_bench"]) for i in range(3)},
+    "summarize": ("summarize.py", [f"server_cell_done_{i}" for i in range(3)]),
+    "report_pages": ("report_pages.py", ["summarize"]), "ingest_mlflow": ("ingest_mlflow.py", ["summarize"]),
+}
+FLOOR_LOCAL = ["env_check", "dataset", *(rule for rule, (script, _) in FLOOR_JOBS.items() if script is None)]
+FLOOR_JOB_PY = """from pathlib import Path
+import time
+exec(snakemake.params.code)
+time.sleep(snakemake.params.hold)
+Path(snakemake.output[0]).touch()
+"""
+
+
+def floor_snakefile(imports: bool) -> str:
+    """The floor DAG (module doc): a rule per FLOOR_JOBS entry, as the study's rules are (localrules, `script:`
+    jobs, `touch` markers), each importing what its real job does when `imports`, nothing otherwise."""
+    lines = [f"localrules: all, {', '.join(FLOOR_LOCAL)}", "", "rule all:",
+             '    input: "out/report_pages", "out/ingest_mlflow"', ""]
+    for rule, (script, needs) in FLOOR_JOBS.items():
+        lines += [f"rule {rule}:", f"    input: {[f'out/{n}' for n in needs]!r}"]
+        if script is None:
+            lines += [f'    output: touch("out/{rule}")', ""]
+            continue
+        code = ""
+        if imports:
+            path = REPO / "workflow" / "scripts" / script
+            code = f"import specsweep.cells; {script_imports(path)}; {LAZY.get(script, '')}".rstrip("; ")
+        hold = FLOOR_HOLD_S if rule == "serve_and_bench" else 0.0
+        lines += [f'    output: "out/{rule}"', f"    params: code={code!r}, hold={hold}", '    script: "job.py"', ""]
+    return "\n".join(lines)
+
+
+def floor(out: Path, imports: bool) -> dict:
+    """One cold run of the floor DAG: its wall, less FLOOR_HOLD_S, and the rules it ran (to check its shape)."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    (out / "Snakefile").write_text(floor_snakefile(imports))
+    (out / "job.py").write_text(FLOOR_JOB_PY)
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    t0, t1, wall = timed([str(BIN / "snakemake"), "--cores", "2"], out, env)
+    return {"overhead_s": wall - FLOOR_HOLD_S, "jobs": len(jobs_of(out, t0, t1))}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="/tmp/specsweep-dag-overhead")
     ap.add_argument("--pair", help="a models/tiny directory (target/, drafter/); built under --out if not given")
     ap.add_argument("--repeats", type=int, default=1, help="cold studies to run, one after the other")
     ap.add_argument("overrides", nargs="*", help="more Hydra overrides for the study, e.g. tracking=off")
+    ap.add_argument("--floor-only", action="store_true", help="only the floor DAGs, --repeats times each")
     args = ap.parse_args()
     out = Path(args.out)
-    pair = ensure_pair(Path(args.pair) if args.pair else out / "pair")
+    pair = None if args.floor_only else ensure_pair(Path(args.pair) if args.pair else out / "pair")
     runs = []
     for i in range(args.repeats):
         d = out / f"run{i}"
         shutil.rmtree(d, ignore_errors=True)
-        load = os.getloadavg()[0]
-        t0, t1, _ = timed(study_argv(d / "work", d / "results", pair, [2, 4], tuple(args.overrides)), d)
-        run = breakdown(d / "work", d / "results", t0, t1)
-        run["load_1min"] = [load, os.getloadavg()[0]]    # before and after: the machine is shared
+        run = {}
+        if pair is not None:
+            load = os.getloadavg()[0]
+            t0, t1, _ = timed(study_argv(d / "work", d / "results", pair, [2, 4], tuple(args.overrides)), d)
+            run = breakdown(d / "work", d / "results", t0, t1)
+            run["load_1min"] = [load, os.getloadavg()[0]]    # before and after: the machine is shared
+            print(json.dumps(run, indent=2), flush=True)
+            _, _, noop = timed(study_argv(d / "work", d / "results", pair, [2, 4], tuple(args.overrides)), d)
+            run["noop_s"] = noop
+            print(f"no-op rerun: {noop:.2f} s", flush=True)
+        run["floor"] = {kind: floor(d / f"floor-{kind}", kind == "imports") for kind in ("empty", "imports")}
+        print(f"floor: {json.dumps(run['floor'])}", flush=True)
         runs.append(run)
-        print(json.dumps(run, indent=2), flush=True)
-        _, _, noop = timed(study_argv(d / "work", d / "results", pair, [2, 4], tuple(args.overrides)), d)
-        run["noop_s"] = noop
-        print(f"no-op rerun: {noop:.2f} s", flush=True)
     imports = {p.name: import_cost(p) for p in scripts_of_dag()}
     print(json.dumps(imports, indent=2))
     (out / "result.json").write_text(json.dumps({"runs": runs, "imports": imports}, indent=2) + "\n")
