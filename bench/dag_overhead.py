@@ -19,12 +19,12 @@ It also times each workflow script's imports in a fresh interpreter (`python -X 
 script preamble, the unpickling of the job's params and the script's own imports, then apart what the job
 imports on use inside the function it calls (LAZY).
 
-After each cold study it measures the floor under the overhead (`--floor-only`: that alone): a Snakefile of the same jobs
-with the same dependencies (the environment check beside the dataset, the group's job, a cell-set marker per
-server, the summary, then the report pages beside the MLflow ingest), each a `script:` that does nothing, or
-(`imports`) that only imports what the real job imports before and on use; the group's job holds FLOOR_HOLD_S
-in place of its servers. Its wall less that hold is what Snakemake and Python cost a DAG of this shape on this
-machine before specsweep does any work.
+After each cold study it measures the floor under the overhead (`--floor-only`: that alone): a Snakefile of the
+same jobs with the same dependencies (the environment check beside the dataset, the group's job, a cell-set
+marker per server, the summary, then the report pages beside the MLflow ingest), each a `script:` that does
+nothing, or (`imports`) that only imports what the real job imports before and on use; the group's job holds
+FLOOR_HOLD_S in place of its servers. Its wall less that hold is what Snakemake and Python cost a DAG of this
+shape on this machine before specsweep does any work.
 """
 from __future__ import annotations
 
@@ -268,7 +268,7 @@ def floor_snakefile(imports: bool) -> str:
 
 
 def floor(out: Path, imports: bool) -> dict:
-    """One cold run of the floor DAG: its wall, less FLOOR_HOLD_S, and the rules it ran (to check its shape)."""
+    """One cold run of the floor DAG: its wall less FLOOR_HOLD_S, and how many jobs it ran (the study runs nine)."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     (out / "Snakefile").write_text(floor_snakefile(imports))

@@ -10,6 +10,7 @@ start also recording each member's kv_cache_tokens.
 
     PYTHONPATH=src .venv/bin/python bench/start_side_by_side.py --overrides "pair.target=... pair.drafter=..." \\
         --width 2 --starts 3 --out bench/archive/cpu/start-side-by-side
+    PYTHONPATH=src .venv/bin/python bench/start_side_by_side.py --overrides "..." --width 3 --against 2 --out DIR
     PYTHONPATH=src .venv/bin/python bench/start_side_by_side.py --compare kv --overrides "..." --starts 3 \\
         --out bench/archive/cpu/kv-cache-start
 """
@@ -97,6 +98,7 @@ def main() -> None:
     ap.add_argument("--compare", choices=("width", "kv"), default="width",
                     help="width: --width at once against one at a time; kv: the KV cache sized (server.kv_cache_mib) "
                          "against 1 GiB, both --width at once")
+    ap.add_argument("--against", type=int, default=1, help="--compare width: the width --width is compared with")
     ap.add_argument("--starts", type=int, default=3, help="starts of the group each way")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
@@ -105,8 +107,9 @@ def main() -> None:
         alternate({"sized": (overrides, args.width), "1GiB": ([*overrides, *GIB_KV], args.width)}, args.starts,
                   warm="sized", name="kv_cache_start", out=Path(args.out))
     else:
-        alternate({f"{args.width} at once": (overrides, args.width), "one at a time": (overrides, 1)}, args.starts,
-                  warm="one at a time", name="start_side_by_side", out=Path(args.out))
+        other = "one at a time" if args.against == 1 else f"{args.against} at once"
+        alternate({f"{args.width} at once": (overrides, args.width), other: (overrides, args.against)}, args.starts,
+                  warm=other, name="start_side_by_side", out=Path(args.out))
 
 
 if __name__ == "__main__":
