@@ -68,20 +68,17 @@ def pause_idle(grid: Grid, sid: str) -> bool:
 
 def start_at_once(grid: Grid, members: list[str], cores: int | None = None) -> int:
     """How many members of a co-resident CPU group start side by side (sweep.start_at_once; `cores`: the job's, looked
-    up where not given). `auto`, where every member is a vllm-cpu server with its model in the engine core
-    (server.distributed_executor_backend: uni), whose start-up keeps about one core busy: as many as the job has
-    cores, or every member where that is one more than the cores (a third member on two cores would otherwise start
-    alone once the first is up, the other core idle: all three at once were up in 0.78x the time); on one core, one
-    at a time (docs/residency.md#starting-side-by-side). Otherwise one at a time. A number asks for that many. Never
-    on a GPU, where a member's memory profiling would count another's loading."""
+    up where not given). `auto`: as many as the job has cores where every member is a vllm-cpu server with its model in
+    the engine core (server.distributed_executor_backend: uni), whose start-up keeps about one core busy
+    (docs/residency.md#starting-side-by-side); otherwise one at a time. A number asks for that many. Never on a GPU,
+    where a member's memory profiling would count another's loading."""
     if any(grid.servers[s].gpus for s in members):
         return 1
     asked = grid.configs.get(members[0], {}).get("sweep", {}).get("start_at_once", "auto")
     if asked == "auto":
         one_core = all(grid.servers[s].spec["server"]["backend"] == "vllm"
                        and grid.servers[s].spec["server"].get("distributed_executor_backend") == "uni" for s in members)
-        cores = cores or len(os.sched_getaffinity(0))
-        asked = 1 if not one_core or cores == 1 else len(members) if len(members) == cores + 1 else cores
+        asked = (cores or len(os.sched_getaffinity(0))) if one_core else 1
     return max(1, min(int(asked), len(members)))
 
 
