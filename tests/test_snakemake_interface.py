@@ -9,6 +9,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def in_tmp_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)       # Snakemake keeps its .snakemake/ in the working directory
+
+
 def cores_seen(tmp_path: Path, cores: int | None, job_cpus: int | None) -> int:
     """all_cores of a CPU server cell, as common.smk computes it when Snakemake parses it with --cores `cores`
     (None: not given, as under a cluster profile) and the cell's server.job.cpus `job_cpus`."""
