@@ -1,7 +1,8 @@
 # Helpers shared by the rules: every path comes from the library's grid, never rebuilt here.
 import json
-import threading
 from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
 
 
 def server_cells_of(study):
@@ -77,11 +78,13 @@ def dataset_cfg(wildcards):
 
 
 def all_cores(sid):
-    """A CPU server cell's threads: every core. --cores when given; a cluster profile gives none, so then the
-    cell's server.job.cpus, else this host's count (set job.cpus when compute nodes differ from it)."""
-    if workflow._cores is not None:  # the property workflow.cores raises when unset
+    """A CPU server cell's threads: every core. --cores when given (workflow.cores, documented under the rules'
+    threads, raises WorkflowError without it: tests/test_snakemake_interface.py); a cluster profile gives none,
+    so then the cell's server.job.cpus, else this host's count (set job.cpus when compute nodes differ from it)."""
+    try:
         return workflow.cores
-    return GRID.servers[sid].run["job"]["cpus"] or os.cpu_count()
+    except WorkflowError:
+        return GRID.servers[sid].run["job"]["cpus"] or os.cpu_count()
 
 
 def slurm_extra(sid):
@@ -130,12 +133,3 @@ wildcard_constraints:
     study=r"[A-Za-z0-9._-]+",
     server=r"[A-Za-z0-9._-]+",
     settings=r"[0-9a-f]+",
-
-
-def cancel_timers():
-    """Snakemake's job-rate limiter re-checks the schedule 1 s after each scheduling round with a
-    threading.Timer, and Python waits for pending timers at exit: up to 1 s of every run that ran a job.
-    Once the workflow has ended they have nothing left to check."""
-    for thread in threading.enumerate():
-        if isinstance(thread, threading.Timer):
-            thread.cancel()
