@@ -1,5 +1,5 @@
 """Verdicts at a stated precision, looked at after every repeat: an anytime-valid interval for a paired speedup,
-the one vocabulary of verdicts, and the stopping rule (issue 46; docs/methods.md#looking-after-every-repeat).
+the one vocabulary of verdicts, and the stopping rule (issue 46; docs/methods.md#looking-after-every-repeat-sequential-verdicts).
 Pure: request rows or per-repeat figures in, records out.
 
 The unit is a repeat block: repeat r of a cell and repeat r of the cell it is compared with ran back to back (a
