@@ -130,3 +130,12 @@ def test_a_true_speedup_on_the_same_data_is_found_early():
         ends.append((rec["K"]["verdict"], rec["K"]["repeats"]))
     assert sum(v == "faster" for v, _ in ends) >= 0.9 * len(ends)
     assert np.median([n for _, n in ends]) <= 5
+
+
+def test_blocks_that_drift_keep_the_last_looks_interval():
+    """Where the running intersection would be empty (no one mean fits every block), the interval is the last
+    look's own, not an empty one."""
+    blocks = [0.1, 0.1001, 0.0999, 0.1, 0.1001] + [0.5, 0.5001, 0.4999] * 4
+    lo, hi = sq.running_interval(blocks)
+    assert (lo, hi) == sq.confidence_sequence(blocks) and lo <= hi
+    assert sq.comparison(blocks, 20)["ci_low"] == pytest.approx(math.exp(lo))

@@ -19,8 +19,10 @@ is a nonnegative martingale with M_0 = 1 under mu, whatever the spread, for norm
 inequality P(some t with M_t(mu) >= 1 / alpha) <= alpha, so the set {mu: M_t(mu) < 1 / alpha} holds mu at every
 look at once with probability 1 - alpha, and so at any stopping time, a rule's included, and whatever budget a
 rerun later allows. Block figures are means over a repeat's requests, near normal; the A/A simulation on recorded
-requests (tests/test_sequential.py) checks the rate without that assumption. One block says nothing (M_1 = 1);
-two almost nothing; the interval is about twice as wide as a t-interval over the same blocks looked at once.
+requests (tests/test_sequential.py) checks the rate without that assumption. Symmetric or mildly skewed blocks
+keep it (simulated: t(3) 1.7%, lognormal sigma 0.25 2.7%, over 30 looks); strongly skewed ones do not (lognormal
+sigma 1: 21%). One block says nothing (M_1 = 1), two almost nothing; the interval is about twice as wide as a
+t-interval over the same blocks looked at once.
 """
 from __future__ import annotations
 
@@ -75,9 +77,15 @@ def running_interval(blocks: Sequence[float], alpha: float = ALPHA, mixture: flo
     last look's (every look holds mu at once), and never widening."""
     low, high = -math.inf, math.inf
     for t in range(2, len(blocks) + 1):
-        lo, hi = confidence_sequence(blocks[:t], alpha, mixture)
-        low, high = max(low, lo), min(high, hi)
+        low, high = _intersect((low, high), confidence_sequence(blocks[:t], alpha, mixture))
     return low, high
+
+
+def _intersect(running: tuple[float, float], new: tuple[float, float]) -> tuple[float, float]:
+    """The running interval narrowed by a look's; where the two do not meet (blocks that drift, so no one mean
+    fits them all, a 5% event at most for blocks that do share one), the look's own, which holds on its own."""
+    low, high = max(running[0], new[0]), min(running[1], new[1])
+    return (low, high) if low <= high else new
 
 
 def verdict(ci_low: float | None, ci_high: float | None, equivalence: float = EQUIVALENCE,
@@ -111,11 +119,10 @@ def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = E
     answered, None while it may go on), the speedup (exp of the blocks' mean) with the interval (ratio scale),
     `repeats` (blocks used), `looks` (the looks taken: one after each block), `answered_at` (the repeats at which
     it was first answered, else None) and `stopped` (`answered`, `budget`, or None while it goes on)."""
-    low = high = None
+    low, high = -math.inf, math.inf
     answered_at = None
     for t in range(1, len(blocks) + 1):
-        lo, hi = confidence_sequence(blocks[:t], alpha, mixture)
-        low, high = (lo, hi) if low is None else (max(low, lo), min(high, hi))
+        low, high = _intersect((low, high), confidence_sequence(blocks[:t], alpha, mixture))
         if answered_at is None and verdict(math.exp(low), math.exp(high), equivalence, at_budget=False):
             answered_at = t
     n = len(blocks)
