@@ -62,6 +62,8 @@ def test_look_stops_when_every_comparison_is_answered_else_at_the_budget():
     assert stop
     assert (rec["K=6 vs K=2"]["verdict"], rec["K=6 vs K=2"]["stopped"]) == ("unresolved", "budget")
     assert (rec["K=2"]["verdict"], rec["K=2"]["stopped"]) == ("faster", "answered")
+    stop, rec = sq.look({"K=2": clear[:2]}, max_repeats=4, repeats=4)      # two repeats paired nothing
+    assert stop and (rec["K=2"]["verdict"], rec["K=2"]["blocks"], rec["K=2"]["repeats"]) == ("unresolved", 2, 4)
     stop, rec = sq.look({"A/A": [0.001, -0.002, 0.0015, 0.0]}, max_repeats=10)
     assert stop and rec["A/A"]["verdict"] == "equivalent" and rec["A/A"]["ratio"] == pytest.approx(1.0, abs=1e-3)
 

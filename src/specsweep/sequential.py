@@ -113,12 +113,13 @@ def verdict_text(verdict_: str | None, equivalence: float = EQUIVALENCE) -> str:
 
 
 def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = EQUIVALENCE,
-               alpha: float = ALPHA, mixture: float = MIXTURE) -> dict:
+               alpha: float = ALPHA, mixture: float = MIXTURE, repeats: int | None = None) -> dict:
     """The record of one comparison looked at after each of its blocks so far (blocks[r]: block_log_ratios' figure
-    of repeat r): its verdict on the running interval (`unresolved` once max_repeats blocks are in and it is not
-    answered, None while it may go on), the speedup (exp of the blocks' mean) with the interval (ratio scale),
-    `repeats` (blocks used), `looks` (the looks taken: one after each block), `answered_at` (the repeats at which
-    it was first answered, else None) and `stopped` (`answered`, `budget`, or None while it goes on)."""
+    of a repeat), `repeats` the group's repeats so far (default: one per block; more where a repeat paired no
+    request and gave no block): its verdict on the running interval (`unresolved` once max_repeats repeats are
+    in and it is not answered, None while it may go on), the speedup (exp of the blocks' mean) with the interval
+    (ratio scale), `repeats`, `blocks`, `looks` (one after each repeat), `answered_at` (the block at which it was
+    first answered, else None), `equivalence` and `stopped` (`answered`, `budget`, or None while it goes on)."""
     low, high = -math.inf, math.inf
     answered_at = None
     for t in range(1, len(blocks) + 1):
@@ -126,24 +127,24 @@ def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = E
         if answered_at is None and verdict(math.exp(low), math.exp(high), equivalence, at_budget=False):
             answered_at = t
     n = len(blocks)
-    ci = (None, None) if not n or math.isinf(low) or math.isinf(high) else (math.exp(low), math.exp(high))
-    v = verdict(*ci, equivalence, at_budget=n >= max_repeats) if ci[0] is not None else \
-        (UNRESOLVED if n >= max_repeats else None)
+    repeats = n if repeats is None else repeats
+    at_budget = repeats >= max_repeats
+    ci = (None, None) if math.isinf(low) or math.isinf(high) else (math.exp(low), math.exp(high))
+    v = verdict(*ci, equivalence, at_budget) if ci[0] is not None else (UNRESOLVED if at_budget else None)
     return {"verdict": v, "ratio": math.exp(float(np.mean(blocks))) if n else None, "ci_low": ci[0], "ci_high": ci[1],
-            "repeats": n, "looks": n, "answered_at": answered_at, "equivalence": equivalence,
+            "repeats": repeats, "blocks": n, "looks": repeats, "answered_at": answered_at, "equivalence": equivalence,
             "stopped": None if v is None else (BUDGET if v == UNRESOLVED else ANSWERED)}
 
 
 def look(blocks_by_comparison: dict[str, Sequence[float]], max_repeats: int, equivalence: float = EQUIVALENCE,
-         alpha: float = ALPHA, mixture: float = MIXTURE) -> tuple[bool, dict[str, dict]]:
-    """The stopping rule, applied after a repeat: (stop, each comparison's record). A group stops when every
-    comparison it answers is answered (`faster`, `slower`, `equivalent`) or when its budget is spent (max_repeats
-    blocks of each: those not answered are `unresolved`). A comparison answered early keeps its record's verdict
-    on later looks only as the running interval says: it may narrow (`equivalent` to `faster`), never flip."""
-    records = {name: comparison(b, max_repeats, equivalence, alpha, mixture) for name, b in blocks_by_comparison.items()}
-    spent = all(len(b) >= max_repeats for b in blocks_by_comparison.values())
-    stop = spent or all(r["verdict"] is not None for r in records.values())
-    if stop and not spent:
-        for r in records.values():
-            r["stopped"] = ANSWERED
-    return stop, records
+         alpha: float = ALPHA, mixture: float = MIXTURE, repeats: int | None = None) -> tuple[bool, dict[str, dict]]:
+    """The stopping rule, applied after a repeat: (stop, each comparison's record, `comparison`). A group stops
+    when every comparison it answers is answered (`faster`, `slower`, `equivalent`) or when its budget is spent:
+    `repeats` (the group's repeats so far; default, the most blocks of any comparison) reaching max_repeats,
+    where those not answered are `unresolved`. A comparison answered before the others keeps its answer on
+    later looks (the running interval only narrows: `equivalent` may become `faster`, nothing flips)."""
+    if repeats is None:
+        repeats = max((len(b) for b in blocks_by_comparison.values()), default=0)
+    records = {name: comparison(b, max_repeats, equivalence, alpha, mixture, repeats)
+               for name, b in blocks_by_comparison.items()}
+    return repeats >= max_repeats or all(r["verdict"] is not None for r in records.values()), records
