@@ -14,7 +14,8 @@ from specsweep import counterfactuals, diagnosis, layout, pages, summary
 from specsweep.backends import parts
 from specsweep.bench_cell import Measurement
 from specsweep.cells import expand
-from specsweep.config import ConfigError, compose_jobs
+from specsweep.config import compose_jobs
+from specsweep.errors import ConfigError
 from specsweep.metrics import acceptance_from_lengths, request_figures
 from specsweep.results import read_json
 from specsweep.study import Study

@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 from . import backends, layout
-from .config import REPO, ConfigError, compose_jobs
+from .config import compose_jobs
+from .errors import ConfigError
+from .paths import REPO
 from .errors import SpecsweepError
 
 
