@@ -12,7 +12,8 @@ min_version("9.0")
 
 from specsweep import layout
 from specsweep.cells import expand as expand_cells
-from specsweep.config import ConfigError, jobs_from_snakemake
+from specsweep.config import jobs_from_snakemake
+from specsweep.errors import ConfigError
 
 try:
     GRID = expand_cells(jobs_from_snakemake(config))

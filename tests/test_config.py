@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from specsweep.config import ConfigError, compose_jobs, format_override_value, overrides_from_snakemake
+from specsweep.config import compose_jobs, format_override_value, overrides_from_snakemake
+from specsweep.errors import ConfigError
 
 
 def test_default_composes_the_tiny_pair_on_vllm_cpu():

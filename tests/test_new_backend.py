@@ -9,7 +9,8 @@ import pytest
 
 from specsweep import backends, config, labels, mlflow_runs, preflight, runner
 from specsweep.cells import expand
-from specsweep.config import ConfigError, compose_jobs
+from specsweep.config import compose_jobs
+from specsweep.errors import ConfigError
 from specsweep.datasets import materialise
 from specsweep.results import read_json
 

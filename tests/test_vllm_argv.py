@@ -123,7 +123,7 @@ def test_set_acceptance_refuses_what_vllm_refuses(value):
     from vllm.config.speculative import SpeculativeConfig
 
     from specsweep.cells import resolve_set_acceptance
-    from specsweep.config import ConfigError
+    from specsweep.errors import ConfigError
 
     rates, length = (value, None) if isinstance(value, list) else (None, value)
     with pytest.raises(ValueError):

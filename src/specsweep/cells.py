@@ -18,7 +18,8 @@ from pathlib import Path
 import yaml
 
 from . import backends, layout
-from .config import ConfigError, aslist
+from .errors import ConfigError
+from .nested import aslist
 
 # Settings that change how a server is run here, or how its figures are recorded (per_request_spec_metrics,
 # per_request_timing), not what it computes: left out of the id.

@@ -12,7 +12,7 @@ from pathlib import Path
 from . import backends, drafter_config
 from .claims import port_is_free, port_owner
 from .cells import random_weights
-from .config import aslist
+from .nested import aslist
 
 THINKING_MIN_TOKENS, THINKING_WARN_TOKENS = 512, 2048
 
@@ -40,7 +40,7 @@ def fail(name, message):
 
 def check_dataset(cfg, env):
     """A local JSONL is read before any server starts: malformed lines, empty files, bad encodings."""
-    from .config import ConfigError
+    from .errors import ConfigError
     from .datasets import jsonl_rows
 
     name, ds = "dataset", cfg["dataset"]

@@ -17,19 +17,14 @@ from typing import Any, Iterable
 
 import yaml
 
-from .errors import ConfigError  # noqa: F401 - re-exported: most modules take it from here
-from .nested import flatten
+from .errors import ConfigError
+from .nested import aslist, flatten
+from .paths import REPO, user_cache
 
-REPO = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO / "conf"
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 PACKAGE = Path(__file__).resolve().parent
 COMPOSED_KEPT = 256          # compositions kept in the user's cache (composed_path); the oldest half goes beyond
-
-
-def user_cache() -> Path:
-    """specsweep's folder in the user's cache: compositions (composed_path) and the MLflow schema template."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specsweep"
 
 
 def format_override_value(value: Any) -> str:
@@ -237,12 +232,6 @@ def _schema_message(e: Exception) -> str:
     if isinstance(cause.schema, dict) and "fix" in cause.schema:     # the schema's own advice for this check
         return f"config: {key}={cause.instance} is {cause.schema['fix']}"
     return f"config: {key}: {cause.message}; fix it in conf/ or with an override `{key}=...`"
-
-
-def aslist(value: Any) -> list:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def compose_jobs(overrides: Iterable[str] = ()) -> list[dict]:

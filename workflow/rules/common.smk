@@ -12,13 +12,13 @@ def server_cells_of(study):
 def diagnoses_of(study):
     """What the summary and pages read of the low-acceptance diagnosis (diagnose.smk): each diagnosed server cell's
     acceptance record (a checkpoint), and its diagnosis.json where that record asks for one. The group's job comes
-    first: it writes the record (counterfactuals.record_acceptance), and the checkpoint then runs no job."""
+    first: it writes the record (acceptance_checkpoint.record_acceptance), and the checkpoint then runs no job."""
     out = []
     for sid in server_cells_of(study):
         if GRID.diagnosed(sid):
             after_group(study, sid)
             record = checkpoints.acceptance.get(study=study, server=sid, settings=GRID.acceptance_tag(sid)).output[0]
-            needed = json.loads(Path(record).read_text())["needed"]  # counterfactuals.acceptance's record
+            needed = json.loads(Path(record).read_text())["needed"]  # acceptance_checkpoint.acceptance's record
             out += [record, str(GRID.diagnosis_path(sid))] if needed else [record]
     return out
 

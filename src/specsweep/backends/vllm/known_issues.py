@@ -13,7 +13,7 @@ from typing import Callable
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from ...config import aslist
+from ...nested import aslist
 
 
 @dataclass(frozen=True)
