@@ -16,7 +16,7 @@ min_version("9.0")
 # params): 0.45 s of every run, a no-op's included. Frozen objects are out of the collector's reach.
 atexit.register(gc.freeze)
 
-from specsweep import layout
+from specsweep import layout, residency  # residency: the groups' schedule
 from specsweep.cells import expand as expand_cells
 from specsweep.config import ConfigError, jobs_from_snakemake
 

@@ -268,11 +268,6 @@ def sweep_rounds(sweep: dict) -> int:
 MIN_BLOCKS = 5      # co-resident repeats below which the paired CI does not resample them as blocks (Grid.block_of)
 
 
-def _rotated(items: list, by: int) -> list:
-    by %= len(items)
-    return items[by:] + items[:by]
-
-
 def round_of_repeat(repeat: int, rounds: int, repeats: int) -> int:
     """Repeat r of R rounds over n repeats runs in round r * R // n, so each round holds a contiguous block of
     repeats (10 repeats in 3 rounds: 0-3, 4-6, 7-9)."""
@@ -363,91 +358,23 @@ class Grid:
         return [(sid, bid) for sid, cell in self.servers.items() if cell.study == study and sid not in self.diagnosed_by
                 for bid in self.benches[sid]]
 
-    # ---- groups, rounds and turns (sweep.residency, sweep.rounds): scheduling, never part of an id -------------
-    def rounds(self, sid: str) -> int:
-        """How many launches of its group the server cell runs in (sweep.rounds); each holds a contiguous block
-        of its repeats (round_of)."""
-        return sweep_rounds(self.configs.get(sid, {}).get("sweep", {}))
-
-    def round_of(self, sid: str, bid: str) -> int:
-        """The round a bench cell runs in (round_of_repeat)."""
-        return round_of_repeat(int(self.benches[sid][bid].spec["repeat"]), self.rounds(sid),
-                               int(self.configs[sid]["sweep"]["repeats"]))
-
-    def round_cells(self, sid: str, rnd: int | None) -> list[str]:
-        """The bench cells of one round of a server cell; rnd None: all of them."""
-        return [bid for bid in self.benches[sid] if rnd is None or self.round_of(sid, bid) == rnd]
-
+    # ---- the paired CI's blocks (the schedule itself, groups, rounds and turns, is residency's) ---------------
     def block_of(self, sid: str, bid: str) -> int | None:
         """The stretch of time a bench cell ran in together with its group's other members, which the paired CI
         resamples as one (stats._cluster_bootstrap), or None where there is no such stretch to resample:
         co-resident members take turns repeat by repeat, so repeat r of each ran back to back (with at least
         MIN_BLOCKS repeats; fewer give the draw too few outcomes); relaunched ones share a round (with 2 or more)."""
+        sweep = self.configs[sid]["sweep"]
+        repeat, repeats = int(self.benches[sid][bid].spec["repeat"]), int(sweep["repeats"])
         if self.residency(sid) == "relaunch":
-            return self.round_of(sid, bid) if self.rounds(sid) > 1 else None
-        repeats = int(self.configs[sid]["sweep"]["repeats"])
-        return int(self.benches[sid][bid].spec["repeat"]) if repeats >= MIN_BLOCKS else None
+            rounds = sweep_rounds(sweep)
+            return round_of_repeat(repeat, rounds, repeats) if rounds > 1 else None
+        return repeat if repeats >= MIN_BLOCKS else None
 
     def residency(self, sid: str) -> str:
         """How the cell's group keeps its servers (sweep.residency): `coresident` (all up for the group's whole
         round, taking turns), `sleep` (all up, one awake: vLLM's sleep mode) or `relaunch` (one launch per turn)."""
         return self.configs.get(sid, {}).get("sweep", {}).get("residency", "coresident")
-
-    def group_of(self, sid: str) -> str:
-        """The lead of the server cell's group, the cells compared with each other and so run in one job: a
-        baseline and its speculative cells (lead: the baseline). A cell without a baseline (sweep.baseline=false),
-        and a diagnosis's counterfactual cell, is a group of its own, so such cells still run side by side on
-        disjoint GPUs."""
-        return self.baseline_of.get(sid, sid)
-
-    def group(self, lead: str) -> list[str]:
-        """A group's server cells, the lead first, then grid order."""
-        return [lead] + [s for s in self.servers if self.baseline_of.get(s) == lead]
-
-    def leads(self) -> list[str]:
-        return [s for s in self.servers if self.group_of(s) == s]
-
-    def turns(self, members: list[str]) -> list[tuple[int, str, list[str]]]:
-        """The (round, server cell, bench cells) turns a group's job takes, in order, unfinished cells only. Round
-        by round; within a round, co-resident members (`coresident`, `sleep`) take turns repeat by repeat, in an
-        order that rotates with the repeat (baseline, K_a, K_b; K_a, K_b, baseline; ...), so that a load that
-        shifts during the round falls on every member alike; `relaunch` members take one turn a round, all of
-        that round's repeats in one launch, in an order that rotates with the round."""
-        out: list[tuple[int, str, list[str]]] = []
-        rounds = max(self.rounds(s) for s in members)
-        for rnd in range(rounds):
-            if self.residency(members[0]) == "relaunch":
-                for sid in _rotated(members, rnd):
-                    todo = [b for b in self.round_cells(sid, rnd) if rnd < self.rounds(sid) and self._unfinished(sid, b)]
-                    out += [(rnd, sid, todo)] if todo else []
-                continue
-            repeats = sorted({int(self.benches[s][b].spec["repeat"]) for s in members for b in self.round_cells(s, rnd)
-                              if rnd < self.rounds(s)})
-            for i, rep in enumerate(repeats):
-                for sid in _rotated(members, i):
-                    todo = [b for b in self.round_cells(sid, rnd) if rnd < self.rounds(sid)
-                            and int(self.benches[sid][b].spec["repeat"]) == rep and self._unfinished(sid, b)]
-                    out += [(rnd, sid, todo)] if todo else []
-        return out
-
-    def _unfinished(self, sid: str, bid: str) -> bool:
-        return not self.metrics_path(sid, bid).exists()
-
-    def pending(self, sid: str, rnd: int | None = None) -> list[str]:
-        """The unfinished bench cells of a server cell, or of one of its rounds."""
-        return [bid for bid in self.round_cells(sid, rnd) if self._unfinished(sid, bid)]
-
-    def group_pending(self, lead: str) -> list[tuple[str, str]]:
-        return [(sid, bid) for sid in self.group(lead) for bid in self.pending(sid)]
-
-    def run_marker(self, lead: str) -> Path:
-        """A group's job output, in its lead's folder: named after the bench cells the group still has to run."""
-        todo = stable_hash(sorted(self.group_pending(lead)))[:12]
-        return layout.run_marker(self.server_dir(lead), todo)
-
-    def group_gpus(self, lead: str) -> int:
-        """The GPUs a group's job holds: co-resident members share their GPUs (the most any member needs)."""
-        return max(self.servers[s].gpus for s in self.group(lead))
 
     def cells_done(self, sid: str) -> Path:
         """A marker that every bench cell of a server cell is finished; named after that set of cells."""

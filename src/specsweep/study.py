@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from . import layout, metrics
+from . import layout, metrics, residency
 from .cells import MIN_BLOCKS, Grid, answers_not_judged, expand, round_of_repeat, sweep_rounds
 from .errors import ConfigError
 from .results import launches, read_json, read_jsonl
@@ -246,4 +246,4 @@ class Study:
 
     def unfinished(self) -> list[str]:
         """The server cells with a bench cell still to run."""
-        return [sid for sid in self.grid.servers if self.grid.pending(sid)]
+        return [sid for sid in self.grid.servers if residency.pending(self.grid, sid)]
