@@ -11,14 +11,12 @@ import copy
 import hashlib
 import json
 import re
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from . import backends, layout
 from .config import ConfigError, aslist
+from .replay_rates import rates_from, rates_source
 
 # Settings that change how a server is run here, or how its figures are recorded (per_request_spec_metrics,
 # per_request_timing), not what it computes: left out of the id.
@@ -155,45 +153,6 @@ def _verification_tag(spec: dict) -> str:
     """`-block` in the name of a cell verified by block verification; nothing for standard."""
     method = spec.get("verification", "standard")
     return "" if method == "standard" else f"-{method}"
-
-
-def _measured_rates(path: str) -> list[tuple[Path, list[float]]]:
-    """(bench cell directory, per-position acceptance) of each valid bench cell under a server cell's directory."""
-    out = []
-    for metrics in sorted(Path(path).glob(f"*/{layout.METRICS}")):
-        m = json.loads(metrics.read_text())
-        rates = (m.get("spec_decode") or {}).get("per_position_acceptance")
-        if m.get("valid") and rates:
-            out.append((metrics.parent, rates))
-    return out
-
-
-def rates_from(path: str) -> list[float]:
-    """A measured server cell's per-position acceptance as set rates: per position, the median over the valid
-    bench cells under `path` (a server cell's directory), rounded to 4 places. The cell's id holds these rates,
-    never the path, so the same rates from another copy of the study are the same cell."""
-    measured = [rates for _, rates in _measured_rates(path)]
-    if not measured:
-        raise ConfigError(f"config: sweep.set_acceptance rates_from {path} has no valid bench cell with per-position "
-                          "acceptance under it: point it at a finished speculative server cell's directory "
-                          "(results/<study>/<server cell>), from a study that has run")
-    width = min(len(r) for r in measured)
-    return [round(statistics.median(r[i] for r in measured), 4) for i in range(width)]
-
-
-def rates_source(path: str) -> dict:
-    """Where `rates_from(path)` took its rates: the server cell's directory as given and resolved, its study and
-    server cell, its pair and K (from a bench cell's config.yaml, where there is one), the bench cells whose
-    medians they are, and the rates. Recorded in the replay's bench cells' config.yaml (never in an id), it is
-    how `specsweep compare` knows which drafter a replay predicts."""
-    root, rates = Path(path).resolve(), rates_from(path)
-    used = [bench for bench, _ in _measured_rates(path)]
-    config = next((b / layout.CONFIG for b in used if (b / layout.CONFIG).exists()), None)
-    cfg = (yaml.safe_load(config.read_text()) or {}) if config else {}
-    return {"rates_from": str(path), "path": str(root), "study": root.parent.name, "server_cell": root.name,
-            "pair": (cfg.get("pair") or {}).get("name"),
-            "num_speculative_tokens": (cfg.get("server_spec") or {}).get("num_speculative_tokens"),
-            "bench_cells": [b.name for b in used], "rates": rates}
 
 
 def resolve_k_schedule(schedule) -> list[list[int]] | None:

@@ -94,7 +94,7 @@ class Cell:
 
     @property
     def set_acceptance_source(self) -> dict | None:
-        """Where a replay's rates came from (sweep.set_acceptance {rates_from: DIR}, cells.rates_source), as its
+        """Where a replay's rates came from (sweep.set_acceptance {rates_from: DIR}, replay_rates.rates_source), as its
         config.yaml records it; None for other cells, and for a replay of rates given as a list."""
         return self.config.get("set_acceptance_source")
 
