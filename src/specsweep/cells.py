@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import backends, layout
 from .config import ConfigError, aslist
-from .replay_rates import rates_from, rates_source
+from .replay_rates import rates_source, resolve_set_acceptance
 
 # Settings that change how a server is run here, or how its figures are recorded (per_request_spec_metrics,
 # per_request_timing), not what it computes: left out of the id.
@@ -177,34 +177,6 @@ def resolve_k_schedule(schedule) -> list[list[int]] | None:
     if entries[0][0] != 1:
         raise ConfigError(f"config: sweep.k_schedule {entries} must start at batch size 1 (vLLM requires it), {example}")
     return entries
-
-
-def resolve_set_acceptance(value, k: int):
-    """One sweep.set_acceptance entry as a K cell records it (None, a float length, or a list of float rates),
-    checked as vLLM 0.26 checks it (SpeculativeConfig._resolve_synthetic_acceptance_rates). `{rates_from: DIR}`
-    replays a measured server cell's rates (rates_from)."""
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        source, value = value["rates_from"], rates_from(value["rates_from"])
-        if len(value) != k:
-            raise ConfigError(f"config: sweep.set_acceptance rates_from {source} measured {len(value)} positions but "
-                              f"K={k}: replay it at sweep.num_speculative_tokens=[{len(value)}]")
-    if not isinstance(value, list):
-        if not 1 <= value <= k + 1:
-            raise ConfigError(f"config: sweep.set_acceptance length {value} is outside [1, {k + 1}] for K={k}: a mean "
-                              "acceptance length counts the bonus token, from 1 (no draft accepted) to K+1 (all)")
-        return float(value)
-    if len(value) != k:
-        raise ConfigError(f"config: sweep.set_acceptance rates {value} have {len(value)} entries but K={k}: give one "
-                          f"rate per draft position, exactly {k} (vLLM requires it), or a length instead")
-    if not all(0 <= r <= 1 for r in value):
-        raise ConfigError(f"config: sweep.set_acceptance rates {value} must each be in [0, 1]: each is the share of "
-                          "steps that accept the drafts up to that position")
-    if any(b > a for a, b in zip(value, value[1:])):
-        raise ConfigError(f"config: sweep.set_acceptance rates {value} must not increase: a step that accepts "
-                          "position i+1 has accepted position i, so give unconditional rates, highest first")
-    return [float(r) for r in value]
 
 
 @dataclass(frozen=True)

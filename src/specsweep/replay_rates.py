@@ -1,6 +1,7 @@
-"""A measured server cell's acceptance as a replay's set rates (sweep.set_acceptance {rates_from: DIR}): the rates
-read from another study's bench cells, and where they came from. Below `cells`, which resolves a replay's rates
-with it; it reads only files (layout's names), never a grid or a study.
+"""A set acceptance as a cell records it (one sweep.set_acceptance entry: a length, rates, or a measured server
+cell's rates replayed, {rates_from: DIR}), and the replay's reader: the rates read from another study's bench
+cells, and where they came from. Below `cells`, which resolves each entry with it; it reads only files (layout's
+names), never a grid or a study.
 """
 from __future__ import annotations
 
@@ -51,3 +52,31 @@ def rates_source(path: str) -> dict:
             "pair": (cfg.get("pair") or {}).get("name"),
             "num_speculative_tokens": (cfg.get("server_spec") or {}).get("num_speculative_tokens"),
             "bench_cells": [b.name for b in used], "rates": rates}
+
+
+def resolve_set_acceptance(value, k: int):
+    """One sweep.set_acceptance entry as a K cell records it (None, a float length, or a list of float rates),
+    checked as vLLM 0.26 checks it (SpeculativeConfig._resolve_synthetic_acceptance_rates). `{rates_from: DIR}`
+    replays a measured server cell's rates (rates_from)."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        source, value = value["rates_from"], rates_from(value["rates_from"])
+        if len(value) != k:
+            raise ConfigError(f"config: sweep.set_acceptance rates_from {source} measured {len(value)} positions but "
+                              f"K={k}: replay it at sweep.num_speculative_tokens=[{len(value)}]")
+    if not isinstance(value, list):
+        if not 1 <= value <= k + 1:
+            raise ConfigError(f"config: sweep.set_acceptance length {value} is outside [1, {k + 1}] for K={k}: a mean "
+                              "acceptance length counts the bonus token, from 1 (no draft accepted) to K+1 (all)")
+        return float(value)
+    if len(value) != k:
+        raise ConfigError(f"config: sweep.set_acceptance rates {value} have {len(value)} entries but K={k}: give one "
+                          f"rate per draft position, exactly {k} (vLLM requires it), or a length instead")
+    if not all(0 <= r <= 1 for r in value):
+        raise ConfigError(f"config: sweep.set_acceptance rates {value} must each be in [0, 1]: each is the share of "
+                          "steps that accept the drafts up to that position")
+    if any(b > a for a, b in zip(value, value[1:])):
+        raise ConfigError(f"config: sweep.set_acceptance rates {value} must not increase: a step that accepts "
+                          "position i+1 has accepted position i, so give unconditional rates, highest first")
+    return [float(r) for r in value]
