@@ -286,6 +286,19 @@ BY_CATEGORY = (
     *PAIRED,
 )
 
+# `specsweep compare`'s files: compare.csv's grid point columns (compare.py; each side's figures follow under
+# `a_`/`b_`, then B against A) and predicted.csv's columns, in file order (predictions.py)
+COMPARE_KEY = ("method", "num_speculative_tokens", "set_acceptance", "verification", "k_schedule", "dataset",
+               "thinking", "concurrency", "max_tokens", "prompt_length")
+PREDICTED = (
+    "pair", "method", "num_speculative_tokens", "dataset", "thinking", "concurrency", "predicted_side",
+    "measured_side", "predicted_cell", "measured_cell", "predicted_repeats", "measured_repeats", "rates_source",
+    "replayed_rates", "realised_rates", "measured_rates", "replayed_al", "predicted_al", "measured_al",
+    "predicted_speedup_e2e_geomean", "predicted_speedup_e2e_ci_low", "predicted_speedup_e2e_ci_high",
+    "measured_speedup_e2e_geomean", "measured_speedup_e2e_ci_low", "measured_speedup_e2e_ci_high",
+    "predicted_over_measured", "agree", "measured_vs_predicted_e2e_geomean", "measured_vs_predicted_e2e_ci_low",
+    "measured_vs_predicted_e2e_ci_high", "measured_vs_predicted_verdict")
+
 # The figures to read first, in reading order: the pages' first table and the first metrics a configuration's MLflow
 # run logs (MLflow's compare view plots the first metric two runs share), the verdict's figure first.
 READ_FIRST = ("server_cell", "method", "num_speculative_tokens", "dataset", "thinking", "concurrency", "valid",
