@@ -35,7 +35,6 @@ def resummarize(tmp_path: Path, name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
 def test_an_archived_study_resummarizes_to_its_golden_tables(tmp_path, name):
     summary, ks = resummarize(tmp_path, name)
     golden = pd.read_csv(GOLDEN / f"{name}.summary.csv")
-    assert sorted(summary.columns) == sorted(golden.columns)
     same_columns(golden, summary)
     same_columns(pd.read_csv(GOLDEN / f"{name}.k_comparison.csv"), ks)
 

@@ -6,7 +6,7 @@ through `read` (rows as dicts) or `frame` (a DataFrame), and summary.rows' own r
 ceiling, the diagnosis, labels.py): numbers are numbers, a blank is None, a JSON column (a list, a schedule) is its
 value. Nothing else decodes a column or parses a number out of one.
 
-A column is one `Column` entry in its table's tuple, in file order:
+A column is one `Column` entry in its table's tuple, in file order (summary.csv: its ANSWER first):
 
     Column("server_ttft_ms", FIGURE, ("server_timing", "ttft_ms"), unit="ms", better=LOWER, median=True)
 
@@ -197,7 +197,7 @@ SET_ACCEPTANCE = (
            "metrics.SET_ACCEPTANCE_Z (3), or why the expectation is blank", encoding=TEXT, tag="set_acceptance_gap"),
 )
 
-SUMMARY = (
+_SUMMARY = (      # in the order of where each comes from; SUMMARY below puts the answer first
     Column("study", ID, "the grid", encoding=TEXT),
     Column("server_cell", ID, "the grid (cells.Grid)", encoding=TEXT, tag="specsweep.server_cell"),
     Column("backend", SETTING, "server_spec.server.backend", encoding=TEXT, tag="backend"),
@@ -259,6 +259,12 @@ SUMMARY = (
     *AXES,
     *SET_ACCEPTANCE,
 )
+# issue 43: summary.csv opens at its answer: the configuration's label, its verdict, the e2e speedup with its CI
+# and the acceptance length (with its MAD); every other column follows, in _SUMMARY's order
+ANSWER = ("label", "verdict", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high",
+          "mean_acceptance_length")
+SUMMARY = (Column("label", LABEL, "labels.label: the configuration's label", encoding=TEXT),
+           *(c for name in ANSWER for c in _SUMMARY if c.name == name), *(c for c in _SUMMARY if c.name not in ANSWER))
 
 K_COMPARISON = (
     Column("study", ID, "the grid", encoding=TEXT),
