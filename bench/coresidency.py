@@ -131,7 +131,7 @@ def main() -> None:
     base_srv = None
     # each server launched as the study's group would launch it: on a GPU both share the group's GPUs, each with
     # its memory share (residency.plan)
-    gpu_ids, claims = take_gpus(grid.group_gpus(base)) if grid.group_gpus(base) else ([], [])
+    gpu_ids, claims = take_gpus(residency.group_gpus(grid, base)) if residency.group_gpus(grid, base) else ([], [])
     how = residency.plan(grid, [base, spec], gpu_ids)
     try:
         for rnd in range(args.rounds):

@@ -38,7 +38,7 @@ from specsweep.results import atomic_write_json, atomic_write_text
 
 def one_start(overrides: list[str], width: int, results: Path) -> dict:
     grid = expand(compose_jobs([f"results_dir={results}", "tracking=off", *overrides]))
-    members = grid.group(grid.leads()[0])
+    members = residency.group(grid, residency.leads(grid)[0])
     launches = {s: dataclasses.replace(launch, start_at_once=width) for s, launch in residency.plan(grid, members).items()}
     t0 = time.monotonic()
     with runner.Members(grid, launches, progress=False) as group:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from helpers import DATA, ServerlessSession, run
-from specsweep import acceptance_checkpoint, counterfactuals, diagnosis, layout, pages, summary
+from specsweep import acceptance_checkpoint, counterfactuals, diagnosis, layout, pages, residency, summary
 from specsweep.backends import parts
 from specsweep.bench_cell import Measurement
 from specsweep.cells import expand
@@ -145,7 +145,7 @@ def measured(results, drafter, models, *extra):
                                 "pair.built_by_workflow=false", "sweep.num_speculative_tokens=[7]",
                                 "sweep.concurrency=[1]", "sweep.repeats=1", "sweep.rounds=1", *extra]))
     for sid in sorted(grid.servers, key=lambda s: not grid.servers[s].is_baseline):
-        runner.run_server_cell(grid, sid, grid.run_marker(sid), progress=False)
+        runner.run_server_cell(grid, sid, residency.run_marker(grid, sid), progress=False)
     [sid] = [s for s in grid.servers if not grid.servers[s].is_baseline]
     return grid, sid
 

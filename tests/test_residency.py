@@ -34,8 +34,8 @@ def gpu_grid(tmp_path, *extra):
 
 
 def lead_members(g):
-    lead = g.leads()[0]
-    return g.group(lead)
+    lead = residency.leads(g)[0]
+    return residency.group(g, lead)
 
 
 def test_a_cpu_group_is_coresident_when_the_host_has_the_memory():
@@ -161,7 +161,7 @@ def test_a_cluster_job_asks_for_what_its_members_need_up_together():
 def test_an_unknown_residency_is_one_line():
     with pytest.raises(ConfigError, match="sweep.residency 'bogus' is not one of coresident, sleep, relaunch"):
         g = grid()
-        g.configs[g.leads()[0]]["sweep"]["residency"] = "bogus"
+        g.configs[residency.leads(g)[0]]["sweep"]["residency"] = "bogus"
         residency.plan(g, lead_members(g))
 
 
@@ -169,19 +169,19 @@ def test_preflight_says_how_each_group_will_run_and_warns_of_a_fallback(tmp_path
     from specsweep import checks
 
     g = gpu_grid(tmp_path)
-    cfg = g.configs[g.leads()[0]]
+    cfg = g.configs[residency.leads(g)[0]]
     fits = checks.check_residency(cfg, {"gpus": [{"index": "0", "memory_total_mib": 143771}]})
     assert fits.status == "pass" and "3 server(s) of group" in fits.message and "GPU memory shares" in fits.message
     small = checks.check_residency(cfg, {"gpus": [{"index": "0", "memory_total_mib": 40960}]})
     assert small.status == "warn" and "sleep (the group's servers need 82.0 GiB together" in small.message
     one = grid("sweep.start_at_once=1")
-    cpu = checks.check_residency(one.configs[one.leads()[0]], {"gpus": []})
+    cpu = checks.check_residency(one.configs[residency.leads(one)[0]], {"gpus": []})
     assert cpu.status == "pass" and cpu.message.endswith("coresident, idle ones paused")
     idle = grid("sweep.pause_idle=false", "sweep.start_at_once=1")
-    assert checks.check_residency(idle.configs[idle.leads()[0]], {"gpus": []}).message.endswith(
+    assert checks.check_residency(idle.configs[residency.leads(idle)[0]], {"gpus": []}).message.endswith(
         "coresident, idle ones left running")
     two = grid("sweep.start_at_once=2")
-    assert checks.check_residency(two.configs[two.leads()[0]], {"gpus": []}).message.endswith(
+    assert checks.check_residency(two.configs[residency.leads(two)[0]], {"gpus": []}).message.endswith(
         "coresident, idle ones paused, started 2 at a time")
 
 
@@ -191,4 +191,4 @@ def test_the_local_engine_on_a_gpu_is_coresident_in_its_process(tmp_path):
     plan = residency.plan(g, lead_members(g), ["0"])
     assert {p.residency for p in plan.values()} == {"coresident"} and all(p.gpu_ids == ("0",) for p in plan.values())
     from specsweep import checks
-    assert checks.check_residency(g.configs[g.leads()[0]], {"gpus": []}).status == "pass"
+    assert checks.check_residency(g.configs[residency.leads(g)[0]], {"gpus": []}).status == "pass"

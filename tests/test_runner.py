@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from specsweep import metrics, runner
+from specsweep import metrics, residency, runner
 from specsweep.bench_cell import Measurement
 from specsweep.cells import expand
 from specsweep.config import compose_jobs
@@ -79,8 +79,8 @@ def make_group(tmp_path, start_at_once=1):
                              "sweep.pause_idle=true", f"sweep.start_at_once={start_at_once}"]))
     bench = next(iter(next(iter(g.benches.values())).values())).spec
     materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
-    lead = g.leads()[0]
-    return g, lead, g.group(lead)
+    lead = residency.leads(g)[0]
+    return g, lead, residency.group(g, lead)
 
 
 @pytest.fixture
@@ -141,9 +141,9 @@ def test_relaunch_starts_a_member_for_each_turn(tmp_path, monkeypatch):
     materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
     events = []
     fake_backend(monkeypatch, events)
-    lead = g.leads()[0]
+    lead = residency.leads(g)[0]
     runner.run_group(g, lead, tmp_path / "m.done", progress=False)
-    base, k3, k7 = g.group(lead)
+    base, k3, k7 = residency.group(g, lead)
     assert [(e[0], e[1]) for e in events if e[0] in ("start", "stop")] == [
         (a, s) for s in (base, k3, k7, k3, k7, base) for a in ("start", "stop")]
     assert not [e for e in events if e[0] in ("pause", "resume")]
@@ -201,8 +201,8 @@ def test_a_thinking_cell_s_counterfactual_without_thinking_runs_on_its_own_serve
                              "sweep.thinking=true", "sweep.num_speculative_tokens=[3]", "sweep.diagnose.prompts=2"]))
     bench = next(iter(next(iter(g.benches.values())).values())).spec
     materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
-    lead = g.leads()[0]
-    base, k3 = g.group(lead)
+    lead = residency.leads(g)[0]
+    base, k3 = residency.group(g, lead)
     events = []
     fake_backend(monkeypatch, events, session=LowAcceptanceSession)
     runner.run_group(g, lead, tmp_path / "marker.done", progress=False, also=counterfactuals.on_own_server)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import diagnosis
+from . import diagnosis, residency
 from .cells import Grid
 from .errors import ConfigError
 from .results import atomic_write_json, read_json
@@ -84,7 +84,7 @@ def record_acceptance(grid: Grid, members: list[str]) -> None:
     (a Python start-up per speculative cell on the chain to the summary). The checkpoint still writes a record
     this did not (a group that failed, a study from before)."""
     for sid in members:
-        if not grid.diagnosed(sid) or grid.pending(sid):
+        if not grid.diagnosed(sid) or residency.pending(grid, sid):
             continue
         record = grid.acceptance_path(sid)
         newest = max(grid.metrics_path(sid, bid).stat().st_mtime for bid in grid.benches[sid])

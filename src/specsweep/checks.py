@@ -305,7 +305,7 @@ def check_residency(cfg, env):
     from .cells import expand
 
     grid = expand([cfg])
-    lines = [residency.preview(grid, lead, env.get("gpus") or []) for lead in grid.leads()]
+    lines = [residency.preview(grid, lead, env.get("gpus") or []) for lead in residency.leads(grid)]
     message = "; ".join(text for _, text in lines)
     return ok("residency", message) if all(fits for fits, _ in lines) else warn("residency", message)
 

@@ -16,7 +16,7 @@ import json
 import time
 from pathlib import Path
 
-from . import backends, diagnosis, drafter_config, layout, metrics
+from . import backends, diagnosis, drafter_config, layout, metrics, residency
 from .cells import Grid
 from .acceptance_checkpoint import groups_needed, settings
 from .checks import local_dir
@@ -95,7 +95,7 @@ def on_own_server(grid: Grid, sid: str) -> list[tuple[str, list[str]]]:
     the server it was measured on. Empty until sid's cells are finished and its acceptance asks for a diagnosis.
     The group's job runs these before its servers stop (runner.run_cells); the diagnose job then finds them done
     and launches only the doctored drafters."""
-    if not grid.diagnosed(sid) or grid.pending(sid):
+    if not grid.diagnosed(sid) or residency.pending(grid, sid):
         return []
     below, prompts = settings(grid.configs[sid])
     out = []
@@ -103,8 +103,8 @@ def on_own_server(grid: Grid, sid: str) -> list[tuple[str, list[str]]]:
         if entry["needed"] and entry["thinking"]:
             cf = grid.add_counterfactual(sid, "nothink", {}, [{**counterfactual_bench(grid, sid, bids, prompts),
                                                                "thinking": False}])
-            if grid.pending(cf):
-                out.append((cf, grid.pending(cf)))
+            if residency.pending(grid, cf):
+                out.append((cf, residency.pending(grid, cf)))
     return out
 
 
@@ -124,7 +124,7 @@ class _Run:
         [bid] = self.grid.benches[cf]
         record = {"tag": tag, "server_cell": cf, "bench_cell": bid, "compared_with": self.reference_is}
         try:
-            runner.run_server_cell(self.grid, cf, self.grid.run_marker(cf), self.progress)
+            runner.run_server_cell(self.grid, cf, residency.run_marker(self.grid, cf), self.progress)
         except SpecsweepError as e:
             return {**record, "valid": False, "problem": str(e).splitlines()[0], "rose": False}
         m = read_json(self.grid.metrics_path(cf, bid))

@@ -1,5 +1,5 @@
 """One group's job: bring its server cells up (residency.py), let them take turns over their unfinished bench cells
-(Grid.turns), bring them down.
+(residency.turns), bring them down.
 
 This is the only loop over bench cells; backends (backends/) only open a session and measure. A member that dies, or
 never comes up, fails its own unfinished cells; the others go on, and the job then fails naming what is missing,
@@ -124,9 +124,9 @@ AlsoServed = Callable[[Grid, str], list[tuple[str, list[str]]]]
 
 
 def run_group(grid: Grid, lead: str, marker: str | Path, progress: bool = True, also: AlsoServed | None = None) -> None:
-    """Run every unfinished bench cell of a group (Grid.group), and what `also` names for its members, then write
+    """Run every unfinished bench cell of a group (residency.group), and what `also` names for its members, then write
     the job's marker."""
-    run_cells(grid, grid.group(lead), marker, progress, also)
+    run_cells(grid, residency.group(grid, lead), marker, progress, also)
 
 
 def run_server_cell(grid: Grid, sid: str, marker: str | Path, progress: bool = True) -> None:
@@ -137,7 +137,7 @@ def run_server_cell(grid: Grid, sid: str, marker: str | Path, progress: bool = T
 def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool = True,
               also: AlsoServed | None = None) -> None:
     failures: list[str] = []
-    turns = grid.turns(members)
+    turns = residency.turns(grid, members)
     if turns:
         gpus = max(grid.servers[s].gpus for s in members)
         gpu_ids, claims = take_gpus(gpus) if gpus else ([], [])
@@ -158,7 +158,7 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
         finally:
             for claim in claims:
                 claim.release()
-    missing = [f"{s}/{b}" for s in members for b in grid.pending(s)]
+    missing = [f"{s}/{b}" for s in members for b in residency.pending(grid, s)]
     if missing:
         first = failures[0].splitlines()[0] if failures else "the server stopped before they ran"
         where = f"server cell {members[0]}" if len(members) == 1 else f"group {members[0]}"

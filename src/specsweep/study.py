@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from . import layout, metrics
+from . import layout, metrics, residency
 from .cells import MIN_BLOCKS, Grid, answers_not_judged, expand, round_of_repeat, sweep_rounds
 from .errors import ConfigError
 from .results import launches, read_json, read_jsonl
@@ -94,7 +94,7 @@ class Cell:
 
     @property
     def set_acceptance_source(self) -> dict | None:
-        """Where a replay's rates came from (sweep.set_acceptance {rates_from: DIR}, cells.rates_source), as its
+        """Where a replay's rates came from (sweep.set_acceptance {rates_from: DIR}, replay_rates.rates_source), as its
         config.yaml records it; None for other cells, and for a replay of rates given as a list."""
         return self.config.get("set_acceptance_source")
 
@@ -246,4 +246,4 @@ class Study:
 
     def unfinished(self) -> list[str]:
         """The server cells with a bench cell still to run."""
-        return [sid for sid in self.grid.servers if self.grid.pending(sid)]
+        return [sid for sid in self.grid.servers if residency.pending(self.grid, sid)]

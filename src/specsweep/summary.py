@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import ceiling, diagnosis, metrics, phases, stats, table
+from . import ceiling, diagnosis, labels, metrics, phases, stats, table
 from .cells import stable_hash
 from .labels import k_label
 from .metrics import length_shares, median_mad
@@ -59,6 +59,7 @@ def rows(study: Study) -> list[dict]:
     for row in out:
         row.update(diagnosis_columns(study.diagnosis(row["server_cell"]) if row["method"] != "none" else None, row,
                                      study.grid.servers[row["server_cell"]].random_weights))
+        row["label"] = labels.label(row)
     return out
 
 
