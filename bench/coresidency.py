@@ -36,14 +36,16 @@ import numpy as np
 import psutil
 from scipy import stats
 
-from specsweep import residency
-from specsweep.backends.vllm import session as vllm
-from specsweep.cells import expand
-from specsweep.claims import take_gpus
-from specsweep.client import settings_for
-from specsweep.config import compose_jobs
-from specsweep.datasets import load_prompt_rows, materialise
-from specsweep.results import atomic_write_json, atomic_write_text
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
+from bench import harness  # noqa: E402
+from specsweep import residency  # noqa: E402
+from specsweep.backends.vllm import session as vllm  # noqa: E402
+from specsweep.cells import expand  # noqa: E402
+from specsweep.claims import take_gpus  # noqa: E402
+from specsweep.client import settings_for  # noqa: E402
+from specsweep.config import compose_jobs  # noqa: E402
+from specsweep.datasets import load_prompt_rows, materialise  # noqa: E402
+from specsweep.results import atomic_write_json, atomic_write_text  # noqa: E402
 
 
 def cells(overrides: list[str], results: Path, passes: int = 1):
@@ -90,14 +92,6 @@ def after_turn(srv, grid, sid, bench, prompts, window_s: float = 0.5, windows: i
         out.append(round((c1 - c0) / (t1 - t0), 3))
         c0, t0 = c1, t1
     return out
-
-
-def interval(logs: list[float]) -> tuple[float, float, float]:
-    m = statistics.fmean(logs)
-    if len(logs) < 2:
-        return math.exp(m), float("nan"), float("nan")
-    h = stats.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(m), math.exp(m - h), math.exp(m + h)
 
 
 def launch_spread(alone: list[list[float]]) -> dict:
@@ -169,8 +163,9 @@ def main() -> None:
                "wall_s": round(time.time() - t0, 1), "baseline": base, "co_resident": spec,
                "prompts": len(prompts), "bench": {k: bench[k] for k in ("concurrency", "max_tokens", "warmup")}}
     for name in ("idle_ratio", "paused_ratio"):
-        g, lo, hi = interval([math.log(r[name]) for r in passes])
-        summary[name] = {"geomean": g, "ci95_low": lo, "ci95_high": hi}
+        ci = harness.interval([math.log(r[name]) for r in passes])
+        lo, hi = ci["t95"] or (math.nan, math.nan)
+        summary[name] = {"geomean": ci["ratio"], "ci95_low": lo, "ci95_high": hi}
     summary["launch_spread"] = launch_spread(alone_by_launch)
     atomic_write_json(out / "coresidency.json", summary)
     lines = ["| round | alone | idle | paused | alone | idle/alone | paused/alone | co-resident's CPU idle / paused (cores) |",
