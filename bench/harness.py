@@ -34,7 +34,8 @@ def interval(log_ratios: list[float], rng: np.random.Generator | None = None) ->
     mean = float(a.mean())
     out = {"ratio": math.exp(mean), "n": len(a), "t95": None}
     if len(a) > 1:
-        lo, hi = stats.t.interval(0.95, len(a) - 1, loc=mean, scale=stats.sem(a))
+        sem = float(stats.sem(a))
+        lo, hi = stats.t.interval(0.95, len(a) - 1, loc=mean, scale=sem) if sem > 0 else (mean, mean)
         out |= {"t95": [math.exp(lo), math.exp(hi)], "sd_log_ratio": float(a.std(ddof=1))}
         if rng is not None:
             blo, bhi = np.percentile(rng.choice(a, size=(20000, len(a))).mean(axis=1), [2.5, 97.5])
