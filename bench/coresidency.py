@@ -24,7 +24,6 @@ import asyncio
 import json
 import math
 import os
-import platform
 import signal
 import statistics
 import sys
@@ -45,7 +44,7 @@ from specsweep.claims import take_gpus  # noqa: E402
 from specsweep.client import settings_for  # noqa: E402
 from specsweep.config import compose_jobs  # noqa: E402
 from specsweep.datasets import load_prompt_rows, materialise  # noqa: E402
-from specsweep.results import atomic_write_json, atomic_write_text  # noqa: E402
+from specsweep.results import atomic_write_text  # noqa: E402
 
 
 def cells(overrides: list[str], results: Path, passes: int = 1):
@@ -115,8 +114,13 @@ def main() -> None:
     ap.add_argument("--after-turn", action="store_true", help="each round, the co-resident server's CPU use in the "
                     "4 s after it served a pass of its own (as after a turn in a study), by half-second")
     ap.add_argument("--results", default=None, help="a results_dir for the servers' logs (default: a temp dir)")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--smoke", action="store_true", help="one round, nothing written")
     args = ap.parse_args()
+    if args.smoke:
+        args.rounds, args.out = 1, None
+    elif not args.out:
+        ap.error("--out is required (but with --smoke)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))      # unwind: every server started here is stopped
     results = Path(args.results or tempfile.mkdtemp(prefix="coresidency-"))
     grid, base, spec, bench, prompts = cells(args.overrides.split(), results, args.passes)
@@ -157,17 +161,18 @@ def main() -> None:
             base_srv.stop()
         for claim in claims:
             claim.release()
-    out = Path(args.out)
-    summary = {"rounds": passes, "overrides": args.overrides, "relaunch": args.relaunch, "after_turn": args.after_turn,
-               "host": platform.node(),
-               "wall_s": round(time.time() - t0, 1), "baseline": base, "co_resident": spec,
+    out = Path(args.out) if args.out else None
+    summary = {"per_round": passes, "overrides": args.overrides, "relaunch": args.relaunch,
+               "after_turn": args.after_turn, "wall_s": round(time.time() - t0, 1), "baseline": base, "co_resident": spec,
                "prompts": len(prompts), "bench": {k: bench[k] for k in ("concurrency", "max_tokens", "warmup")}}
     for name in ("idle_ratio", "paused_ratio"):
         ci = harness.interval([math.log(r[name]) for r in passes])
         lo, hi = ci["t95"] or (math.nan, math.nan)
         summary[name] = {"geomean": ci["ratio"], "ci95_low": lo, "ci95_high": hi}
     summary["launch_spread"] = launch_spread(alone_by_launch)
-    atomic_write_json(out / "coresidency.json", summary)
+    summary = harness.record(out / "coresidency.json" if out else None, rounds=args.rounds,
+                             ratio={"of": "paused / alone of output tok/s", **harness.interval(
+                                 [math.log(r["paused_ratio"]) for r in passes])}, **summary)
     lines = ["| round | alone | idle | paused | alone | idle/alone | paused/alone | co-resident's CPU idle / paused (cores) |",
              "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['round']} | {r['alone_before']:.1f} | {r['idle']:.1f} | {r['paused']:.1f} | {r['alone_after']:.1f} "
@@ -185,7 +190,8 @@ def main() -> None:
         lines.append(f"\nlaunch to launch: between-launch SD of log tok/s {s['between_launch_sd_log']:.3f}, within "
                      f"{s['within_launch_sd_log']:.3f} ({s['launches']} launches; ANOVA F {s['anova_f']:.2f}, "
                      f"p {s['anova_p']:.3f})")
-    atomic_write_text(out / "coresidency.md", "\n".join(lines) + "\n")
+    if out:
+        atomic_write_text(out / "coresidency.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -79,3 +79,11 @@ def test_feature_overhead_smoke():
     on an untrained pair."""
     out = smoke("feature_overhead.py", "--feature", "usage", "--pair", "/nonexistent", timeout=600)
     assert '"feature": "usage"' in out and "nothing written" in out
+
+
+@pytest.mark.dag
+def test_dag_overhead_smoke():
+    """The floor DAGs (the study's nine jobs doing nothing, then only importing) once each, and each workflow
+    script's import cost: Snakemake runs, no server starts."""
+    out = smoke("dag_overhead.py", timeout=300)
+    assert '"jobs": 9' in out and "nothing written" in out
