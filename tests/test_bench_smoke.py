@@ -87,3 +87,11 @@ def test_dag_overhead_smoke():
     script's import cost: Snakemake runs, no server starts."""
     out = smoke("dag_overhead.py", timeout=300)
     assert '"jobs": 9' in out and "nothing written" in out
+
+
+def test_gpu_step_smoke():
+    """The small shapes' step in a CUDA graph; only where a CUDA GPU is (the GPU hosts' runs)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("bench/gpu_step.py needs a CUDA GPU")
+    assert "best_step_over_hbm_bound" in smoke("gpu_step.py", timeout=600)
