@@ -21,19 +21,18 @@ import dataclasses
 import json
 import math
 import os
-import platform
 import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from engine_core import interval     # bench/engine_core.py: a t interval of logs
-
-from specsweep import residency, runner
-from specsweep.cells import expand
-from specsweep.config import compose_jobs
-from specsweep.results import atomic_write_json, atomic_write_text
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
+from bench import harness  # noqa: E402
+from specsweep import residency, runner  # noqa: E402
+from specsweep.cells import expand  # noqa: E402
+from specsweep.config import compose_jobs  # noqa: E402
+from specsweep.results import atomic_write_text  # noqa: E402
 
 
 def one_start(overrides: list[str], width: int, results: Path) -> dict:
@@ -52,37 +51,39 @@ def one_start(overrides: list[str], width: int, results: Path) -> dict:
             "members": len(members), "residency": launches[members[0]].residency}
 
 
-def alternate(arms: dict[str, tuple[list[str], int]], starts: int, warm: str, name: str, out: Path) -> dict:
+def alternate(arms: dict[str, tuple[list[str], int]], starts: int, warm: str | None, name: str, out: Path | None) -> dict:
     """Starts of the group alternating between two arms (label -> (overrides, width)), A B B A A B ..., after one
     uncounted start of the arm `warm`; the ratio A / B of all_up_s pairs the starts in order, with its geometric mean
-    and a 95% t interval. Writes out/<name>.json and .md."""
+    and a 95% t interval. Writes out/<name>.json (harness.record) and .md; `out` None (--smoke): neither, and no
+    uncounted start (`warm` None)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))      # unwind: the servers started here are stopped
     results = Path(tempfile.mkdtemp(prefix=f"{name}-"))
     labels = list(arms)
-    order = [labels[(i + i // 2) % 2] for i in range(2 * starts)]      # A B B A A B ...
+    order = harness.abba((labels[0], labels[1]), starts)
     t0 = time.time()
-    warm_up = one_start(*arms[warm], results=results)
+    warm_up = one_start(*arms[warm], results=results) if warm else None
     print(json.dumps({"warm_up": warm_up}), flush=True)
     done = []
     for arm in order:
         done.append({"arm": arm, **one_start(*arms[arm], results=results)})
         print(json.dumps(done[-1]), flush=True)
     a, b = ([s["all_up_s"] for s in done if s["arm"] == label] for label in labels)
-    g, lo, hi = interval([math.log(x / y) for x, y in zip(a, b)])
-    summary = {"warm_up": warm_up, "starts": done, "order": order,
-               "arms": {label: {"overrides": " ".join(o), "width": w} for label, (o, w) in arms.items()},
-               "ratio_all_up": {"of": f"{labels[0]} / {labels[1]}", "geomean": g, "ci95_low": lo, "ci95_high": hi,
-                                "pairs": len(a)},
-               "host": platform.node(), "cores": len(os.sched_getaffinity(0)), "wall_s": round(time.time() - t0, 1)}
-    atomic_write_json(out / f"{name}.json", summary)
+    ci = harness.ratio_interval(a, b)
+    g, (lo, hi) = ci["ratio"], ci["t95"] or (math.nan, math.nan)
+    summary = harness.record(out / f"{name}.json" if out else None, rounds=starts,
+                             ratio={"of": f"{labels[0]} / {labels[1]} of all_up_s", **ci},
+                             warm_up=warm_up, starts=done, order=order,
+                             arms={label: {"overrides": " ".join(o), "width": w} for label, (o, w) in arms.items()},
+                             wall_s=round(time.time() - t0, 1))
     lines = ["| start | arm | at once | all up s | each member's ready_s | each member's engine_init_s |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {i + 1} | {s['arm']} | {s['width']} | {s['all_up_s']} | "
               f"{', '.join(str(r) for r in s['ready_s'].values())} | "
               f"{', '.join(str(r) for r in s['engine_init_s'].values())} |" for i, s in enumerate(done)]
     lines.append(f"\n{labels[0]} / {labels[1]}, all up: {g:.3f} [{lo:.3f}, {hi:.3f}] (95% t, {len(a)} pairs of starts); "
-                 f"{done[0]['members']} members, {summary['cores']} cores; arms: {summary['arms']}")
-    atomic_write_text(out / f"{name}.md", "\n".join(lines) + "\n")
+                 f"{done[0]['members']} members, {summary['host']['cores']} cores; arms: {summary['arms']}")
+    if out:
+        atomic_write_text(out / f"{name}.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return summary
 
@@ -100,16 +101,20 @@ def main() -> None:
                          "against 1 GiB, both --width at once")
     ap.add_argument("--against", type=int, default=1, help="--compare width: the width --width is compared with")
     ap.add_argument("--starts", type=int, default=3, help="starts of the group each way")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--smoke", action="store_true", help="one start each way, no uncounted one, nothing written")
     args = ap.parse_args()
+    if not args.smoke and not args.out:
+        ap.error("--out is required (but with --smoke)")
     overrides = args.overrides.split()
+    starts, out = (1, None) if args.smoke else (args.starts, Path(args.out))
     if args.compare == "kv":
-        alternate({"sized": (overrides, args.width), "1GiB": ([*overrides, *GIB_KV], args.width)}, args.starts,
-                  warm="sized", name="kv_cache_start", out=Path(args.out))
+        alternate({"sized": (overrides, args.width), "1GiB": ([*overrides, *GIB_KV], args.width)}, starts,
+                  warm=None if args.smoke else "sized", name="kv_cache_start", out=out)
     else:
         other = "one at a time" if args.against == 1 else f"{args.against} at once"
-        alternate({f"{args.width} at once": (overrides, args.width), other: (overrides, args.against)}, args.starts,
-                  warm=other, name="start_side_by_side", out=Path(args.out))
+        alternate({f"{args.width} at once": (overrides, args.width), other: (overrides, args.against)}, starts,
+                  warm=None if args.smoke else other, name="start_side_by_side", out=out)
 
 
 if __name__ == "__main__":

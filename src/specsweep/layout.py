@@ -23,7 +23,7 @@ from pathlib import Path
 # ---- a bench cell's files ---------------------------------------------------------------------------------
 CONFIG = "config.yaml"            # the resolved config: both cell specs, ids and the job config; written first
 REQUESTS = "requests.jsonl"       # one record per request (prompt x turn)
-REQUESTS_KEPT = "requests.jsonl.gz"   # the same, gzipped, in a study kept in the repo (bench/keep_study.sh)
+REQUESTS_KEPT = "requests.jsonl.gz"   # the same, gzipped, in a study kept in the repo (scripts/keep_study.sh)
 METRICS = "metrics.json"          # the cell's figures; written last: the cell is finished when it exists
 FAILED = "failed.json"            # why a cell's figures cannot be trusted (its kept requests stay)
 SERVER_LOG_LINK = "server.log"    # a link to the launch's log

@@ -109,7 +109,7 @@ class Cell:
         return None if rounds == 1 else round_of_repeat(int(self.bench["repeat"]), rounds, int(sweep["repeats"]))
 
     def requests(self) -> list[dict]:
-        """requests.jsonl, or in a study kept in the repo (bench/keep_study.sh) its gzipped copy."""
+        """requests.jsonl, or in a study kept in the repo (scripts/keep_study.sh) its gzipped copy."""
         if self._requests is None:
             path = self.path / layout.REQUESTS
             if not path.exists() and (self.path / layout.REQUESTS_KEPT).exists():

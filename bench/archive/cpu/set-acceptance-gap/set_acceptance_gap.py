@@ -1,3 +1,4 @@
+# Frozen: a one-off experiment, not maintained (bench/README.md). It ran as bench/set_acceptance_gap.py up to 58d1a74; run it from there.
 """Why a set-acceptance cell realises a length below the one it was set to (issue 30, item 8).
 
 Three parts, each printed and written into --out as set_acceptance_gap.json:

@@ -2,7 +2,7 @@
 # Keep a study's figures in the repo (bench/<host>/<backend>/<study>/), never its weights or caches:
 # summary tables, env.json, the plots, each server cell's server.json (its launch record), and each bench cell's
 # metrics.json and requests.jsonl (gzipped: the per-chunk timings let a study be re-analysed per token later).
-#   bash bench/keep_study.sh results/<study> bench/archive/h200/vllm/<study>
+#   bash scripts/keep_study.sh results/<study> bench/archive/h200/vllm/<study>
 set -euo pipefail
 SRC=${1:?usage: keep_study.sh STUDY_DIR DEST}
 DEST=${2:?usage: keep_study.sh STUDY_DIR DEST}

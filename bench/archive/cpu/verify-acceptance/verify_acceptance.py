@@ -1,3 +1,4 @@
+# Frozen: a one-off experiment, not maintained (bench/README.md). It ran as bench/verify_acceptance.py up to 58d1a74; run it from there.
 """Acceptance of standard against block verification (vLLM's rejection_sample_method) on a pair, at a
 temperature > 0, for both samplers (vllm: greedy drafts; rejection: sampled drafts), on the same prompts.
 

@@ -1,3 +1,4 @@
+# Frozen: a one-off experiment, not maintained (bench/README.md). It ran as bench/residency_vs_relaunch.py up to 58d1a74; run it from there.
 """The default study with co-resident groups against relaunch rounds, side by side in one run, from one trained pair.
 
 Each pass runs the default study from scratch (a fresh results_dir; the tiny pair built beforehand and pointed at),

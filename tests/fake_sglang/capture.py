@@ -1,6 +1,6 @@
 """Capture what a real SGLang answers, as test data for the backend and its stand-in (tests/data/sglang0517_*).
 
-    PYTHONPATH=/tmp/sgl python3 bench/sglang_capture.py PAIR OUT [dflash] [base]
+    PYTHONPATH=/tmp/sgl python3 tests/fake_sglang/capture.py PAIR OUT [dflash] [base]
 
 Starts SGLang (the Python running this script, whose PYTHONPATH holds SGLang) twice on 127.0.0.1 with the pair
 in PAIR (target/, drafter/): a DFLASH server at block 8 and then a baseline, eager, Triton attention, bfloat16 (sgl_kernel's rmsnorm takes no float32),

@@ -1,3 +1,4 @@
+# Frozen: a one-off experiment, not maintained (bench/README.md). It ran as bench/prefix_bias.py up to 58d1a74; run it from there.
 """Is the prefix model of `specsweep tune` biased, and why?
 
 The model predicts AL at K' from the steps of a decode at K: each step would have accepted

