@@ -52,3 +52,21 @@ def test_a_log_without_its_lines_says_nothing():
         "compile_cache": None, "graphs_compiled": 0, "graphs_from_cache": 0, "before_engine_s": None,
         "model_load_s": None, "torch_compile_s": None, "graph_capture_s": None, "profile_kv_s": None,
         "engine_init_s": None}
+
+
+def test_the_launch_page_shows_where_each_start_up_went(tmp_path):
+    import types
+
+    from specsweep import pages
+
+    log = (DATA / "vllm026_h200_dflash_startup_log.txt").read_text()
+    records = [{"argv": ["vllm", "serve"], "ready_s": 78.4, "start_at_once": 3, **startlog.phases(log)},
+               {"argv": ["vllm", "serve"], "ready_s": 51.2, "start_at_once": 3, "compile_cache": "hit"}]
+    study = types.SimpleNamespace(launches=lambda sid: records, grid=types.SimpleNamespace(benches={"s": []}),
+                                  metrics=lambda sid, bid: None, diagnosis=lambda sid: None)
+    out = tmp_path / "launch.html"
+    pages.launch_page(study, "s", out)
+    first = out.read_text().split("</table>")[0]
+    assert "Where each start-up went" in first
+    assert [f"<th>{k}</th>" in first for k in pages.STARTUP] == [True] * len(pages.STARTUP)
+    assert "<td>35.04</td>" in first and "<td>hit</td>" in first and "<td>miss</td>" in first
