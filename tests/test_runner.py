@@ -291,3 +291,52 @@ def test_a_sigterm_while_members_start_side_by_side_stops_every_one(monkeypatch,
     assert time.monotonic() - t0 < 30                   # not the 120 s readiness timeout
     assert {e[1] for e in events if e[0] == "starting"} == {base, k3, k7} and not [e for e in events if e[0] == "start"]
     assert alive() == [] and not [t for t in threading.enumerate() if t.name.startswith("start")]
+
+
+def test_a_gpu_group_of_vllm_members_starts_at_once_each_with_its_kv_fixed(monkeypatch, tmp_path, lock_dir):
+    """On an injected H200 (SPECSWEEP_GPUS) and a 16-core host, the 8B-shaped group's three vLLM members start at
+    once, each launched with its fixed KV size, and every bench cell records both; a group whose members' KV cache
+    vLLM would profile (sleep: too little GPU) starts them one after another."""
+    import json
+
+    from test_residency import shaped
+
+    target, drafter = shaped(tmp_path, "target"), shaped(tmp_path, "drafter", layers=1)
+    monkeypatch.setattr(runner.residency.os, "sched_getaffinity", lambda _: set(range(16)))
+    for memory_mib, started_together in ((143771, 3), (40 * 1024, 1)):
+        monkeypatch.setenv("SPECSWEEP_GPUS", json.dumps([{"index": 0, "memory_total_mib": memory_mib}]))
+        results = tmp_path / f"r{memory_mib}"
+        g = expand(compose_jobs([f"results_dir={results}", "server=vllm_gpu", f"pair.target={target}",
+                                 f"pair.drafter={drafter}", "pair.built_by_workflow=false", "sweep.concurrency=[8]",
+                                 "server.max_model_len=4096", "+server.extra_args=[--load-format,dummy]",
+                                 "dataset.num_prompts=3", "tracking=off"]))
+        bench = next(iter(next(iter(g.benches.values())).values())).spec
+        materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
+        lead = g.leads()[0]
+        starting, up, given = [], [], {}
+
+        class Asleep(FakeSession):
+            def sleep(self):
+                pass
+
+            def wake(self):
+                pass
+
+        @contextmanager
+        def open_session(grid, sid, progress=True, how=None):
+            starting.append(sid)
+            given[sid] = how.kv_cache_mib
+            deadline = time.monotonic() + 0.5
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+            up.append((sid, len(starting) - len(up)))        # how many were starting when this one came up
+            yield Asleep(sid, [])
+        monkeypatch.setattr(runner.parts, "session", lambda name: types.SimpleNamespace(open_session=open_session))
+        monkeypatch.setattr(runner.residency.psutil, "virtual_memory",
+                            lambda: types.SimpleNamespace(available=128 * GIB))
+        runner.run_group(g, lead, results / "marker.done", progress=False)
+        assert max(n for _, n in up) == started_together
+        for sid in g.group(lead):
+            m = read_json(g.metrics_path(sid, next(iter(g.benches[sid]))))
+            assert m["start_at_once"] == started_together
+            assert m.get("kv_cache_mib_given") == given[sid] and (given[sid] is None) == (started_together == 1)

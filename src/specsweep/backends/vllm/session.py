@@ -19,15 +19,16 @@ from ...cells import Grid
 from ...errors import ServerError
 from ...residency import Launch
 from ...server import Server, ServerSession
-from . import launch, pinning, promstats
+from . import launch, pinning, promstats, startlog
 
 
 def launched_spec(spec: dict, how: Launch | None) -> dict:
-    """The spec a member is launched with: its share of the GPU where its group is co-resident on one (the cell's
-    id keeps the configured value; server.json and metrics.json record the share)."""
-    if how is None or how.gpu_memory_utilization is None:
+    """The spec a member is launched with: its share of the GPU and its fixed KV cache where its group is co-resident
+    on one (the cell's id keeps the configured values; server.json and metrics.json record the launch's)."""
+    if how is None or (how.gpu_memory_utilization is None and how.kv_cache_mib is None):
         return spec
-    return {**spec, "server": {**spec["server"], "gpu_memory_utilization": how.gpu_memory_utilization}}
+    given = {"gpu_memory_utilization": how.gpu_memory_utilization, "kv_cache_mib": how.kv_cache_mib}
+    return {**spec, "server": {**spec["server"], **{k: v for k, v in given.items() if v is not None}}}
 
 
 def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | None = None) -> Server:
@@ -45,8 +46,8 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | 
     timing = timing_wanted and bool(probe.get("per_request_timing"))
     name = cell.served_name
     env = {**launch.guarded_env(cell.spec["server"]["env"]), **launch.executor_env(cell.spec["server"])}
-    # one compile cache for every cell of the results_dir, set here and not in server.env, which the cell id hashes
-    env.setdefault("VLLM_CACHE_ROOT", str(cache_root(grid)))
+    # one compile cache for every launch on this host, set here and not in server.env, which the cell id hashes
+    env.setdefault("VLLM_CACHE_ROOT", str(cache_root()))
     if sleep:       # vLLM serves /sleep and /wake_up only in its dev mode
         env["VLLM_SERVER_DEV_MODE"] = "1"
     extra = ["--enable-sleep-mode"] if sleep else []
@@ -69,10 +70,12 @@ def _pinned(server: dict):
     return lambda srv: pinning.pin(srv.info["pgid"], srv.info["pid"], mode)
 
 
-# vLLM's cache root (VLLM_CACHE_ROOT, envs.py: compiled graphs under torch_compile_cache/, model-architecture
-# inspections under modelinfos/), kept under results/ and never packed with the results (bench/two_gpu.py)
-def cache_root(grid: Grid) -> Path:
-    return layout.vllm_cache(grid.results_dir).resolve()
+# vLLM's cache root (VLLM_CACHE_ROOT, envs.py: compiled graphs under torch_compile_cache/<hash>/, the hash of the
+# config, the traced code and the compiler, compilation/backends.py; model-architecture inspections under
+# modelinfos/), one per host (layout.vllm_cache), so a relaunch or a later study on this host loads what an earlier
+# one compiled
+def cache_root() -> Path:
+    return layout.vllm_cache().resolve()
 
 
 def cache_state(root: Path) -> dict:
@@ -91,45 +94,8 @@ KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 CONCURRENCY = re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x")
 
 
-# Where a start-up went (0.26 and 0.32 alike): backends.py "Compiling a graph for compile range R takes S s" per graph
-# compiled, "Directly load the compiled graph(s) ... from the cache" per graph found in the compile cache, monitor.py
-# "torch.compile took S s in total", core.py "init engine (profile, create kv cache, warmup model) took S s"; each
-# line stamped "MM-DD HH:MM:SS".
-COMPILED = re.compile(r"Compiling a graph for compile range .* takes ([\d.]+) s")
-CACHE_HIT = re.compile(r"Directly load the compiled graph")
-COMPILE_TOTAL = re.compile(r"torch\.compile took ([\d.]+) s in total")
-ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
-STAMP = re.compile(r"(\d\d-\d\d \d\d:\d\d:\d\d)")
-
-
-def _stamp_s(line: str) -> float | None:
-    m = STAMP.search(line)
-    if not m:
-        return None
-    t = time.strptime(f"2000-{m.group(1)}", "%Y-%m-%d %H:%M:%S")
-    return time.mktime(t)
-
-
-def startup_breakdown(log: str) -> dict:
-    """Where the start-up went: what torch.compile did (compiled or loaded from the compile cache, seconds) and the
-    seconds from the server's first log line to its engine's first, and the engine's own initialisation."""
-    lines = log.splitlines()
-    stamped = [(t, line) for line in lines if (t := _stamp_s(line)) is not None]
-    first = stamped[0][0] if stamped else None
-    engine = next((t for t, line in stamped if "EngineCore" in line), None)
-    init = ENGINE_INIT.search(log)
-    compiled = [float(x) for x in COMPILED.findall(log)]
-    hits = len(CACHE_HIT.findall(log))
-    totals = [float(x) for x in COMPILE_TOTAL.findall(log)]
-    cache = "hit" if hits and not compiled else "miss" if compiled and not hits else "partial" if compiled else None
-    return {"compile_cache": cache, "graphs_compiled": len(compiled), "graphs_from_cache": hits,
-            "torch_compile_s": round(sum(totals), 2) if totals else None,
-            "before_engine_s": engine - first if engine is not None and first is not None else None,
-            "engine_init_s": float(init.group(1)) if init else None}
-
-
 def startup_facts(log: str) -> dict:
-    """The model runner, the KV-cache capacity and where the start-up went (startup_breakdown), from a vLLM server's
+    """The model runner, the KV-cache capacity and where the start-up went (startlog.phases), from a vLLM server's
     log (None where it says nothing)."""
     tokens, concurrency = KV_TOKENS.search(log), CONCURRENCY.search(log)
     if "Using V2 Model Runner" in log:
@@ -140,7 +106,7 @@ def startup_facts(log: str) -> dict:
         runner = None
     return {"model_runner": runner, "kv_cache_tokens": int(tokens.group(1).replace(",", "")) if tokens else None,
             "kv_cache_max_concurrency": float(concurrency.group(1)) if concurrency else None,
-            **startup_breakdown(log)}
+            **startlog.phases(log)}
 
 
 # --per-request-spec-decode-metrics: each request's figures ride on its final (usage) chunk
