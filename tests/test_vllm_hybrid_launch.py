@@ -113,7 +113,7 @@ def test_server_json_keeps_the_gdn_kernel_vllm_logged():
            "kernel (requested=triton, head_k_dim=128).\n")
     facts = vllm_session.startup_facts(log)
     assert facts["gdn_prefill_backend"] == "Triton/FLA" and facts["gdn_prefill_backend_requested"] == "triton"
-    assert vllm_session.startup_facts("INFO nothing\n")["gdn_prefill_backend"] is None
+    assert "gdn_prefill_backend" not in vllm_session.startup_facts("INFO nothing\n")     # a dense target's log
 
 
 def test_a_sampler_forced_on_without_flashinfer_is_a_known_issue_keyed_on_the_probe(tmp_path, shapes):

@@ -142,8 +142,8 @@ SLEPT = re.compile(r"Sleep mode freed ([\d.]+) GiB memory, ([\d.]+) GiB memory i
 
 
 def startup_facts(log: str) -> dict:
-    """The model runner, the KV-cache capacity, the GDN prefill kernel (a hybrid's) and where the start-up went
-    (startup_breakdown), from a vLLM server's log (None where it says nothing)."""
+    """The model runner, the KV-cache capacity, the GDN prefill kernel (a hybrid's, where logged) and where the
+    start-up went (startup_breakdown), from a vLLM server's log (None where it says nothing)."""
     tokens, concurrency = KV_TOKENS.search(log), CONCURRENCY.search(log)
     gdn = GDN_BACKEND.search(log)
     if "Using V2 Model Runner" in log:
@@ -154,8 +154,8 @@ def startup_facts(log: str) -> dict:
         runner = None
     return {"model_runner": runner, "kv_cache_tokens": int(tokens.group(1).replace(",", "")) if tokens else None,
             "kv_cache_max_concurrency": float(concurrency.group(1)) if concurrency else None,
-            "gdn_prefill_backend": gdn.group(1) if gdn else None,
-            "gdn_prefill_backend_requested": gdn.group(2) if gdn else None,
+            # a hybrid's only: a dense target's log has no such line
+            **({"gdn_prefill_backend": gdn.group(1), "gdn_prefill_backend_requested": gdn.group(2)} if gdn else {}),
             **startup_breakdown(log)}
 
 
