@@ -308,3 +308,16 @@ def test_a_hybrid_targets_greedy_cells_keep_the_greedy_agreement_check(tmp_path,
     sid = next(s for s, c in g.servers.items() if not c.is_baseline)
     for bid in g.benches[sid]:
         assert greedy_agreement_na(g, sid, bid) is None
+
+
+def test_the_probe_finds_flashinfer_in_the_servers_own_environment(tmp_path):
+    """The probe runs with server.env: a flashinfer importable only through its PYTHONPATH is found, without being
+    imported (a package folder whose __init__ would fail on import)."""
+    site = tmp_path / "site" / "flashinfer"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("raise ImportError('never imported by the probe')\n")
+    assert launch.probe_python(sys.executable, {"PYTHONPATH": str(tmp_path / "site")})["flashinfer"] == "found"
+    import importlib.util
+
+    without = launch.probe_python(sys.executable, {})["flashinfer"]
+    assert (without is None) == (importlib.util.find_spec("flashinfer") is None)     # this Python's own answer
