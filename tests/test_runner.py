@@ -134,6 +134,22 @@ def test_a_member_that_dies_takes_no_more_turns_and_the_others_finish(group, mon
     assert {e[1] for e in events if e[0] == "stop"} == {base, k3, k7}
 
 
+def test_a_member_whose_engine_died_says_so_with_its_root_cause(group, monkeypatch, tmp_path, capsys):
+    """A vLLM session says what killed its engine (VllmSession.death, engine_death's rule); the member's later cells
+    fail with that line, not a bare "its server died"."""
+    class Dying(FakeSession):
+        def death(self, lead):
+            return None if self.alive() else f"{lead}: ModuleNotFoundError: No module named 'flashinfer' (log x.log)"
+
+    g, lead, (base, k3, k7) = group
+    fake_backend(monkeypatch, [], dies=(k7, 1), session=Dying)
+    with pytest.raises(CellError) as e:
+        runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    assert (f"server cell {k7}: its server died during bench cell" in str(e.value)
+            and "ModuleNotFoundError: No module named 'flashinfer'" in str(e.value))
+    assert "No module named 'flashinfer'" in capsys.readouterr().out     # each failed cell's own FAILED line
+
+
 def test_relaunch_starts_a_member_for_each_turn(tmp_path, monkeypatch):
     g = expand(compose_jobs([f"results_dir={tmp_path}", "sweep.repeats=2", "sweep.rounds=2", "dataset.num_prompts=3",
                              "sweep.residency=relaunch"]))

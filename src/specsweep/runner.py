@@ -203,7 +203,8 @@ def _turn(grid: Grid, group: Members, sid: str, bids: list[str], launch: residen
                 failures.append(f"{e}" if isinstance(e, CellError) else f"bench cell {cell or sid}/{bid}: {e}")
                 print(f"[specsweep] {cell or sid}/{bid}: FAILED: {e}", flush=True)
             if not session.alive():
-                group.broken[sid] = f"server cell {sid}: its server died during bench cell {bid}"
+                dead = session.death(f"its server died during bench cell {bid}") if hasattr(session, "death") else None
+                group.broken[sid] = f"server cell {sid}: {dead or f'its server died during bench cell {bid}'}"
                 break
     finally:
         group.end_turn(sid)

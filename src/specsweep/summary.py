@@ -31,6 +31,7 @@ def rows(study: Study) -> list[dict]:
                "set_acceptance": cell.spec["set_acceptance"] if cell.sets_acceptance else None,
                "verification": None if cell.is_baseline else cell.spec.get("verification", "standard"),
                "k_schedule": cell.spec.get("k_schedule") or None,
+               "prefix_caching": cell.spec["server"].get("prefix_caching"),
                "dataset": dataset, "thinking": thinking, "concurrency": conc, "repeats": len(bids),
                "valid_repeats": len(valid),
                "valid": bool(valid), "bench_cells": " ".join(sorted(bids)),

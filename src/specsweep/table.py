@@ -209,6 +209,8 @@ _SUMMARY = (      # in the order of where each comes from; SUMMARY below puts th
     Column("verification", SETTING, "server_spec.verification (blank for a baseline)", encoding=TEXT,
            tag="verification"),
     Column("k_schedule", SETTING, "server_spec.k_schedule: [[from, to, K], ...]", encoding=JSON, tag="k_schedule"),
+    Column("prefix_caching", SETTING, "server_spec.server.prefix_caching (vLLM's; blank where the backend has no "
+           "such key)", encoding=BOOL, tag="prefix_caching"),
     Column("dataset", SETTING, "bench_spec.dataset.name", encoding=TEXT, tag="dataset"),
     Column("thinking", SETTING, "bench_spec.thinking", encoding=BOOL, tag="thinking"),
     Column("concurrency", SETTING, "bench_spec.concurrency", "requests", encoding=INT, tag="concurrency"),

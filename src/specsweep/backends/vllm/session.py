@@ -19,7 +19,7 @@ from ...cells import Grid
 from ...errors import ServerError
 from ...residency import Launch
 from ...server import Server, ServerSession
-from . import launch, pinning, promstats, startlog
+from . import engine_death, launch, pinning, promstats, startlog
 
 
 def launched_spec(spec: dict, how: Launch | None) -> dict:
@@ -48,9 +48,13 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | 
     env = {**launch.guarded_env(cell.spec["server"]["env"]), **launch.executor_env(cell.spec["server"])}
     # one compile cache for every launch on this host, set here and not in server.env, which the cell id hashes
     env.setdefault("VLLM_CACHE_ROOT", str(cache_root()))
-    if sleep:       # vLLM serves /sleep and /wake_up only in its dev mode
+    if sleep:       # vLLM serves /sleep, /wake_up and /collective_rpc only in its dev mode
         env["VLLM_SERVER_DEV_MODE"] = "1"
-    extra = ["--enable-sleep-mode"] if sleep else []
+    kernels = launch.kernel_plan(cell.spec["server"], probe, launch.target_shape(cell.spec["target"]))
+    if kernels.refusal:
+        raise ServerError(kernels.refusal)
+    env.update(kernels.env)
+    extra = list(kernels.argv) + (["--enable-sleep-mode"] if sleep else [])
     return Server(lambda port: launch.build_argv(command, spec, cell.run["host"], port, name, level, timing) + extra,
                   cell.run, log_dir or grid.log_dir(sid), env=env, gpus_needed=cell.gpus, served_name=name,
                   kind="vLLM", key_env="VLLM_API_KEY", log_facts=startup_facts, on_ready=_pinned(spec["server"]),
@@ -59,6 +63,7 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | 
                           "per_request_spec_metrics_wanted": wanted, "per_request_timing": timing,
                           "per_request_timing_wanted": timing_wanted, "vllm_cache_root": env["VLLM_CACHE_ROOT"],
                           "vllm_cache_before": cache_state(Path(env["VLLM_CACHE_ROOT"])),
+                          "prefix_caching": cell.spec["server"].get("prefix_caching"), **kernels.facts(),
                           **(how.facts() if how is not None else {})})
 
 
@@ -94,10 +99,19 @@ KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 CONCURRENCY = re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x")
 
 
+# The GDN prefill kernel a hybrid's linear-attention layers run (0.26 model_executor/layers/mamba/gdn/
+# qwen_gdn_linear_attn.py, _log_gdn_backend_decision): "Using Triton/FLA GDN prefill kernel (requested=auto,
+# head_k_dim=128)." (FlashInfer, CuteDSL, Triton/FLA)
+GDN_BACKEND = re.compile(r"Using (.+?) GDN prefill kernel(?: \(requested=([^,)]+))?")
+# What a sleep left (0.26 v1/worker/gpu_worker.py): "Sleep mode freed 50.21 GiB memory, 1.80 GiB memory is still in use."
+SLEPT = re.compile(r"Sleep mode freed ([\d.]+) GiB memory, ([\d.]+) GiB memory is still in use")
+
+
 def startup_facts(log: str) -> dict:
-    """The model runner, the KV-cache capacity and where the start-up went (startlog.phases), from a vLLM server's
-    log (None where it says nothing)."""
+    """The model runner, the KV-cache capacity, the GDN prefill kernel (a hybrid's, where logged) and where the
+    start-up went (startlog.phases), from a vLLM server's log (None where it says nothing)."""
     tokens, concurrency = KV_TOKENS.search(log), CONCURRENCY.search(log)
+    gdn = GDN_BACKEND.search(log)
     if "Using V2 Model Runner" in log:
         runner = "V2"
     elif "using the V1 model runner instead" in log or tokens:     # V2 says so at start-up; no line is V1
@@ -106,6 +120,8 @@ def startup_facts(log: str) -> dict:
         runner = None
     return {"model_runner": runner, "kv_cache_tokens": int(tokens.group(1).replace(",", "")) if tokens else None,
             "kv_cache_max_concurrency": float(concurrency.group(1)) if concurrency else None,
+            # a hybrid's only: a dense target's log has no such line
+            **({"gdn_prefill_backend": gdn.group(1), "gdn_prefill_backend_requested": gdn.group(2)} if gdn else {}),
             **startlog.phases(log)}
 
 
@@ -196,20 +212,47 @@ def _think_id(tokenizer: str) -> int | None:
 
 
 class VllmSession(ServerSession):
+    """A launched vLLM; between its turns asleep where its group's plan says so (residency.sleep_level): level 1
+    keeps the weights in host memory, level 2 discards them and the wake restores them (reload_weights: random
+    weights made again for --load-format dummy, real ones re-read from disk)."""
+
+    @property
+    def sleep_level(self) -> int:
+        return int(self.srv.info.get("sleep_level") or 1)
+
     def sleep(self) -> None:
-        """vLLM's sleep mode, level 1: weights to host memory, KV cache freed, until wake()."""
-        self._post("/sleep", {"level": "1"})
+        self._post("/sleep", {"level": str(self.sleep_level)})
+        slept = SLEPT.findall(self.srv.log_path.read_text(encoding="utf-8", errors="replace")) \
+            if self.srv.log_path and self.srv.log_path.exists() else []
+        if slept:                  # what the last sleep freed and left on the GPU, in server.json
+            self.srv.info.update(sleep_freed_gib=float(slept[-1][0]), sleep_still_in_use_gib=float(slept[-1][1]))
 
     def wake(self) -> None:
-        self._post("/wake_up", {})
+        """Awake and ready for traffic; after level 2 the weights are woken empty, restored (vLLM's worker
+        reload_weights, through /collective_rpc), then the KV cache. server.json keeps each wake's seconds."""
+        t0 = time.monotonic()
+        if self.sleep_level == 1:
+            self._post("/wake_up", {})
+        else:
+            self._post("/wake_up", {"tags": "weights"})
+            self._post("/collective_rpc", {}, body={"method": "reload_weights"})
+            self._post("/wake_up", {"tags": "kv_cache"})
+        self.srv.info.setdefault("wake_s", []).append(round(time.monotonic() - t0, 3))
 
-    def _post(self, path: str, params: dict) -> None:
+    def death(self, lead: str) -> str | None:
+        """The line for a dead engine (engine_death: `lead`, then its log's root cause), or None while it lives."""
+        return engine_death.death_line(self.srv.log_path, self.srv.alive(), lead)
+
+    def _post(self, path: str, params: dict, body: dict | None = None) -> None:
         t0 = time.monotonic()
         try:
-            r = httpx.post(f"{self.srv.url}{path}", params=params, headers=self.srv.auth,
+            r = httpx.post(f"{self.srv.url}{path}", params=params, json=body, headers=self.srv.auth,
                            timeout=self.run["ready_timeout_s"])
             r.raise_for_status()
         except httpx.HTTPError as e:
+            dead = self.death(f"vLLM's engine died at {path}")
+            if dead:                # not the sleep mode's fault: say what killed the engine
+                raise ServerError(dead) from None
             raise ServerError(f"vLLM's {path} failed ({type(e).__name__}: {e}): sweep.residency sleep needs vLLM's "
                               "sleep mode (a CUDA GPU); use sweep.residency=relaunch") from None
         self.srv.info.setdefault("sleep_mode_s", []).append([path, round(time.monotonic() - t0, 3)])
@@ -223,7 +266,7 @@ class VllmSession(ServerSession):
                                                 bench["warmup"], progress, desc))
         except httpx.HTTPError as e:           # /metrics did not answer before the requests started
             rows, figures = [], {"scrape_error": f"{type(e).__name__}: {e}"}
-        failure = "server died during the cell" if not self.srv.alive() else \
+        failure = self.death("server died during the cell (vLLM's engine core exited)") if not self.srv.alive() else \
             f"/metrics failed: {figures['scrape_error']}" if "scrape_error" in figures else None
         mark_think_end(rows, getattr(self, "tokenizer", None))
         level = self.srv.info.get("per_request_spec_metrics")
