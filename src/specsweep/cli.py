@@ -229,7 +229,7 @@ def cmd_doctor(args) -> int:
 
 def cmd_drafter_inspect(args) -> int:
     """What a drafter checkpoint is: shapes, its config or the one they imply, and its fit to a target."""
-    from . import checks, drafter_config
+    from . import checks, drafter_config, model_shape
     from .results import atomic_write_json
 
     path = Path(args.path)
@@ -243,8 +243,8 @@ def cmd_drafter_inspect(args) -> int:
             print(f"  {name:48s} {list(shape)}")
     n_layers = len({n.split(".")[1] for n in shapes if n.startswith("layers.")})
     print(f"  ... {n_layers} layer(s), {sum(_numel(s) for s in shapes.values()) / 1e6:.2f}M parameters")
-    target = drafter_config.read_config(args.target) if args.target else None
-    existing = drafter_config.read_config(path)
+    target = model_shape.read_config(args.target) if args.target else None
+    existing = model_shape.read_config(path)
     if existing is not None:
         print("config.json:", json.dumps({k: existing.get(k) for k in (
             "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -263,6 +263,13 @@ def cmd_drafter_inspect(args) -> int:
         check = checks.check_drafter(cfg, {})
         print(f"[{check.status:4}] matches {args.target}: {check.message}")
         return 1 if check.status == "fail" else 0
+    return 0
+
+
+def cmd_shape(args) -> int:
+    from . import shaped
+    out = shaped.write(args.name, args.dest)
+    print(f"wrote {out}/target and {out}/drafter (config only: serve with --load-format dummy)")
     return 0
 
 
@@ -378,6 +385,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-new-tokens", type=int, default=48)
     t.add_argument("--thinking", action="store_true")
     t.set_defaults(fn=cmd_trace)
+
+    sh = sub.add_parser("shape", help="write a config-only replica of a published pair (random weights: "
+                        "--load-format dummy)")
+    sh.add_argument("name", help="qwen3-8b, qwen3.5-27b or qwen3.6-27b")
+    sh.add_argument("dest", help="folder to write target/ and drafter/ into")
+    sh.set_defaults(fn=cmd_shape)
 
     dr = sub.add_parser("drafter", help="drafter checkpoint tooling").add_subparsers(dest="drafter_cmd", required=True)
     di = dr.add_parser("inspect", help="shapes, config (given or inferred from the weights), fit to a target")

@@ -18,7 +18,7 @@ import struct
 import time
 from pathlib import Path
 
-from . import backends, diagnosis, drafter_config, layout, metrics
+from . import backends, diagnosis, drafter_config, layout, metrics, model_shape
 from .cells import Grid
 from .checks import _tokenizer_ids, local_dir
 from .errors import ConfigError, SpecsweepError
@@ -133,10 +133,10 @@ def vocabulary_evidence(drafter: dict, target_dir: Path | None, tokenizer_dir: P
                         mask_id: int | None) -> tuple[str, str]:
     """(status, evidence) of a tokenizer or vocabulary mismatch, from shapes alone: no counterfactual exists (the
     drafter reads the target's embeddings and lm_head, so there is no other vocabulary to try)."""
-    target = drafter_config.read_config(target_dir) if target_dir else None
+    target = model_shape.read_config(target_dir) if target_dir else None
     if target is None:
         return diagnosis.NOT_TESTED, "the target's config is not on this machine: shapes not compared"
-    tv = target.get("vocab_size")
+    tv = model_shape.text_config(target).get("vocab_size")
     embed = next((s for n, s in safetensors_shapes(target_dir).items() if n.endswith("embed_tokens.weight")), None)
     ids = _tokenizer_ids(tokenizer_dir) if tokenizer_dir else None
     tok = max(ids.values()) + 1 if ids else None          # the ids the tokenizer can give, added tokens included
@@ -260,9 +260,9 @@ def diagnose_group(grid: Grid, sid: str, bids: list[str], thinking: bool, prompt
         found = causes[-1]["status"] == diagnosis.CONFIRMED
 
     ddir = local_dir(spec.get("drafter")) if spec["method"] == "dflash" else None
-    dcfg = drafter_config.read_config(ddir) if ddir else None
+    dcfg = model_shape.read_config(ddir) if ddir else None
     tdir, tokdir = local_dir(spec["target"]), local_dir(spec["tokenizer"])
-    target = drafter_config.read_config(tdir) if tdir else None
+    target = model_shape.shape(tdir) if tdir else None
     # 2. the target_layer_ids offset
     ids = drafter_config.target_layer_ids(dcfg) if dcfg else None
     if found:
@@ -273,7 +273,7 @@ def diagnose_group(grid: Grid, sid: str, bids: list[str], thinking: bool, prompt
         causes.append(_cause("target_layer_ids", diagnosis.NOT_TESTED,
                              "the drafter's or the target's config is not on this machine: no doctored drafter"))
     else:
-        top = max_layer_id(spec["server"]["backend"], target["num_hidden_layers"], env)
+        top = max_layer_id(spec["server"]["backend"], target.layers, env)
         tried, what = [], {}
         for shift in (-1, 1):
             shifted = [i + shift for i in ids]

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 
+from . import model_shape
 from .cells import Grid
 from .claims import gpu_records
 from .errors import ConfigError
@@ -95,13 +96,6 @@ def cpu_need_gib(grid: Grid, sid: str) -> float:
     return kv + CPU_SERVER_GIB
 
 
-def _model_config(path: str) -> dict | None:
-    try:
-        return json.loads((Path(path) / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def dtype_bytes(dtype: str) -> int:
     """Bytes a value of server.dtype takes (the weights' and the KV cache's): 4 for float32, else 2."""
     return 4 if dtype in ("float32", "float") else 2
@@ -109,43 +103,54 @@ def dtype_bytes(dtype: str) -> int:
 
 def weights_bytes(path: str | None, dummy: bool, width: int = 2) -> int | None:
     """A model's weights on the GPU: its safetensors files' size, or, for random (dummy) weights or a folder
-    without them, `width` bytes a parameter counted from its config; None where neither is on this machine."""
+    without them, `width` bytes a parameter counted from its shape (model_shape: the text model only, as served
+    with --language-model-only); None where neither is on this machine."""
     if not path:
         return 0
     files = list(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
     if files and not dummy:
         return sum(f.stat().st_size for f in files)
-    cfg = _model_config(path)
-    if not cfg:
-        return None
-    h, layers = cfg.get("hidden_size", 0), cfg.get("num_hidden_layers", 0)
-    inter, vocab = cfg.get("intermediate_size", 4 * h), cfg.get("vocab_size", 0)
-    return width * (layers * (4 * h * h + 3 * h * inter) + 2 * vocab * h)
+    s = model_shape.shape(path)
+    return None if s is None else s.weights_bytes(width)
 
 
 def kv_bytes(path: str, tokens: int, dtype_bytes: int = 2) -> int | None:
-    """The KV cache `tokens` tokens take in a model of this config: 2 (K and V) x layers x KV heads x head size."""
-    cfg = _model_config(path)
-    if not cfg:
-        return None
-    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads", 1)
-    head_dim = cfg.get("head_dim") or cfg.get("hidden_size", 0) // cfg.get("num_attention_heads", 1)
-    return 2 * cfg.get("num_hidden_layers", 0) * heads * head_dim * dtype_bytes * tokens
+    """The KV cache `tokens` tokens take in a model of this shape: 2 (K and V) x attention layers (full and
+    sliding; a hybrid's linear-attention layers hold none) x KV heads x head size."""
+    s = model_shape.shape(path)
+    return None if s is None else s.kv_bytes_per_token(dtype_bytes) * tokens
+
+
+def spec_tokens(spec: dict, is_baseline: bool) -> int:
+    """The speculative tokens a server drafts (vLLM sizes a hybrid's conv state with them): its largest K."""
+    if is_baseline:
+        return 0
+    ks = spec.get("num_speculative_tokens")
+    ks = ks if isinstance(ks, list) else [ks]
+    return max([int(k) for k in ks if k] or [0])
 
 
 def gpu_need_bytes(grid: Grid, sid: str) -> int | None:
-    """One GPU member's memory: weights (target and drafter), the KV cache of its largest concurrency at the
-    full context, and an overhead; None where a model's config is not on this machine."""
+    """One GPU member's memory, as vLLM counts it: weights (target and drafter), the KV cache of its largest
+    concurrency at the full context (attention layers only, each sequence rounded up to vLLM's attention block,
+    which a hybrid raises to the Mamba page), a hybrid's conv and recurrent state per sequence (at
+    mamba_ssm_dtype, spec tokens included), and an overhead; None where a model's config is not on this machine."""
     cell = grid.servers[sid]
     spec = cell.spec
     dummy = "dummy" in json.dumps(spec["server"].get("extra_args", []))
-    tokens = grid.max_concurrency(sid) * int(spec["server"]["max_model_len"])
+    seqs, ctx = grid.max_concurrency(sid), int(spec["server"]["max_model_len"])
     width = dtype_bytes(spec["server"]["dtype"])
+    k = spec_tokens(spec, cell.is_baseline)
     models = [spec["target"]] + ([spec["drafter"]] if not cell.is_baseline and spec.get("drafter") else [])
-    parts = [b for m in models for b in (weights_bytes(m, dummy, width), kv_bytes(m, tokens, width))]
-    if any(p is None for p in parts):
+    shapes = [model_shape.shape(m) for m in models]
+    weights = [weights_bytes(m, dummy, width) for m in models]
+    if any(s is None for s in shapes) or any(w is None for w in weights):
         return None
-    return int(sum(parts) + GPU_OVERHEAD_GIB * GIB)
+    block = shapes[0].block_size(k, width=width)
+    tokens = seqs * model_shape.cdiv(ctx, block) * block
+    caches = sum(s.kv_bytes_per_token(width) * tokens for s in shapes)
+    state = seqs * shapes[0].state_bytes_per_sequence(k, width)
+    return int(sum(weights) + caches + state + GPU_OVERHEAD_GIB * GIB)
 
 
 def group_mem_mb(grid: Grid, members: list[str]) -> int:

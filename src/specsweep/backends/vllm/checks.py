@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from ... import drafter_config, layout, residency
+from ... import layout, model_shape, residency
 from ...checks import (Check, check_dataset, check_drafter, check_pair_paths, check_max_tokens, check_prompt_length, check_memory, check_num_speculative_tokens,
                        check_parallel, check_port, check_thinking, fail, local_dir, ok, warn)
 from ...errors import ServerError
@@ -252,8 +252,8 @@ def known_issue_check(row: known_issues.KnownIssue):
         pair = cfg["pair"]
         tdir, ddir = local_dir(pair["target"]), local_dir(pair["drafter"])
         facts = known_issues.Facts(cfg, env["server_env"], env.get("gpus") or [],
-                                        drafter_config.read_config(tdir) if tdir else None,
-                                        drafter_config.read_config(ddir) if ddir else None)
+                                        model_shape.read_config(tdir) if tdir else None,
+                                        model_shape.read_config(ddir) if ddir else None)
         problem = row.check(facts)
         return ok(name, f"vLLM {version}: not hit") if problem is None else Check(name, row.status, problem)
     check.__name__ = f"check_vllm_{row.name}"
