@@ -41,6 +41,8 @@ def test_the_text_model_is_found_however_it_is_wrapped(wrap, multimodal):
 def test_no_config_or_no_layers_is_no_shape(tmp_path):
     assert model_shape.shape(tmp_path) is None and model_shape.shape(None) is None
     assert model_shape.shape({"text_config": {"vocab_size": 3}}) is None
+    kv_only = model_shape.shape({"num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 32})
+    assert kv_only.kv_bytes_per_token(2) == 4 * 2 * 2 * 32 * 2 and kv_only.hidden == 0
 
 
 def test_a_dense_models_kv_tokens_match_vllms_log():

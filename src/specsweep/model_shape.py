@@ -209,7 +209,7 @@ def _tower_params(cfg: dict) -> int:
 
 def shape(path_or_cfg: str | Path | dict | None) -> Shape | None:
     """The text model's Shape of a checkpoint folder, a config.json path, or a config dict; None where there is no
-    config or it names no layers."""
+    config or it names no layers (a field it lacks counts 0, or its usual default)."""
     cfg = path_or_cfg if isinstance(path_or_cfg, dict) else read_config(path_or_cfg) if path_or_cfg else None
     if not cfg:
         return None
@@ -221,7 +221,7 @@ def shape(path_or_cfg: str | Path | dict | None) -> Shape | None:
 
     layers = int(get("num_hidden_layers") or get("num_layers") or get("n_layer") or 0)
     hidden = int(get("hidden_size") or get("d_model") or get("n_embd") or 0)
-    if not layers or not hidden:
+    if not layers:
         return None
     heads = int(get("num_attention_heads") or get("n_head") or 1)
     dtype = str(get("dtype") or get("torch_dtype") or "bfloat16").removeprefix("torch.")

