@@ -59,3 +59,20 @@ def test_an_unknown_shape_is_one_line(tmp_path, capsys):
     assert cli.main(["shape", "llama-70b", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == ("specsweep: shape: no shape 'llama-70b': pick one of qwen3-8b, "
                                                "qwen3.5-27b, qwen3.6-27b")
+
+
+@pytest.mark.parametrize("pair, shape", [("qwen3.5-27b-dflash", "qwen3.5-27b"), ("qwen3.6-27b-dflash", "qwen3.6-27b")])
+def test_the_27b_preset_finds_its_replicas_and_passes_the_pair_checks(tmp_path, pair, shape):
+    """experiment=gpu_27b_hybrid, as bench/h200_vllm.sh's install step lays the replicas out."""
+    from specsweep import checks
+    from specsweep.backends.vllm import checks as vllm_checks
+    from specsweep.config import compose_jobs
+
+    shaped.write(shape, tmp_path / "models" / f"{pair}-shaped", with_tokenizer=False)
+    [cfg] = compose_jobs(["experiment=gpu_27b_hybrid", "server=vllm_gpu", f"results_dir={tmp_path}",
+                          f"pair={pair}"])
+    assert cfg["study"] == f"{pair}-shaped" and "--language-model-only" in cfg["server"]["extra_args"]
+    for check in (checks.check_pair_paths, checks.check_drafter, checks.check_thinking, checks.check_max_tokens,
+                  checks.check_num_speculative_tokens, vllm_checks.check_kv_cache):
+        c = check(cfg, {})
+        assert c.status == "pass", (check.__name__, c.message)
