@@ -50,7 +50,7 @@ def test_a_dense_models_kv_tokens_match_vllms_log():
     'GPU KV cache size: 132,320 tokens' (144 KiB a token; the GiB figure is rounded to 0.01)."""
     s = model_shape.shape(QWEN3_8B_TEXT)
     assert s.kv_bytes_per_token(2) == 36 * 2 * 8 * 128 * 2 and s.block_size() == 16
-    assert abs(s.kv_tokens(int(18.17 * GIB)) - 132_320) < 132_320 * 0.001
+    assert abs(s.kv_tokens(int(18.17 * GIB), 4096) - 132_320) < 132_320 * 0.001
     assert abs(s.weights_bytes(2) / GIB - 15.27) < 15.27 * 0.01        # 'Model loading took 15.27 GiB'
     d = model_shape.shape(shaped.SHAPES["qwen3-8b"]().drafter)             # and 17.22 GiB with the drafter
     assert d.drafter and abs((s.weights_bytes(2) + d.weights_bytes(2)) / GIB - 17.22) < 17.22 * 0.01
@@ -70,8 +70,10 @@ def test_the_27b_hybrid_as_vllm_counts_it():
     # vLLM's attention block: 16 x cdiv(Mamba page, 16 x 4096), what it logged on the H200
     assert t.block_size(0) == 784 and t.block_size(15) == 864
     assert t.block_size(0, asked=1024) == 1024                 # a --block-size above it stays
-    # the state a sequence holds: 48 Mamba pages, each padded to the attention page (block x 4096)
-    assert t.state_bytes_per_sequence(0) == 48 * 784 * 4096 and t.state_bytes_per_sequence(15) == 48 * 864 * 4096
+    # the state a sequence holds: 48 Mamba pages, each padded to the attention page (block x 4096), and a block
+    # more a speculative token
+    assert t.state_bytes_per_sequence(0) == 48 * 784 * 4096
+    assert t.state_bytes_per_sequence(15) == 48 * 864 * 4096 * 16
     # weights (random, bf16, --language-model-only) against 'Model loading took': 50.2 GiB, with the drafter 53.5
     assert abs(t.weights_bytes(2) / GIB - 50.2) < 50.2 * 0.1
     assert abs((t.weights_bytes(2) + d.weights_bytes(2)) / GIB - 53.5) < 53.5 * 0.1
@@ -79,5 +81,18 @@ def test_the_27b_hybrid_as_vllm_counts_it():
     # the drafter: 5 layers, no embeddings of its own, sliding layers hold KV too
     assert (d.layers, d.drafter, d.hybrid, d.kv_bytes_per_token(2)) == (5, True, False, 5 * 2 * 8 * 128 * 2)
     assert d.full_attention_layers == 1 and d.sliding_window == 2048
-    # KV tokens of a budget: one pool of pages 784 x 4096, in 4 groups of 16 layers (16 full + 48 GDN)
-    assert t.kv_tokens(16 * 784 * 4096 * 100) == 100 // 4 * 784             # 100 blocks of 16 pages
+    # the baseline's pool: pages of 784 x 4096 bytes in 4 groups of 16 layers (16 full + 48 GDN), a request of
+    # 4096 tokens holding 6 attention blocks and one block in each GDN group (prefix caching off, vLLM's default
+    # on a hybrid); 'GPU KV cache size: 627,598 tokens' is 1,379 blocks: 65.99-66.04 GiB of KV budget, which is
+    # 0.85 of the 139.8 GiB H200 less the 50.2 GiB of weights and 2.6 GiB of activations and graphs
+    pool = model_shape.pool(t)
+    assert (pool.block_size, pool.group_size, pool.attention_windows, pool.mamba_groups) == (784, 16, (None,), 3)
+    assert pool.blocks_per_request(4096) == 6 + 3
+    assert t.kv_tokens(1379 * pool.block_bytes, 4096) == t.kv_tokens(1380 * pool.block_bytes - 1, 4096) == 627_598
+    assert 0.85 * 139.8 - 50.2 - 4 < 1379 * pool.block_bytes / GIB < 1380 * pool.block_bytes / GIB < 0.85 * 139.8 - 50.2
+    assert model_shape.pool(t, mamba_cache_mode="align").blocks_per_request(4096) == 6 + 3 * 2
+    # with the drafter at K=15: its 5 layers join, groups of 5 (4 of the target's full layers, 1 of the drafter's,
+    # 10 of GDN), and each GDN group holds 1 + 15 blocks a request
+    k15 = model_shape.pool(t, model_shape.shape(shaped.qwen35_27b_drafter(False)), 15)
+    assert (k15.block_size, k15.group_size, len(k15.attention_windows), k15.mamba_groups) == (864, 5, 5, 10)
+    assert k15.blocks_per_request(4096) == 5 * 5 + 10 * 16

