@@ -57,7 +57,9 @@ case ${1:?step} in
   install)
     bash scripts/offline_install.sh /root/whl /tmp/site .dag/wheels /tmp/dag || exit
     mkdir -p $RES/models && cp -r results/models/tiny $RES/models/
-    python3 bench/shaped_pair.py $RES/models/qwen3-8b-shaped
+    python3 -m specsweep.cli shape qwen3-8b $RES/models/qwen3-8b-shaped
+    python3 -m specsweep.cli shape qwen3.5-27b $RES/models/qwen3.5-27b-dflash-shaped
+    python3 -m specsweep.cli shape qwen3.6-27b $RES/models/qwen3.6-27b-dflash-shaped
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv ;;
   tiny) study tiny-gpu experiment=gpu_tiny server=vllm_gpu_bundle results_dir=$RES
         study tiny-gpu-local experiment=gpu_tiny server=local_cuda kernel=local_sdpa study=tiny-gpu-local \

@@ -30,6 +30,7 @@ import json
 import math
 import os
 import signal
+import platform
 import sys
 import tempfile
 import time

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from . import layout
+from . import layout, model_shape
 from .cells import Grid, round_of_repeat, stable_hash, sweep_rounds
 from .claims import gpu_records
 from .errors import ConfigError
@@ -226,13 +226,6 @@ def cpu_need_gib(grid: Grid, sid: str) -> float:
     return kv + CPU_SERVER_GIB
 
 
-def _model_config(path: str) -> dict | None:
-    try:
-        return json.loads((Path(path) / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def dtype_bytes(dtype: str) -> int:
     """Bytes a value of server.dtype takes (the weights' and the KV cache's): 4 for float32, else 2."""
     return 4 if dtype in ("float32", "float") else 2
@@ -240,43 +233,62 @@ def dtype_bytes(dtype: str) -> int:
 
 def weights_bytes(path: str | None, dummy: bool, width: int = 2) -> int | None:
     """A model's weights on the GPU: its safetensors files' size, or, for random (dummy) weights or a folder
-    without them, `width` bytes a parameter counted from its config; None where neither is on this machine."""
+    without them, `width` bytes a parameter counted from its shape (model_shape: the text model only, as served
+    with --language-model-only); None where neither is on this machine."""
     if not path:
         return 0
     files = list(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
     if files and not dummy:
         return sum(f.stat().st_size for f in files)
-    cfg = _model_config(path)
-    if not cfg:
-        return None
-    h, layers = cfg.get("hidden_size", 0), cfg.get("num_hidden_layers", 0)
-    inter, vocab = cfg.get("intermediate_size", 4 * h), cfg.get("vocab_size", 0)
-    return width * (layers * (4 * h * h + 3 * h * inter) + 2 * vocab * h)
+    s = model_shape.shape(path)
+    return None if s is None else s.weights_bytes(width)
 
 
 def kv_bytes(path: str, tokens: int, dtype_bytes: int = 2) -> int | None:
-    """The KV cache `tokens` tokens take in a model of this config: 2 (K and V) x layers x KV heads x head size."""
-    cfg = _model_config(path)
-    if not cfg:
-        return None
-    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads", 1)
-    head_dim = cfg.get("head_dim") or cfg.get("hidden_size", 0) // cfg.get("num_attention_heads", 1)
-    return 2 * cfg.get("num_hidden_layers", 0) * heads * head_dim * dtype_bytes * tokens
+    """The KV cache `tokens` tokens take in a model of this shape: 2 (K and V) x attention layers (full and
+    sliding; a hybrid's linear-attention layers hold none) x KV heads x head size."""
+    s = model_shape.shape(path)
+    return None if s is None else s.kv_bytes_per_token(dtype_bytes) * tokens
+
+
+def spec_tokens(spec: dict, is_baseline: bool) -> int:
+    """The speculative tokens a server drafts (vLLM sizes a hybrid's conv state with them): its largest K."""
+    if is_baseline:
+        return 0
+    ks = spec.get("num_speculative_tokens")
+    ks = ks if isinstance(ks, list) else [ks]
+    return max([int(k) for k in ks if k] or [0])
+
+
+def mamba_cache_mode(extra_args: list) -> str:
+    """vLLM 0.26's Mamba cache mode for a server's arguments: prefix caching is off by default on a hybrid, which
+    makes it `none`; --enable-prefix-caching makes it `align` (Qwen3.5 refuses `all`); --mamba-cache-mode sets it."""
+    args = [str(a) for a in extra_args or []]
+    for i, a in enumerate(args):
+        if a.startswith("--mamba-cache-mode"):
+            return a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "none")
+    return "align" if "--enable-prefix-caching" in args else "none"
 
 
 def gpu_need_parts(grid: Grid, sid: str) -> tuple[int, int] | None:
-    """One GPU member's memory in two parts: (weights, target and drafter, and an overhead; the KV cache of its
-    largest concurrency at the full context), or None where a model's config is not on this machine."""
+    """One GPU member's memory in two parts, as vLLM 0.26 counts it (model_shape.pool): (weights, target and
+    drafter, and an overhead; the KV cache blocks its largest concurrency holds at the full context: attention
+    layers only, in blocks of vLLM's attention block size, which a hybrid raises to the Mamba page, and a hybrid's
+    conv and recurrent state a sequence, at mamba_ssm_dtype, a block for each speculative token), or None where a
+    model's config is not on this machine."""
     cell = grid.servers[sid]
     spec = cell.spec
-    tokens = grid.max_concurrency(sid) * int(spec["server"]["max_model_len"])
+    extra = spec["server"].get("extra_args") or []
+    seqs, ctx = grid.max_concurrency(sid), int(spec["server"]["max_model_len"])
     width = dtype_bytes(spec["server"]["dtype"])
+    k = spec_tokens(spec, cell.is_baseline)
     models = [spec["target"]] + ([spec["drafter"]] if not cell.is_baseline and spec.get("drafter") else [])
+    shapes = [model_shape.shape(m) for m in models]
     weights = [weights_bytes(m, _dummy(spec), width) for m in models]
-    kv = [kv_bytes(m, tokens, width) for m in models]
-    if any(p is None for p in weights + kv):
+    if any(s is None for s in shapes) or any(w is None for w in weights):
         return None
-    return int(sum(weights) + GPU_OVERHEAD_GIB * GIB), int(sum(kv))
+    pool = model_shape.pool(shapes[0], shapes[1] if len(shapes) > 1 else None, k, width, mamba_cache_mode(extra))
+    return int(sum(weights) + GPU_OVERHEAD_GIB * GIB), int(seqs * pool.bytes_per_request(ctx))
 
 
 def gpu_need_bytes(grid: Grid, sid: str) -> int | None:
