@@ -9,7 +9,7 @@ from pathlib import Path
 from ... import layout, model_shape, residency
 from ...checks import (Check, check_dataset, check_drafter, check_pair_paths, check_max_tokens, check_prompt_length, check_memory, check_num_speculative_tokens,
                        check_parallel, check_port, check_thinking, fail, local_dir, ok, warn)
-from ...config import aslist
+from ...nested import aslist
 from ...errors import ServerError
 from . import known_issues
 from .launch import executor_env, interpreter_of, kernel_plan, probe_python, server_command, target_shape
@@ -207,7 +207,7 @@ def check_kv_cache(cfg, env):
     concurrency = max([*sweep["concurrency"], *map(int, sweep.get("k_by_concurrency") or {})])
     tokens = concurrency * s["max_model_len"]
     models = [cfg["pair"]["target"]] + ([cfg["pair"]["drafter"]] if cfg["pair"].get("drafter") else [])
-    width = residency.dtype_bytes(s["dtype"])
+    width = model_shape.dtype_bytes(s["dtype"])
     shapes = [model_shape.shape(m) for m in models]
     if None in shapes or not all(m.kv_bytes_per_token(width) for m in shapes):
         return ok(name, f"{mib} MiB (a model's config is not on this machine: checked once its server is up)")
