@@ -3,8 +3,6 @@
 #   snakemake --cores 2 --config dataset=gsm8k overrides="sweep.num_speculative_tokens=[2,4,6]"
 # Overrides given with --config are Hydra overrides of conf/; `specsweep sweep -m ...` writes a jobs file
 # and runs this same workflow, so both ways in share cells, paths and cache.
-import atexit
-import gc
 import os
 import sys
 
@@ -12,13 +10,10 @@ from snakemake.utils import min_version
 
 min_version("9.0")
 
-# Snakemake's exit would garbage-collect all it imported (pandas too, which it imports to compare rules'
-# params): 0.45 s of every run, a no-op's included. Frozen objects are out of the collector's reach.
-atexit.register(gc.freeze)
-
-from specsweep import layout
+from specsweep import layout, residency  # residency: the groups' schedule
 from specsweep.cells import expand as expand_cells
-from specsweep.config import ConfigError, jobs_from_snakemake
+from specsweep.config import jobs_from_snakemake
+from specsweep.errors import ConfigError
 
 try:
     GRID = expand_cells(jobs_from_snakemake(config))
@@ -66,11 +61,3 @@ rule all:
         expand(str(STUDY.summary_page), study=STUDIES),
         [rules.training_page.output[0]] if tiny_models_needed() else [],
         [str(GRID.mlflow_marker(s)) for s in STUDIES if GRID.tracking[s]["enabled"]],
-
-
-onsuccess:
-    cancel_timers()
-
-
-onerror:
-    cancel_timers()

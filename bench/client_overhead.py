@@ -4,7 +4,7 @@ Both hit the same local SSE server that answers at once (so the server is not wh
 the same concurrency and request count. Reports the sustained request rate of each and their ratio,
 and the client's overhead per request (its time per request minus the bare loop's).
 
-    .venv/bin/python bench/client_overhead.py [--requests 2000] [--concurrency 16]
+    .venv/bin/python bench/client_overhead.py [--requests 2000] [--concurrency 16] [--smoke]
 """
 from __future__ import annotations
 
@@ -65,7 +65,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--smoke", action="store_true", help="60 requests at concurrency 4: seconds")
     args = ap.parse_args()
+    if args.smoke:
+        args.requests, args.concurrency = 60, 4
     q = mp.Queue()
     proc = mp.Process(target=serve, args=(q,), daemon=True)
     proc.start()

@@ -24,7 +24,6 @@ import asyncio
 import json
 import math
 import os
-import platform
 import signal
 import statistics
 import sys
@@ -36,14 +35,18 @@ import numpy as np
 import psutil
 from scipy import stats
 
-from specsweep import residency
-from specsweep.backends.vllm import session as vllm
-from specsweep.cells import expand
-from specsweep.claims import take_gpus
-from specsweep.client import settings_for
-from specsweep.config import compose_jobs
-from specsweep.datasets import load_prompt_rows, materialise
-from specsweep.results import atomic_write_json, atomic_write_text
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
+from bench import harness  # noqa: E402
+from specsweep import residency  # noqa: E402
+from specsweep.backends import parts  # noqa: E402
+from specsweep.cells import expand  # noqa: E402
+from specsweep.claims import take_gpus  # noqa: E402
+from specsweep.client import settings_for  # noqa: E402
+from specsweep.config import compose_jobs  # noqa: E402
+from specsweep.datasets import load_prompt_rows, materialise  # noqa: E402
+from specsweep.results import atomic_write_text  # noqa: E402
+
+vllm = parts.session("vllm")        # the backend's session module, through the one door to a backend's parts
 
 
 def cells(overrides: list[str], results: Path, passes: int = 1):
@@ -92,14 +95,6 @@ def after_turn(srv, grid, sid, bench, prompts, window_s: float = 0.5, windows: i
     return out
 
 
-def interval(logs: list[float]) -> tuple[float, float, float]:
-    m = statistics.fmean(logs)
-    if len(logs) < 2:
-        return math.exp(m), float("nan"), float("nan")
-    h = stats.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(m), math.exp(m - h), math.exp(m + h)
-
-
 def launch_spread(alone: list[list[float]]) -> dict:
     """Between-launch against within-launch spread of log tok/s (one-way ANOVA over the launches' passes)."""
     groups = [np.log(a) for a in alone if len(a) > 1]
@@ -121,8 +116,13 @@ def main() -> None:
     ap.add_argument("--after-turn", action="store_true", help="each round, the co-resident server's CPU use in the "
                     "4 s after it served a pass of its own (as after a turn in a study), by half-second")
     ap.add_argument("--results", default=None, help="a results_dir for the servers' logs (default: a temp dir)")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--smoke", action="store_true", help="one round, nothing written")
     args = ap.parse_args()
+    if args.smoke:
+        args.rounds, args.out = 1, None
+    elif not args.out:
+        ap.error("--out is required (but with --smoke)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))      # unwind: every server started here is stopped
     results = Path(args.results or tempfile.mkdtemp(prefix="coresidency-"))
     grid, base, spec, bench, prompts = cells(args.overrides.split(), results, args.passes)
@@ -131,7 +131,7 @@ def main() -> None:
     base_srv = None
     # each server launched as the study's group would launch it: on a GPU both share the group's GPUs, each with
     # its memory share (residency.plan)
-    gpu_ids, claims = take_gpus(grid.group_gpus(base)) if grid.group_gpus(base) else ([], [])
+    gpu_ids, claims = take_gpus(residency.group_gpus(grid, base)) if residency.group_gpus(grid, base) else ([], [])
     how = residency.plan(grid, [base, spec], gpu_ids)
     try:
         for rnd in range(args.rounds):
@@ -163,16 +163,18 @@ def main() -> None:
             base_srv.stop()
         for claim in claims:
             claim.release()
-    out = Path(args.out)
-    summary = {"rounds": passes, "overrides": args.overrides, "relaunch": args.relaunch, "after_turn": args.after_turn,
-               "host": platform.node(),
-               "wall_s": round(time.time() - t0, 1), "baseline": base, "co_resident": spec,
+    out = Path(args.out) if args.out else None
+    summary = {"per_round": passes, "overrides": args.overrides, "relaunch": args.relaunch,
+               "after_turn": args.after_turn, "wall_s": round(time.time() - t0, 1), "baseline": base, "co_resident": spec,
                "prompts": len(prompts), "bench": {k: bench[k] for k in ("concurrency", "max_tokens", "warmup")}}
     for name in ("idle_ratio", "paused_ratio"):
-        g, lo, hi = interval([math.log(r[name]) for r in passes])
-        summary[name] = {"geomean": g, "ci95_low": lo, "ci95_high": hi}
+        ci = harness.interval([math.log(r[name]) for r in passes])
+        lo, hi = ci["t95"] or (math.nan, math.nan)
+        summary[name] = {"geomean": ci["ratio"], "ci95_low": lo, "ci95_high": hi}
     summary["launch_spread"] = launch_spread(alone_by_launch)
-    atomic_write_json(out / "coresidency.json", summary)
+    summary = harness.record(out / "coresidency.json" if out else None, rounds=args.rounds,
+                             ratio={"of": "paused / alone of output tok/s", **harness.interval(
+                                 [math.log(r["paused_ratio"]) for r in passes])}, **summary)
     lines = ["| round | alone | idle | paused | alone | idle/alone | paused/alone | co-resident's CPU idle / paused (cores) |",
              "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['round']} | {r['alone_before']:.1f} | {r['idle']:.1f} | {r['paused']:.1f} | {r['alone_after']:.1f} "
@@ -190,7 +192,8 @@ def main() -> None:
         lines.append(f"\nlaunch to launch: between-launch SD of log tok/s {s['between_launch_sd_log']:.3f}, within "
                      f"{s['within_launch_sd_log']:.3f} ({s['launches']} launches; ANOVA F {s['anova_f']:.2f}, "
                      f"p {s['anova_p']:.3f})")
-    atomic_write_text(out / "coresidency.md", "\n".join(lines) + "\n")
+    if out:
+        atomic_write_text(out / "coresidency.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

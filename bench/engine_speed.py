@@ -3,7 +3,7 @@ same engine, same CPU thread, same prompts, side by side in one run; for the HF-
 static-cache step (the code a GPU replays as a CUDA graph, run eagerly here).
 
     .venv/bin/python bench/engine_speed.py [--models results/models/tiny] [--prompts 32] [--max-new-tokens 96]
-        [--blocks 1,4,8] [--engines hf_cache,static] [--rounds 2]
+        [--blocks 1,4,8] [--engines hf_cache,static] [--rounds 2] [--smoke]
 
 Every (engine, block) decodes each prompt in turn, so a shared CPU's changing load falls on all alike;
 beside wall-clock tok/s it reports tokens per second of this thread's CPU time, which other processes'
@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -33,7 +36,14 @@ def main() -> None:
     ap.add_argument("--blocks", default="1,4,8")
     ap.add_argument("--engines", default="hf_cache,static", help="hf_cache, static (eager), static_compiled")
     ap.add_argument("--rounds", type=int, default=2, help="passes over the prompts")
+    ap.add_argument("--smoke", action="store_true", help="an untrained pair (tests/helpers.py), 2 prompts, 8 tokens")
     args = ap.parse_args()
+    if args.smoke:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from helpers import make_random_pair
+
+        args.models = str(make_random_pair(Path(tempfile.mkdtemp(prefix="engine-speed-"))))
+        args.prompts, args.max_new_tokens, args.blocks, args.rounds = 2, 8, "1,4", 1
     torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(f"{args.models}/target")
     target = AutoModelForCausalLM.from_pretrained(f"{args.models}/target", dtype=torch.float32).eval()

@@ -12,7 +12,7 @@ given acceptance length):
 - with `--reference`, engine.py's HF-cache step and the authors' `dflash_generate` on the same weights.
 
     python3 bench/gpu_step.py [--out DIR] [--compile default max-autotune-no-cudagraphs] [--uncompiled]
-        [--linear torch skinny] [--exact] [--diagnose torch skinny] [--profile] [--reference] [--small]
+        [--linear torch skinny] [--exact] [--diagnose torch skinny] [--profile] [--reference] [--small] [--smoke]
 """
 from __future__ import annotations
 
@@ -265,7 +265,13 @@ def main() -> None:
     ap.add_argument("--diagnose", nargs="*", default=[], help="bf16 exactness of these linears, uncompiled")
     ap.add_argument("--uncompiled", action="store_true", help="also time the graphs without torch.compile")
     ap.add_argument("--reference", action="store_true", help="also time the HF-cache engine and dflash_generate")
+    ap.add_argument("--smoke", action="store_true", help="the small shapes, cuBLAS uncompiled only, into a temp dir")
     args = ap.parse_args()
+    if args.smoke:
+        import tempfile
+
+        args.small, args.linear, args.compile, args.uncompiled, args.box = True, ["torch"], [], True, 60
+        args.out = tempfile.mkdtemp(prefix="gpu-step-smoke-")
     import torch._dynamo
 
     torch._dynamo.config.cache_size_limit = 64          # one compiled layer per (batch, length) and instance

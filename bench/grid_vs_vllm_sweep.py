@@ -16,25 +16,30 @@ A round runs, one after the other: specsweep cold, vLLM cold, both no-op (vLLM's
 one more cell (K=6 added: to specsweep's grid, and to vLLM's serve params with --resume). Specsweep's cold
 and one-more runs are also split into server spans and the DAG's own overhead (bench/dag_overhead.py).
 
-    .venv/bin/python bench/grid_vs_vllm_sweep.py [--out DIR] [--pair DIR] [--rounds 2]
+    .venv/bin/python bench/grid_vs_vllm_sweep.py [--out DIR] [--pair DIR] [--rounds 2] [--smoke]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import shutil
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
-from dag_overhead import BIN, breakdown, ensure_pair, study_argv, timed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
+from bench import harness  # noqa: E402
+from bench.dag_overhead import BIN, breakdown, ensure_pair, study_argv, timed  # noqa: E402
+from specsweep.backends import parts  # noqa: E402
+from specsweep.cells import expand  # noqa: E402
+from specsweep.config import compose_jobs  # noqa: E402
+from specsweep.results import launches  # noqa: E402
 
-from specsweep.backends.vllm import launch
-from specsweep.cells import expand
-from specsweep.config import compose_jobs
-from specsweep.results import launches
+launch = parts.part("vllm", "launch")     # the backend's launch module, through the one door to its parts
 
 VLLM_PORT = 19590    # outside the port range specsweep's cells take here
 
@@ -137,14 +142,27 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/specsweep-grid-vs-vllm")
     ap.add_argument("--pair", help="a models/tiny directory (target/, drafter/); built under --out if not given")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--smoke", action="store_true", help="one round on an untrained pair in a temp dir, nothing "
+                    "kept (both tools' DAGs: minutes, so no test runs it)")
     args = ap.parse_args()
+    if args.smoke:
+        args.rounds, args.out = 1, tempfile.mkdtemp(prefix="grid-vs-vllm-smoke-")
+        sys.path.insert(0, str(harness.REPO / "tests"))
+        from helpers import make_random_pair
+
+        args.pair = str(make_random_pair(Path(args.out)))
     out = Path(args.out)
     pair = ensure_pair(Path(args.pair) if args.pair else out / "pair")
     rounds = []
     for i in range(args.rounds):
         rounds.append(one_round(out / f"round{i}", pair))
         print(json.dumps(rounds[-1], indent=2), flush=True)
-        (out / "result.json").write_text(json.dumps(rounds, indent=2) + "\n")
+        harness.record(None if args.smoke else out / "result.json", rounds=len(rounds),
+                       ratio=harness.interval([math.log(r["ratio_specsweep_over_vllm"]["cold"]) for r in rounds]),
+                       rows=rounds)
+    if args.smoke:
+        shutil.rmtree(out, ignore_errors=True)
+        print("smoke: nothing kept")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 #   install    reassemble and install SGLang 0.5.17 into /tmp/sgl (shared/gpu-sglang), the DAG's wheels
 #              (.dag/wheels) into /tmp/dag; the tiny pair (carried results/models/tiny, its drafter config given
 #              SGLang's mask_token) and the config-only 8B-shaped pair into /root/res
-#   capture    bench/sglang_capture.py: what a real SGLang answers, as test data (tests/data/sglang0517_*)
+#   capture    tests/fake_sglang/capture.py: what a real SGLang answers, as test data (tests/data/sglang0517_*)
 #   tiny       experiment=gpu_tiny on server=sglang_gpu_bundle: the tiny pair in bfloat16 (sgl_kernel's rmsnorm
 #              takes no float32), the baseline and block 8 (K=7)
 #   tiny-local the same on the in-process engine (server=local_cuda) in bfloat16, the same GPU's second side
@@ -60,7 +60,7 @@ PY
           study=tiny-gpu-sglang results_dir=$RES server.dtype=bfloat16 "sweep.num_speculative_tokens=[7]" ;;
   tiny-local) study tiny-gpu-local-bf16 experiment=gpu_tiny server=local_cuda kernel=local_sdpa \
           study=tiny-gpu-local-bf16 results_dir=$RES server.dtype=bfloat16 "sweep.num_speculative_tokens=[7]" ;;
-  capture) PYTHONPATH=/tmp/sgl timeout 360 python3 bench/sglang_capture.py $RES/models/tiny "$OUT" ;;
+  capture) PYTHONPATH=/tmp/sgl timeout 360 python3 tests/fake_sglang/capture.py $RES/models/tiny "$OUT" ;;
   8b) study qwen3-8b-shaped-sglang experiment=gpu_8b_shaped server=sglang_gpu_bundle kernel=sglang_triton \
         study=qwen3-8b-shaped-sglang results_dir=$RES "sweep.num_speculative_tokens=[15]" \
         server.cuda_graph_max_bs=32 "server.extra_args=[--load-format,dummy]" ;;

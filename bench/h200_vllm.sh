@@ -30,6 +30,11 @@
 #                ~30 s), its files under /root/bg/STEP;  collect SECS  wait up to SECS for every bg step, then
 #                copy what they wrote to $OUT/STEP/ (what is still running goes on)
 #   vllm-metrics grep the bundle's vLLM for per-request metrics flags
+#   8b-starts    issue #45: bench/start_side_by_side.py --visit gpu on the 8b-group's members (baseline, K=7, 15,
+#                concurrency 1 and 8): one after another, side by side (KV fixed), side by side warm; about 12 min, so
+#                run it as `bg 8b-starts`, then `collect 560` (twice)
+#   8b-studies   issue #45: the 8b-group study cold (a new host compile cache), then again warm (a new study name,
+#                the same cache): the whole walls; about 15 min, `bg 8b-studies` and `collect`
 # Each run step packs the study as $OUT/<study>.tar.gz (the compile cache left out) and its Snakemake log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -100,6 +105,13 @@ sweep.num_speculative_tokens=[15] sweep.concurrency=[8] dataset.num_prompts=${PR
              [ $left = 0 ] && break; sleep 5; done
            for d in /root/bg/*/; do n=$(basename "$d"); mkdir -p "$OUT/$n"; cp "$d"* "$OUT/$n/" 2>/dev/null
              echo "== $n: rc $(cat "${d%/}.rc" 2>/dev/null || echo 'still running')"; tail -25 "$d/step.out"; done ;;
-  *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched | tiny-diag | 8b-group | 8b-sleep | tiny-relaunch | modes | coresidency [ROUNDS] | vllm-metrics | bg STEP ... | collect SECS" >&2
+  8b-starts) python3 bench/start_side_by_side.py --visit gpu --out "$OUT" --overrides "experiment=gpu_8b_shaped \
+server=vllm_gpu_bundle results_dir=$RES sweep.num_speculative_tokens=[7,15] sweep.concurrency=[1,8]" 2>&1 \
+               | tee "$OUT/8b-starts.log" ;;
+  8b-studies) export SPECSWEEP_VLLM_CACHE=/root/vllm-cache-$(date +%s)
+              for name in qwen3-8b-cold qwen3-8b-warm; do
+                study $name experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES study=$name \
+                  "sweep.num_speculative_tokens=[7,15]" "sweep.concurrency=[1,8]" sweep.repeats=3; done ;;
+  *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched | tiny-diag | 8b-group | 8b-sleep | tiny-relaunch | modes | coresidency [ROUNDS] | vllm-metrics | bg STEP ... | collect SECS | 8b-starts | 8b-studies" >&2
      exit 2 ;;
 esac

@@ -7,7 +7,8 @@ import yaml
 
 from specsweep import backends, checks, config, preflight
 from specsweep.backends import parts
-from specsweep.config import ConfigError, compose_jobs
+from specsweep.config import compose_jobs
+from specsweep.errors import ConfigError
 
 
 def test_each_backend_claims_only_known_features():

@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from specsweep.config import ConfigError, compose_jobs, format_override_value, overrides_from_snakemake
+from specsweep.config import compose_jobs, format_override_value, overrides_from_snakemake
+from specsweep.errors import ConfigError
 
 
 def test_default_composes_the_tiny_pair_on_vllm_cpu():
@@ -191,8 +192,10 @@ def test_a_composition_is_kept_and_read_back_only_while_its_inputs_are_the_same(
     first = compose_jobs(overrides)
     kept = config.composed_path(overrides)
     assert kept.parent == tmp_path / "cache" / "specsweep" / "composed" and kept.exists()
-    assert compose_jobs(overrides) == first == config._compose_jobs(overrides)
-    assert first[0]["sweep"]["k_by_concurrency"] == {1: [5]}        # types kept: an int key stays an int
+    again = compose_jobs(overrides)                                  # read back from the JSON kept
+    assert again == first == config._compose_jobs(overrides)
+    assert again[0]["sweep"]["k_by_concurrency"] == {1: [5]}        # types kept: an int key stays an int
+    assert json.loads(kept.read_text())[0]["sweep"]["repeats"] == first[0]["sweep"]["repeats"]
 
     sweep = conf / "sweep" / "default.yaml"
     sweep.write_text(sweep.read_text().replace("repeats:", "repeats: 7 #", 1))
@@ -200,8 +203,25 @@ def test_a_composition_is_kept_and_read_back_only_while_its_inputs_are_the_same(
     assert compose_jobs(overrides)[0]["sweep"]["repeats"] == 7 != first[0]["sweep"]["repeats"]
 
     other = config.composed_path(["sweep.repeats=2"])
-    other.write_bytes(b"not a pickle")                               # a torn or foreign file is composed afresh
+    other.write_text("not JSON")                                     # a torn or foreign file is composed afresh
     assert compose_jobs(["sweep.repeats=2"])[0]["sweep"]["repeats"] == 2
     with pytest.raises(ConfigError):                                 # a refusal is never kept
         compose_jobs(["sweep.nope=1"])
-    assert len(list(kept.parent.glob("*.pkl"))) == 3
+    assert len(list(kept.parent.glob("*.json"))) == 3
+
+
+def test_a_kept_composition_reads_back_with_its_key_types_and_one_json_lacks_is_not_kept(tmp_path):
+    """JSON objects take only string keys: a dict with other keys (or whose one key is the marker of such a dict)
+    is kept as its pairs; a value JSON would change (a tuple would read back a list) is not kept at all."""
+    import specsweep.config as config
+
+    jobs = [{"a": {1: [5], 2.5: None, "x": {True: "t"}}, "b": {config._PAIRS: 1}, "c": [{"d": 1.0}], "e": ""}]
+    path = tmp_path / "kept.json"
+    config._keep_composed(path, jobs)
+    back = json.loads(path.read_text(), object_hook=config._from_json)
+    assert back == jobs and [type(k) for k in back[0]["a"]] == [int, float, str]
+    assert [type(k) for k in back[0]["a"]["x"]] == [bool] and type(back[0]["c"][0]["d"]) is float
+
+    config._keep_composed(tmp_path / "tuple.json", [{"a": (1, 2)}])
+    config._keep_composed(tmp_path / "set.json", [{"a": {1, 2}}])
+    assert not (tmp_path / "tuple.json").exists() and not (tmp_path / "set.json").exists()

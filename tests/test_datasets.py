@@ -5,7 +5,8 @@ import os
 import pytest
 
 from specsweep import checks
-from specsweep.config import ConfigError, compose_jobs
+from specsweep.config import compose_jobs
+from specsweep.errors import ConfigError
 from specsweep.datasets import jsonl_rows, load_prompt_rows, materialise, synthetic_rows
 from specsweep.results import atomic_write_text
 

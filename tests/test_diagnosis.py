@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from helpers import DATA, ServerlessSession, run
-from specsweep import counterfactuals, diagnosis, layout, pages, summary
+from specsweep import acceptance_checkpoint, counterfactuals, diagnosis, layout, pages, residency, summary
 from specsweep.backends import parts
 from specsweep.bench_cell import Measurement
 from specsweep.cells import expand
-from specsweep.config import ConfigError, compose_jobs
+from specsweep.config import compose_jobs
+from specsweep.errors import ConfigError
 from specsweep.metrics import acceptance_from_lengths, request_figures
 from specsweep.results import read_json
 from specsweep.study import Study
@@ -88,7 +89,7 @@ def test_a_bad_threshold_is_one_line(value, message):
         compose_jobs([f"sweep.diagnose.below_al={value}"])
     assert message in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="prompts=0 must be a whole number"):
-        counterfactuals.settings({"sweep": {"diagnose": {"prompts": 0}}})
+        acceptance_checkpoint.settings({"sweep": {"diagnose": {"prompts": 0}}})
 
 
 def test_a_bad_threshold_from_the_cli_is_one_line_without_a_traceback(tmp_path):
@@ -144,7 +145,7 @@ def measured(results, drafter, models, *extra):
                                 "pair.built_by_workflow=false", "sweep.num_speculative_tokens=[7]",
                                 "sweep.concurrency=[1]", "sweep.repeats=1", "sweep.rounds=1", *extra]))
     for sid in sorted(grid.servers, key=lambda s: not grid.servers[s].is_baseline):
-        runner.run_server_cell(grid, sid, grid.run_marker(sid), progress=False)
+        runner.run_server_cell(grid, sid, residency.run_marker(grid, sid), progress=False)
     [sid] = [s for s in grid.servers if not grid.servers[s].is_baseline]
     return grid, sid
 
@@ -157,7 +158,7 @@ def test_each_doctored_drafter_gets_its_cause(tmp_path, fake_backend, edit, expe
     drafter = counterfactuals.doctor(models / "drafter", tmp_path / "doctored", edit)
     assert (drafter / "model.safetensors").is_symlink()
     grid, sid = measured(tmp_path / "results", drafter, models, "sweep.diagnose.below_al=100")
-    assert counterfactuals.acceptance(grid, sid, grid.acceptance_path(sid))["needed"]
+    assert acceptance_checkpoint.acceptance(grid, sid, grid.acceptance_path(sid))["needed"]
     record = counterfactuals.diagnose(grid, sid, grid.diagnosis_path(sid), progress=False)
     [group] = record["groups"]
     assert group["needed"] and group["diagnosis"] == expected
@@ -224,7 +225,7 @@ def test_an_untrained_drafter_is_undertrained_and_the_row_says_what_it_would_tak
 def test_a_healthy_cell_runs_nothing(tmp_path, fake_backend):
     models, _ = fake_backend
     grid, sid = measured(tmp_path / "results", models / "drafter", models)
-    check = counterfactuals.acceptance(grid, sid, grid.acceptance_path(sid))     # what the workflow asks first
+    check = acceptance_checkpoint.acceptance(grid, sid, grid.acceptance_path(sid))     # what the workflow asks first
     assert not check["needed"] and check["groups"][0]["mean_acceptance_length"] > 1.5
     record = counterfactuals.diagnose(grid, sid, grid.diagnosis_path(sid), progress=False)
     assert not record["needed"] and "at least sweep.diagnose.below_al 1.5" in record["groups"][0]["reason"]

@@ -50,7 +50,7 @@ def test_the_low_acceptance_diagnosis_on_three_doctored_drafters(tiny_results, t
     jobs_file.write_text(yaml.safe_dump(jobs))
     out = snakemake(tmp_path / "work", "--config", f"jobs_file={jobs_file}")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    # each group's job wrote its cell's acceptance record (counterfactuals.record_acceptance): the checkpoint ran none
+    # each group's job wrote its cell's acceptance record (acceptance_checkpoint.record_acceptance): the checkpoint ran none
     assert "checkpoint acceptance:" not in out.stdout + out.stderr
 
     rows = {r["server_cell"]: r for r in csv.DictReader(open(results / "diag" / layout.SUMMARY))}

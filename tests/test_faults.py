@@ -65,7 +65,7 @@ def test_server_killed_mid_cell_keeps_everything_and_rerun_redoes_only_that_cell
     [dead] = [d for d in bench_dirs(results, "t") if "-k2-" in str(d)]
     assert not (dead / "metrics.json").exists()
     failed = json.loads((dead / "failed.json").read_text())
-    assert failed["reason"] == "server died during the cell"
+    assert failed["reason"].startswith("server died during the cell")
     kept = [json.loads(line) for line in (dead / "requests.jsonl").read_text().splitlines()]
     assert any(r["ok"] for r in kept) and any(not r["ok"] for r in kept)    # finished ones kept, the rest marked
     # the group's one job (its log in the lead's, the baseline's, folder) says which member died and why

@@ -10,7 +10,8 @@ from specsweep.backends import parts
 from specsweep.backends.vllm import checks as vllm_checks
 from specsweep.backends.vllm import launch as vllm_cmd
 from specsweep.cells import expand
-from specsweep.config import ConfigError, compose_jobs
+from specsweep.config import compose_jobs
+from specsweep.errors import ConfigError
 from specsweep.study import Study
 
 SCHEDULE = "sweep.k_schedule=[[5,64,3],[1,4,7]]"

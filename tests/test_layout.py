@@ -83,6 +83,65 @@ def test_the_import_graph_has_no_cycle():
             visit(node, [node])
 
 
+def collapsed(g: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The graph with each backend package's modules (backends/vllm, backends/sglang, backends/local) as one node,
+    `specsweep.backends.vllm.*`. A package's facts (its `__init__`, standard library only: see
+    test_a_backends_facts_are_standard_library_only) stay a node of their own: the registry's `backends.get`
+    imports them and nothing else of the package, so cells and checks reading a backend's facts is no cycle."""
+    def node(m):
+        own = backend_of(m)
+        return m if own is None or own == m else own + ".*"
+
+    out: dict[str, set[str]] = {}
+    for module, deps in g.items():
+        out.setdefault(node(module), set()).update(node(d) for d in deps)
+    return {m: deps - {m} for m, deps in out.items()}
+
+
+def cycle_in(g: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of a graph as a path (a -> b -> a), or None."""
+    state: dict[str, int] = {}
+
+    def visit(node, path):
+        state[node] = 1
+        for dep in sorted(g.get(node, ())):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state and (found := visit(dep, path + [dep])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(g):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_no_cycle_with_each_backend_as_one_node():
+    """Read a backend package as one piece: nothing it imports may lead back into it."""
+    found = cycle_in(collapsed(graph()))
+    assert found is None, "import cycle with backends collapsed: " + " -> ".join(found)
+
+
+def test_only_entry_points_import_config():
+    """config composes jobs and asks the registry about every backend: it sits above the rest. `aslist` lives in
+    nested, `ConfigError` in errors, REPO and user_cache in paths, so a module below config never imports it
+    (once cells, checks, datasets, tracking and two backend files did: config -> backends -> vllm -> config)."""
+    bad = sorted(m for m, deps in graph().items() if "specsweep.config" in deps
+                 and m != "specsweep.cli" and not m.startswith("specsweep.cli."))     # the CLI: the one entry point
+    assert not bad, f"{bad} import specsweep.config: take aslist from nested, ConfigError from errors"
+
+
+def test_the_collapsed_check_finds_a_cycle():
+    assert cycle_in(collapsed({"specsweep.config": {"specsweep.backends.vllm.launch"},
+                               "specsweep.backends.vllm.known_issues": {"specsweep.config"}})) == \
+        ["specsweep.backends.vllm.*", "specsweep.config", "specsweep.backends.vllm.*"]
+    assert cycle_in(collapsed({"specsweep.cells": {"specsweep.backends.vllm"},
+                               "specsweep.backends.vllm.session": {"specsweep.cells"}})) is None
+    assert cycle_in(collapsed({"specsweep.a": {"specsweep.b"}, "specsweep.b": set()})) is None
+
+
 def test_the_graph_sees_imports_inside_functions():
     """The check is only worth something if it reads lazy imports (config asks the registry inside a function)
     and the registry's names: the runner reaches a backend's session through them."""
@@ -101,7 +160,8 @@ def test_backends_import_only_neutral_modules():
         own = backend_of(module)
         if own is None:
             continue
-        bad = {m for m in deps if m == "specsweep.backends" or m in forbidden or backend_of(m) not in (None, own)}
+        bad = {m for m in deps if m == "specsweep.backends" or m in forbidden or m.startswith("specsweep.cli.")
+               or backend_of(m) not in (None, own)}
         assert not bad, f"{module} imports {sorted(bad)}"
 
 

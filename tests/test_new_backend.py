@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from specsweep import backends, config, labels, mlflow_runs, preflight, runner
+from specsweep import backends, config, labels, mlflow_runs, preflight, residency, runner
 from specsweep.cells import expand
-from specsweep.config import ConfigError, compose_jobs
+from specsweep.config import compose_jobs
+from specsweep.errors import ConfigError
 from specsweep.datasets import materialise
 from specsweep.results import read_json
 
@@ -61,7 +62,7 @@ def test_a_fourth_backend_is_its_package_a_registry_line_and_a_server_entry(echo
     bench = next(iter(grid.benches[spec].values())).spec                                          # its session
     materialise(bench["dataset"], grid.dataset_file(bench["dataset"]))
     for sid in (base, spec):
-        runner.run_server_cell(grid, sid, grid.run_marker(sid), progress=False)
+        runner.run_server_cell(grid, sid, residency.run_marker(grid, sid), progress=False)
     [bid] = grid.benches[spec]
     m = read_json(grid.metrics_path(spec, bid))
     assert (m["backend"], m["valid"], m["greedy_agreement"], m["baseline_cell"]) == ("echo", True, 1.0, base)

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from helpers import run
-from specsweep import compare
+from specsweep import compare, predictions, sides
 from specsweep.bench_cell import run_bench_cell
 from specsweep.cells import expand
 from specsweep.config import compose_jobs
@@ -60,7 +60,7 @@ def test_a_replay_of_the_drafters_own_rates_records_its_source_and_agrees(tmp_pa
         "tiny", source.name, "v", OWN_RATES)
     assert len(recorded["bench_cells"]) == 2
 
-    rows, unmatched = compare.predictions(("", compare.side_of(grid.study_files("v").dir)))
+    rows, unmatched = predictions.predictions(("", sides.side_of(grid.study_files("v").dir)))
     assert unmatched == []
     [row] = rows
     assert row["rates_source"] == "own rates" and row["measured_cell"].startswith(str(source))
@@ -75,16 +75,16 @@ def test_a_replay_of_the_drafters_own_rates_records_its_source_and_agrees(tmp_pa
 
 def test_a_replay_far_from_its_drafter_disagrees(tmp_path):
     grid, _ = replay_of_own_rates(tmp_path, 2.0, 1.2, "sweep.ignore_eos=true")
-    [row], _ = compare.predictions(("", compare.side_of(grid.study_files("v").dir)))
+    [row], _ = predictions.predictions(("", sides.side_of(grid.study_files("v").dir)))
     assert row["agree"] is False and row["predicted_over_measured"] == pytest.approx(0.6, rel=0.05)
     assert row["measured_vs_predicted_verdict"] == "faster"                 # the drafter beat its prediction
-    lines = compare.prediction_lines([row], [])
+    lines = predictions.prediction_lines([row], [])
     assert any(line.strip().startswith("speedup  predicted 1.2") and line.endswith("disagree") for line in lines)
 
 
 def test_without_a_recorded_source_a_replay_is_its_drafters_only_by_its_rates(tmp_path):
     grid = measure(tmp_path, extra=[f"sweep.set_acceptance=[null,{GIVEN},[0.9,0.1,0.0]]"])
-    rows, unmatched = compare.predictions(("", compare.side_of(grid.study_files("v").dir)))
+    rows, unmatched = predictions.predictions(("", sides.side_of(grid.study_files("v").dir)))
     [row] = rows
     assert row["rates_source"].startswith("by rates (no source recorded") and json.loads(row["replayed_rates"]) == \
         OWN_RATES

@@ -1,6 +1,7 @@
 """sweep.residency: what a group's job does when its servers cannot all be up together, and each member's share of a
 GPU (residency.plan). Pure: the device's and the host's memory are given; the models are the random tiny pair's
 files and an 8B-shaped config written here."""
+import functools
 import json
 
 import pytest
@@ -34,8 +35,8 @@ def gpu_grid(tmp_path, *extra):
 
 
 def lead_members(g):
-    lead = g.leads()[0]
-    return g.group(lead)
+    lead = residency.leads(g)[0]
+    return residency.group(g, lead)
 
 
 def test_a_cpu_group_is_coresident_when_the_host_has_the_memory():
@@ -74,9 +75,79 @@ def test_start_at_once_is_the_jobs_cores_for_vllm_cpu_in_one_process_and_one_els
     assert residency.start_at_once(mp, lead_members(mp), cores=2) == 1
     asked = grid("server.distributed_executor_backend=mp", "sweep.start_at_once=2")
     assert residency.start_at_once(asked, lead_members(asked), cores=1) == 2
-    gpu = gpu_grid(tmp_path, "sweep.start_at_once=3")           # never on a GPU (memory profiling)
+    gpu = gpu_grid(tmp_path, "sweep.start_at_once=3")       # on a GPU only with every member's KV cache fixed
     assert residency.start_at_once(gpu, lead_members(gpu)) == 1
-    assert {p.start_at_once for p in residency.plan(gpu, lead_members(gpu), ["0"], device_bytes=140 * GIB).values()} == {1}
+    assert residency.start_at_once(gpu, lead_members(gpu), kv_fixed=True) == 3
+
+
+def test_a_gpu_group_of_vllm_members_with_fixed_kv_starts_as_many_at_once_as_the_host_carries(tmp_path):
+    """Two cores and, in 90% of the free memory, 4 GiB (dummy weights: nothing read from disk) a start."""
+    g = gpu_grid(tmp_path)
+    ms = lead_members(g)
+    width = functools.partial(residency.start_at_once, g, ms, kv_fixed=True)
+    assert width(cores=16, available_bytes=128 * GIB) == 3                   # the H200 host: all three at once
+    assert width(cores=4, available_bytes=128 * GIB) == 2 and width(cores=3, available_bytes=128 * GIB) == 1
+    assert width(cores=16, available_bytes=10 * GIB) == 2 and width(cores=16, available_bytes=8 * GIB) == 1
+    assert residency.gpu_start_width(g, ms, 16, 128 * GIB) == 8                  # the host alone, before the group
+    # KV sized by vLLM's profiling, which would count another member's loading: one at a time
+    assert residency.start_at_once(g, ms, cores=16, available_bytes=128 * GIB) == 1
+    one = gpu_grid(tmp_path / "one", "sweep.start_at_once=1")                 # asked for: one at a time
+    assert residency.start_at_once(one, lead_members(one), cores=16, available_bytes=128 * GIB, kv_fixed=True) == 1
+
+
+def test_real_weights_count_their_files_in_the_hosts_memory_while_loading(tmp_path):
+    target, drafter = shaped(tmp_path, "target"), shaped(tmp_path, "drafter", layers=1)
+    with open(target / "model.safetensors", "wb") as f:       # sparse: 20 GiB of weights, no disk used
+        f.truncate(20 * GIB)
+    g = grid(f"results_dir={tmp_path / 'r'}", "server=vllm_gpu", f"pair.target={target}", f"pair.drafter={drafter}",
+             "pair.built_by_workflow=false", "sweep.concurrency=[8]", "server.max_model_len=4096")
+    ms = lead_members(g)
+    assert residency.host_load_bytes(g, ms[0]) == 24 * GIB
+    # 0.9 x 64 GiB carries two 24 GiB loads; dummy weights (gpu_grid) would start all three
+    assert residency.start_at_once(g, ms, cores=16, available_bytes=64 * GIB, kv_fixed=True) == 2
+    d = gpu_grid(tmp_path / "d")
+    assert residency.start_at_once(d, lead_members(d), cores=16, available_bytes=64 * GIB, kv_fixed=True) == 3
+
+
+def test_a_coresident_gpu_group_fixes_each_members_kv_cache_from_its_share(tmp_path, monkeypatch):
+    monkeypatch.setattr(residency.os, "sched_getaffinity", lambda _: set(range(16)))
+    g = gpu_grid(tmp_path)
+    ms = lead_members(g)
+    plan = residency.plan(g, ms, ["0"], device_bytes=140 * GIB, available_bytes=128 * GIB)
+    for s in ms:
+        fixed, kv_need = residency.gpu_need_parts(g, s)
+        launch = plan[s]
+        # its share less its weights and overhead, what profiling would have left it, and at least what it needs
+        assert launch.kv_cache_mib == (int(launch.gpu_memory_utilization * 140 * GIB) - fixed) // 2 ** 20
+        assert launch.kv_cache_mib * 2 ** 20 >= kv_need
+        assert launch.start_at_once == 3 and launch.facts()["kv_cache_mib_given"] == launch.kv_cache_mib
+    assert residency.preview(g, ms[0], [{"index": 0, "memory_total_mib": 140 * 1024}])[1].endswith(
+        "started 3 at a time")
+    # a KV size the config sets is kept
+    kept = gpu_grid(tmp_path / "kept", "server.kv_cache_mib=6000")
+    assert {p.kv_cache_mib for p in residency.plan(kept, lead_members(kept), ["0"], device_bytes=140 * GIB).values()} \
+        == {6000}
+    # a group that sleeps has no fixed KV cache, and starts one at a time
+    asleep = residency.plan(g, ms, ["0"], device_bytes=40 * GIB, available_bytes=128 * GIB)
+    assert {(p.residency, p.kv_cache_mib, p.start_at_once) for p in asleep.values()} == {("sleep", None, 1)}
+
+
+def test_a_gpu_members_kv_bytes_reach_its_argv_and_not_its_cell_id(tmp_path, monkeypatch):
+    from specsweep.backends.vllm import session as vllm_session
+
+    fake = tmp_path / "vllm"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    g = gpu_grid(tmp_path, f"server.executable={fake}")
+    ms = lead_members(g)
+    before = {s: json.dumps(g.servers[s].spec, sort_keys=True) for s in ms}
+    plan = residency.plan(g, ms, ["0"], device_bytes=140 * GIB, available_bytes=128 * GIB)
+    for s in ms:
+        argv = vllm_session.server_for(g, s, tmp_path / "logs" / s, how=plan[s]).argv_for(18000)
+        assert argv[argv.index("--kv-cache-memory-bytes") + 1] == str(plan[s].kv_cache_mib * 2 ** 20)
+        assert argv[argv.index("--gpu-memory-utilization") + 1] == str(plan[s].gpu_memory_utilization)
+        assert json.dumps(g.servers[s].spec, sort_keys=True) == before[s]      # the id's input is untouched
+        assert g.servers[s].spec["server"]["kv_cache_mib"] is None
 
 
 def test_sleep_on_a_cpu_is_coresident_and_says_why():
@@ -161,7 +232,7 @@ def test_a_cluster_job_asks_for_what_its_members_need_up_together():
 def test_an_unknown_residency_is_one_line():
     with pytest.raises(ConfigError, match="sweep.residency 'bogus' is not one of coresident, sleep, relaunch"):
         g = grid()
-        g.configs[g.leads()[0]]["sweep"]["residency"] = "bogus"
+        g.configs[residency.leads(g)[0]]["sweep"]["residency"] = "bogus"
         residency.plan(g, lead_members(g))
 
 
@@ -169,19 +240,19 @@ def test_preflight_says_how_each_group_will_run_and_warns_of_a_fallback(tmp_path
     from specsweep import checks
 
     g = gpu_grid(tmp_path)
-    cfg = g.configs[g.leads()[0]]
+    cfg = g.configs[residency.leads(g)[0]]
     fits = checks.check_residency(cfg, {"gpus": [{"index": "0", "memory_total_mib": 143771}]})
     assert fits.status == "pass" and "3 server(s) of group" in fits.message and "GPU memory shares" in fits.message
     small = checks.check_residency(cfg, {"gpus": [{"index": "0", "memory_total_mib": 40960}]})
     assert small.status == "warn" and "sleep (the group's servers need 76.9 GiB together" in small.message
     one = grid("sweep.start_at_once=1")
-    cpu = checks.check_residency(one.configs[one.leads()[0]], {"gpus": []})
+    cpu = checks.check_residency(one.configs[residency.leads(one)[0]], {"gpus": []})
     assert cpu.status == "pass" and cpu.message.endswith("coresident, idle ones paused")
     idle = grid("sweep.pause_idle=false", "sweep.start_at_once=1")
-    assert checks.check_residency(idle.configs[idle.leads()[0]], {"gpus": []}).message.endswith(
+    assert checks.check_residency(idle.configs[residency.leads(idle)[0]], {"gpus": []}).message.endswith(
         "coresident, idle ones left running")
     two = grid("sweep.start_at_once=2")
-    assert checks.check_residency(two.configs[two.leads()[0]], {"gpus": []}).message.endswith(
+    assert checks.check_residency(two.configs[residency.leads(two)[0]], {"gpus": []}).message.endswith(
         "coresident, idle ones paused, started 2 at a time")
 
 
@@ -191,7 +262,7 @@ def test_the_local_engine_on_a_gpu_is_coresident_in_its_process(tmp_path):
     plan = residency.plan(g, lead_members(g), ["0"])
     assert {p.residency for p in plan.values()} == {"coresident"} and all(p.gpu_ids == ("0",) for p in plan.values())
     from specsweep import checks
-    assert checks.check_residency(g.configs[g.leads()[0]], {"gpus": []}).status == "pass"
+    assert checks.check_residency(g.configs[residency.leads(g)[0]], {"gpus": []}).status == "pass"
 
 
 def test_a_nested_hybrid_target_is_counted_as_vllm_counts_it(tmp_path):

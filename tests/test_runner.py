@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from specsweep import metrics, runner
+from specsweep import metrics, residency, runner
 from specsweep.bench_cell import Measurement
 from specsweep.cells import expand
 from specsweep.config import compose_jobs
@@ -79,8 +79,8 @@ def make_group(tmp_path, start_at_once=1):
                              "sweep.pause_idle=true", f"sweep.start_at_once={start_at_once}"]))
     bench = next(iter(next(iter(g.benches.values())).values())).spec
     materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
-    lead = g.leads()[0]
-    return g, lead, g.group(lead)
+    lead = residency.leads(g)[0]
+    return g, lead, residency.group(g, lead)
 
 
 @pytest.fixture
@@ -134,6 +134,22 @@ def test_a_member_that_dies_takes_no_more_turns_and_the_others_finish(group, mon
     assert {e[1] for e in events if e[0] == "stop"} == {base, k3, k7}
 
 
+def test_a_member_whose_engine_died_says_so_with_its_root_cause(group, monkeypatch, tmp_path, capsys):
+    """A vLLM session says what killed its engine (VllmSession.death, engine_death's rule); the member's later cells
+    fail with that line, not a bare "its server died"."""
+    class Dying(FakeSession):
+        def death(self, lead):
+            return None if self.alive() else f"{lead}: ModuleNotFoundError: No module named 'flashinfer' (log x.log)"
+
+    g, lead, (base, k3, k7) = group
+    fake_backend(monkeypatch, [], dies=(k7, 1), session=Dying)
+    with pytest.raises(CellError) as e:
+        runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    assert (f"server cell {k7}: its server died during bench cell" in str(e.value)
+            and "ModuleNotFoundError: No module named 'flashinfer'" in str(e.value))
+    assert "No module named 'flashinfer'" in capsys.readouterr().out     # each failed cell's own FAILED line
+
+
 def test_relaunch_starts_a_member_for_each_turn(tmp_path, monkeypatch):
     g = expand(compose_jobs([f"results_dir={tmp_path}", "sweep.repeats=2", "sweep.rounds=2", "dataset.num_prompts=3",
                              "sweep.residency=relaunch"]))
@@ -141,9 +157,9 @@ def test_relaunch_starts_a_member_for_each_turn(tmp_path, monkeypatch):
     materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
     events = []
     fake_backend(monkeypatch, events)
-    lead = g.leads()[0]
+    lead = residency.leads(g)[0]
     runner.run_group(g, lead, tmp_path / "m.done", progress=False)
-    base, k3, k7 = g.group(lead)
+    base, k3, k7 = residency.group(g, lead)
     assert [(e[0], e[1]) for e in events if e[0] in ("start", "stop")] == [
         (a, s) for s in (base, k3, k7, k3, k7, base) for a in ("start", "stop")]
     assert not [e for e in events if e[0] in ("pause", "resume")]
@@ -201,8 +217,8 @@ def test_a_thinking_cell_s_counterfactual_without_thinking_runs_on_its_own_serve
                              "sweep.thinking=true", "sweep.num_speculative_tokens=[3]", "sweep.diagnose.prompts=2"]))
     bench = next(iter(next(iter(g.benches.values())).values())).spec
     materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
-    lead = g.leads()[0]
-    base, k3 = g.group(lead)
+    lead = residency.leads(g)[0]
+    base, k3 = residency.group(g, lead)
     events = []
     fake_backend(monkeypatch, events, session=LowAcceptanceSession)
     runner.run_group(g, lead, tmp_path / "marker.done", progress=False, also=counterfactuals.on_own_server)
@@ -291,3 +307,52 @@ def test_a_sigterm_while_members_start_side_by_side_stops_every_one(monkeypatch,
     assert time.monotonic() - t0 < 30                   # not the 120 s readiness timeout
     assert {e[1] for e in events if e[0] == "starting"} == {base, k3, k7} and not [e for e in events if e[0] == "start"]
     assert alive() == [] and not [t for t in threading.enumerate() if t.name.startswith("start")]
+
+
+def test_a_gpu_group_of_vllm_members_starts_at_once_each_with_its_kv_fixed(monkeypatch, tmp_path, lock_dir):
+    """On an injected H200 (SPECSWEEP_GPUS) and a 16-core host, the 8B-shaped group's three vLLM members start at
+    once, each launched with its fixed KV size, and every bench cell records both; a group whose members' KV cache
+    vLLM would profile (sleep: too little GPU) starts them one after another."""
+    import json
+
+    from test_residency import shaped
+
+    target, drafter = shaped(tmp_path, "target"), shaped(tmp_path, "drafter", layers=1)
+    monkeypatch.setattr(runner.residency.os, "sched_getaffinity", lambda _: set(range(16)))
+    for memory_mib, started_together in ((143771, 3), (40 * 1024, 1)):
+        monkeypatch.setenv("SPECSWEEP_GPUS", json.dumps([{"index": 0, "memory_total_mib": memory_mib}]))
+        results = tmp_path / f"r{memory_mib}"
+        g = expand(compose_jobs([f"results_dir={results}", "server=vllm_gpu", f"pair.target={target}",
+                                 f"pair.drafter={drafter}", "pair.built_by_workflow=false", "sweep.concurrency=[8]",
+                                 "server.max_model_len=4096", "+server.extra_args=[--load-format,dummy]",
+                                 "dataset.num_prompts=3", "tracking=off"]))
+        bench = next(iter(next(iter(g.benches.values())).values())).spec
+        materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
+        lead = g.leads()[0]
+        starting, up, given = [], [], {}
+
+        class Asleep(FakeSession):
+            def sleep(self):
+                pass
+
+            def wake(self):
+                pass
+
+        @contextmanager
+        def open_session(grid, sid, progress=True, how=None):
+            starting.append(sid)
+            given[sid] = how.kv_cache_mib
+            deadline = time.monotonic() + 0.5
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+            up.append((sid, len(starting) - len(up)))        # how many were starting when this one came up
+            yield Asleep(sid, [])
+        monkeypatch.setattr(runner.parts, "session", lambda name: types.SimpleNamespace(open_session=open_session))
+        monkeypatch.setattr(runner.residency.psutil, "virtual_memory",
+                            lambda: types.SimpleNamespace(available=128 * GIB))
+        runner.run_group(g, lead, results / "marker.done", progress=False)
+        assert max(n for _, n in up) == started_together
+        for sid in g.group(lead):
+            m = read_json(g.metrics_path(sid, next(iter(g.benches[sid]))))
+            assert m["start_at_once"] == started_together
+            assert m.get("kv_cache_mib_given") == given[sid] and (given[sid] is None) == (started_together == 1)

@@ -289,24 +289,30 @@ def test_speculative_cells_ask_for_per_request_metrics_where_their_vllm_has_them
     assert srv.record["per_request_spec_metrics_wanted"] == "detailed"
 
 
-def test_a_launched_vllm_shares_the_studys_compile_cache_outside_its_cell_id(tmp_path, lock_dir):
-    """VLLM_CACHE_ROOT is results/.vllm-cache for every vLLM launch, set by the launcher: server.env, which the cell
-    id hashes, never holds it. server.json says how many compiled configs earlier servers left there (whether this
-    one's was among them, its own log says: startup_breakdown)."""
+def test_a_launched_vllm_shares_the_hosts_compile_cache_outside_its_cell_id(tmp_path, lock_dir, monkeypatch):
+    """VLLM_CACHE_ROOT is the host's (layout.vllm_cache: $SPECSWEEP_VLLM_CACHE, else ~/.cache/specsweep/vllm) for every
+    vLLM launch, set by the launcher: server.env, which the cell id hashes, never holds it. server.json says how many
+    compiled configs earlier servers left there (whether this one's was among them, its own log says: startlog)."""
     import json
 
+    from specsweep import layout
+
+    monkeypatch.delenv(layout.VLLM_CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert layout.vllm_cache() == tmp_path / "xdg" / "specsweep" / "vllm"
+    root = (tmp_path / "host-cache").resolve()
+    monkeypatch.setenv(layout.VLLM_CACHE_ENV, str(root))
     fake = tmp_path / "vllm"
     fake.write_text('#!/bin/sh\necho "cache root: $VLLM_CACHE_ROOT"\n')
     fake.chmod(0o755)
-    grid, sid = cell(tmp_path / "results", f"server.executable={fake}", baseline=True)
-    root = (tmp_path / "results" / ".vllm-cache").resolve()
-    assert "VLLM_CACHE_ROOT" not in json.dumps(grid.servers[sid].spec)
-    for warm in (False, True):
-        srv = start((grid, sid), tmp_path / "logs")
+    for study, warm in (("one", False), ("two", True)):      # a later study of another results folder: warm
+        grid, sid = cell(tmp_path / study, f"server.executable={fake}", baseline=True)
+        assert "VLLM_CACHE_ROOT" not in json.dumps(grid.servers[sid].spec)
+        srv = start((grid, sid), tmp_path / study / "logs")
         srv.start()
         srv.proc.wait(timeout=10)
         srv.stop()
-        info = last_launch(tmp_path / "logs")
+        info = last_launch(tmp_path / study / "logs")
         assert (info["vllm_cache_root"], info["vllm_cache_before"]) == (str(root), {"compiled_configs": int(warm)})
         assert f"cache root: {root}\n" in srv.log_path.read_text()
         (root / "torch_compile_cache" / "abc").mkdir(parents=True, exist_ok=True)   # what a compiling server leaves
@@ -320,21 +326,21 @@ def test_server_json_reads_the_runner_and_kv_capacity_from_vllms_own_log():
     cpu = (DATA / "vllm_cpu_dflash_startup_log.txt").read_text()
     assert vllm_session.startup_facts(cpu) == {
         "model_runner": "V1", "kv_cache_tokens": 419328, "kv_cache_max_concurrency": 819.0,
-        # --enforce-eager: nothing compiled; 50 s from the first log line to the engine's, 1.6 s of engine init
+        # --enforce-eager: nothing compiled (the phases: tests/test_vllm_startlog.py)
         "compile_cache": None, "graphs_compiled": 0, "graphs_from_cache": 0, "torch_compile_s": None,
-        "before_engine_s": 50.0, "engine_init_s": 1.61}
+        "before_engine_s": 50.0, "model_load_s": 0.03, "graph_capture_s": None, "profile_kv_s": 1.61,
+        "engine_init_s": 1.61}
     gpu_026 = (DATA / "vllm026_h200_dflash_startup_log.txt").read_text()
     assert vllm_session.startup_facts(gpu_026) == {
         "model_runner": "V2", "kv_cache_tokens": 637200, "kv_cache_max_concurrency": 155.57,
         # a fresh cache: the target's and the DFlash head's graphs compiled (27.45 + 7.59 s), none loaded
         "compile_cache": "miss", "graphs_compiled": 2, "graphs_from_cache": 0, "torch_compile_s": 35.04,
-        "before_engine_s": 15.0, "engine_init_s": 59.66}
-    hit = "(EngineCore pid=1) INFO 12-01 09:54:52 [backends.py:296] Directly load the compiled graph(s) for compile range"
-    assert vllm_session.startup_breakdown(hit)["compile_cache"] == "hit"
+        "before_engine_s": 15.0, "model_load_s": 1.56, "graph_capture_s": 5.0, "profile_kv_s": 19.62,
+        "engine_init_s": 59.66}
     assert vllm_session.startup_facts("") == {
         "model_runner": None, "kv_cache_tokens": None, "kv_cache_max_concurrency": None, "compile_cache": None,
         "graphs_compiled": 0, "graphs_from_cache": 0, "torch_compile_s": None, "before_engine_s": None,
-        "engine_init_s": None}
+        "model_load_s": None, "graph_capture_s": None, "profile_kv_s": None, "engine_init_s": None}
 
 
 def test_a_kv_cache_smaller_than_the_cells_concurrency_refuses_the_server(tmp_path, monkeypatch):

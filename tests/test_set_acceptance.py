@@ -11,7 +11,8 @@ from specsweep import summary
 from specsweep.backends.vllm import launch
 from specsweep.bench_cell import run_bench_cell
 from specsweep.cells import expand
-from specsweep.config import ConfigError, compose_jobs
+from specsweep.config import compose_jobs
+from specsweep.errors import ConfigError
 from specsweep.datasets import materialise
 from specsweep.study import Study
 from test_bench_cell import STEPS, FixedSession, counters, rows

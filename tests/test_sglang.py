@@ -19,7 +19,8 @@ from specsweep.backends.sglang import checks as sglang_checks
 from specsweep.backends.sglang import launch, session
 from specsweep.cells import expand
 from specsweep.claims import port_is_free
-from specsweep.config import ConfigError, _spec_flag_fix, compose_jobs
+from specsweep.config import _spec_flag_fix, compose_jobs
+from specsweep.errors import ConfigError
 from specsweep.datasets import materialise
 from specsweep.errors import CellError
 

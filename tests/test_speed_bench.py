@@ -5,7 +5,8 @@ import json
 import pytest
 
 from specsweep import datasets
-from specsweep.config import ConfigError, compose_jobs
+from specsweep.config import compose_jobs
+from specsweep.errors import ConfigError
 
 # the dataset card's features of the qualitative config, in its order
 ROWS = [

@@ -22,6 +22,16 @@ def test_every_column_is_declared_once_with_a_kind_and_an_encoding():
     assert table.metric_names()[0] == "speedup_e2e_geomean"
 
 
+def test_summary_csv_opens_at_its_answer():
+    """The label, the verdict, the e2e speedup with its CI and the acceptance length first; the rest after, in
+    _SUMMARY's order, each column once."""
+    names = table.names(table.SUMMARY)
+    assert names[:7] == ["label", "verdict", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high",
+                         "mean_acceptance_length", "mean_acceptance_length_mad"]
+    assert names[7:] == [n for n in table.names(table._SUMMARY) if n not in names[:7]]
+    assert sorted(names) == sorted(["label", *table.names(table._SUMMARY)])
+
+
 def test_the_reader_undoes_the_writer(tmp_path):
     rows = [{"id": "a", "k": 3, "x": 1.25, "x_mad": 0.1, "flag": True, "rates": [0.9, 0.5]},
             {"id": "b", "k": None, "x": None, "x_mad": None, "flag": False, "rates": 3.0}]

@@ -11,7 +11,8 @@ import yaml
 from specsweep import layout, metrics, tune
 from specsweep.cells import expand
 from specsweep.cli import main
-from specsweep.config import ConfigError, compose_jobs
+from specsweep.config import compose_jobs
+from specsweep.errors import ConfigError
 
 
 def test_position_rates_and_al_from_a_histogram():

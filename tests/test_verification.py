@@ -8,7 +8,8 @@ import pytest
 from specsweep import labels, mlflow_runs
 from specsweep.backends.vllm import launch
 from specsweep.cells import expand
-from specsweep.config import ConfigError, compose_jobs
+from specsweep.config import compose_jobs
+from specsweep.errors import ConfigError
 
 
 def expanded(*overrides):

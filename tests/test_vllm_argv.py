@@ -122,8 +122,8 @@ def test_set_acceptance_refuses_what_vllm_refuses(value):
     """specsweep's check mirrors vLLM's, so a bad value stops at the config, not minutes later in the server."""
     from vllm.config.speculative import SpeculativeConfig
 
-    from specsweep.cells import resolve_set_acceptance
-    from specsweep.config import ConfigError
+    from specsweep.errors import ConfigError
+    from specsweep.replay_rates import resolve_set_acceptance
 
     rates, length = (value, None) if isinstance(value, list) else (None, value)
     with pytest.raises(ValueError):

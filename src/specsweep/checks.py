@@ -12,7 +12,7 @@ from pathlib import Path
 from . import backends, drafter_config, model_shape
 from .claims import port_is_free, port_owner
 from .cells import random_weights
-from .config import aslist
+from .nested import aslist
 
 THINKING_MIN_TOKENS, THINKING_WARN_TOKENS = 512, 2048
 
@@ -40,7 +40,7 @@ def fail(name, message):
 
 def check_dataset(cfg, env):
     """A local JSONL is read before any server starts: malformed lines, empty files, bad encodings."""
-    from .config import ConfigError
+    from .errors import ConfigError
     from .datasets import jsonl_rows
 
     name, ds = "dataset", cfg["dataset"]
@@ -306,7 +306,7 @@ def check_residency(cfg, env):
     from .cells import expand
 
     grid = expand([cfg])
-    lines = [residency.preview(grid, lead, env.get("gpus") or []) for lead in grid.leads()]
+    lines = [residency.preview(grid, lead, env.get("gpus") or []) for lead in residency.leads(grid)]
     message = "; ".join(text for _, text in lines)
     return ok("residency", message) if all(fits for fits, _ in lines) else warn("residency", message)
 

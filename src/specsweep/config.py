@@ -10,7 +10,6 @@ import functools
 import hashlib
 import json
 import os
-import pickle
 import shlex
 import sys
 from pathlib import Path
@@ -18,19 +17,14 @@ from typing import Any, Iterable
 
 import yaml
 
-from .errors import ConfigError  # noqa: F401 - re-exported: most modules take it from here
-from .nested import flatten
+from .errors import ConfigError
+from .nested import aslist, flatten
+from .paths import REPO, user_cache
 
-REPO = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO / "conf"
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 PACKAGE = Path(__file__).resolve().parent
 COMPOSED_KEPT = 256          # compositions kept in the user's cache (composed_path); the oldest half goes beyond
-
-
-def user_cache() -> Path:
-    """specsweep's folder in the user's cache: compositions (composed_path) and the MLflow schema template."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specsweep"
 
 
 def format_override_value(value: Any) -> str:
@@ -240,12 +234,6 @@ def _schema_message(e: Exception) -> str:
     return f"config: {key}: {cause.message}; fix it in conf/ or with an override `{key}=...`"
 
 
-def aslist(value: Any) -> list:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
 def compose_jobs(overrides: Iterable[str] = ()) -> list[dict]:
     """One resolved, validated config per (pair, dataset) named in the sweep. A composition made before from the
     same inputs is read back (composed_path), so a Snakemake start skips Hydra's compose and the schema check
@@ -253,9 +241,8 @@ def compose_jobs(overrides: Iterable[str] = ()) -> list[dict]:
     overrides = list(overrides)
     path = composed_path(overrides)
     try:
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    except (OSError, EOFError, ValueError, pickle.UnpicklingError):
+        return json.loads(path.read_text(), object_hook=_from_json)
+    except (OSError, ValueError, TypeError):   # none kept yet, or a torn or foreign file: compose afresh
         pass
     jobs = _compose_jobs(overrides)
     _keep_composed(path, jobs)
@@ -281,7 +268,7 @@ def composed_path(overrides: list[str]) -> Path:
             files.append((origin.parent, origin))
     for root, f in files:
         digest.update(f"{f.relative_to(root)}\0".encode() + f.read_bytes() + b"\0")
-    return user_cache() / "composed" / f"{digest.hexdigest()[:32]}.pkl"
+    return user_cache() / "composed" / f"{digest.hexdigest()[:32]}.json"
 
 
 @functools.cache
@@ -292,15 +279,37 @@ def _library_versions() -> list[str]:
     return [sys.version, *(metadata.version(d) for d in ("hydra-core", "omegaconf", "jsonschema"))]
 
 
+_PAIRS = "(pairs)"   # a dict a JSON object cannot hold (a key not a string, e.g. sweep.k_by_concurrency's): its pairs
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value) and list(value) != [_PAIRS]:
+            return {k: _to_json(v) for k, v in value.items()}
+        return {_PAIRS: [[k, _to_json(v)] for k, v in value.items()]}
+    return [_to_json(v) for v in value] if isinstance(value, list) else value
+
+
+def _from_json(obj: dict) -> dict:
+    return {k: v for k, v in obj[_PAIRS]} if list(obj) == [_PAIRS] else obj
+
+
 def _keep_composed(path: Path, jobs: list[dict]) -> None:
-    """Write a composition whole or not at all, and keep the folder's size bounded; a cache that cannot be
-    written (a read-only home) only costs the next run its compose."""
+    """Write a composition as JSON, whole or not at all, and keep the folder's size bounded. One that would not
+    read back equal (a type JSON lacks) is not kept; nor is one where the cache cannot be written (a read-only
+    home): either only costs the next run its compose."""
+    try:
+        text = json.dumps(_to_json(jobs))
+        if json.loads(text, object_hook=_from_json) != jobs:
+            return
+    except (TypeError, ValueError):
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         staged = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        staged.write_bytes(pickle.dumps(jobs, protocol=pickle.HIGHEST_PROTOCOL))
+        staged.write_text(text)
         os.replace(staged, path)
-        kept = sorted(path.parent.glob("*.pkl"), key=lambda f: f.stat().st_mtime)
+        kept = sorted(path.parent.glob("*.json"), key=lambda f: f.stat().st_mtime)
         if len(kept) > COMPOSED_KEPT:
             for f in kept[:len(kept) - COMPOSED_KEPT // 2]:
                 f.unlink(missing_ok=True)

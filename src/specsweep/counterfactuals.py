@@ -1,8 +1,7 @@
-"""The low-acceptance diagnosis of one speculative server cell. A light local step (`acceptance`, the acceptance
-checkpoint) says which of its bench groups (dataset, thinking, concurrency) have a pooled acceptance length below
-sweep.diagnose.below_al; only where one has does the workflow ask for the diagnose job (`diagnose`), which runs
-the known causes' counterfactual cells on the cell's own backend, through the one loop (runner.run_server_cell),
-and writes diagnosis.json. A healthy cell costs no launch and no cluster job.
+"""The low-acceptance diagnosis of one speculative server cell (the diagnose job), asked for only where the
+acceptance checkpoint (acceptance_checkpoint.py) found a bench group below sweep.diagnose.below_al: it runs the
+known causes' counterfactual cells on the cell's own backend, through the one loop (runner.run_server_cell), and
+writes diagnosis.json; drafter_evidence.py holds what files alone say (the vocabulary cause).
 
 A counterfactual cell is the cell with one thing changed: thinking off (`nothink`), its drafter's
 target_layer_ids shifted by one (`layers-1`, `layers+1`, where in range), the tokenizer's own mask token
@@ -14,28 +13,16 @@ never rerun: an interrupted diagnosis resumes where it stopped.
 from __future__ import annotations
 
 import json
-import struct
 import time
 from pathlib import Path
 
-from . import backends, diagnosis, drafter_config, layout, metrics, model_shape
+from . import backends, diagnosis, drafter_config, layout, metrics, model_shape, residency
 from .cells import Grid
-from .checks import _tokenizer_ids, local_dir
-from .errors import ConfigError, SpecsweepError
+from .acceptance_checkpoint import groups_needed, settings
+from .checks import local_dir
+from .drafter_evidence import tokenizer_mask, vocabulary_evidence
+from .errors import SpecsweepError
 from .results import atomic_write_json, read_json, read_jsonl
-
-
-def settings(cfg: dict) -> tuple[float, int]:
-    """sweep.diagnose's (below_al, prompts), refused in one line where they make no sense."""
-    given = (cfg.get("sweep") or {}).get("diagnose") or {}
-    below, prompts = given.get("below_al", diagnosis.BELOW_AL), given.get("prompts", diagnosis.PROMPTS)
-    if isinstance(below, bool) or not isinstance(below, (int, float)) or below < 0:
-        raise ConfigError(f"config: sweep.diagnose.below_al={below} must be a number >= 0 (an acceptance length; "
-                          "0 turns the diagnosis off), e.g. sweep.diagnose.below_al=1.5")
-    if isinstance(prompts, bool) or not isinstance(prompts, int) or prompts < 1:
-        raise ConfigError(f"config: sweep.diagnose.prompts={prompts} must be a whole number >= 1 (the counterfactual "
-                          "cells' prompts), e.g. sweep.diagnose.prompts=4")
-    return float(below), prompts
 
 
 # ---- what the cell measured ---------------------------------------------------------------------------------
@@ -47,20 +34,6 @@ def _histogram(spec_decode: dict | None) -> list[float] | None:
         return [float(h) for h in spec_decode["acceptance_length_histogram"]]
     rates, drafts = spec_decode.get("per_position_acceptance"), spec_decode.get("num_drafts")
     return diagnosis.histogram_from_rates(rates, drafts) if rates and drafts else None
-
-
-def _pooled(valid: list[dict]) -> tuple[float | None, list[float] | None]:
-    """The pooled acceptance length (accepted over steps, summed over the valid repeats) and per-position rates."""
-    sds = [m["spec_decode"] for m in valid if m.get("spec_decode") and m["spec_decode"].get("num_drafts")]
-    drafts = sum(s["num_drafts"] for s in sds)
-    if not drafts:
-        return None, None
-    al = 1 + sum(s["num_accepted_tokens"] for s in sds) / drafts
-    widths = [len(s.get("per_position_acceptance") or []) for s in sds]
-    if not sds or not min(widths):
-        return al, None
-    rates = [sum(s["per_position_acceptance"][i] * s["num_drafts"] for s in sds) / drafts for i in range(min(widths))]
-    return al, rates
 
 
 def _reference(grid: Grid, sid: str, bids: list[str], prompts: int) -> tuple[list[float] | None, str]:
@@ -103,60 +76,6 @@ def doctor(source: Path, out: Path, edit: dict) -> Path:
     return out
 
 
-def safetensors_shapes(folder: Path) -> dict[str, list[int]]:
-    """Tensor shapes from the safetensors headers of a checkpoint folder (no tensor read, no torch)."""
-    shapes = {}
-    for f in sorted(folder.glob("*.safetensors")):
-        with open(f, "rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(size))
-        shapes.update({k: v["shape"] for k, v in header.items() if k != "__metadata__"})
-    return shapes
-
-
-def tokenizer_mask(folder: Path | None) -> tuple[str | None, int | None]:
-    """The tokenizer's own mask token and its id (tokenizer_config.json or special_tokens_map.json)."""
-    if folder is None:
-        return None, None
-    token = None
-    for name in ("tokenizer_config.json", "special_tokens_map.json"):
-        f = folder / name
-        if token is None and f.exists():
-            token = json.loads(f.read_text()).get("mask_token")
-    if isinstance(token, dict):
-        token = token.get("content")
-    ids = _tokenizer_ids(folder) or {}
-    return token, ids.get(token) if token else None
-
-
-def vocabulary_evidence(drafter: dict, target_dir: Path | None, tokenizer_dir: Path | None,
-                        mask_id: int | None) -> tuple[str, str]:
-    """(status, evidence) of a tokenizer or vocabulary mismatch, from shapes alone: no counterfactual exists (the
-    drafter reads the target's embeddings and lm_head, so there is no other vocabulary to try)."""
-    target = model_shape.read_config(target_dir) if target_dir else None
-    if target is None:
-        return diagnosis.NOT_TESTED, "the target's config is not on this machine: shapes not compared"
-    tv = model_shape.text_config(target).get("vocab_size")
-    embed = next((s for n, s in safetensors_shapes(target_dir).items() if n.endswith("embed_tokens.weight")), None)
-    ids = _tokenizer_ids(tokenizer_dir) if tokenizer_dir else None
-    tok = max(ids.values()) + 1 if ids else None          # the ids the tokenizer can give, added tokens included
-    seen = [f"target vocab_size {tv}", f"drafter {drafter.get('vocab_size', 'none given')}",
-            f"target embedding rows {embed[0] if embed else 'n/a'}", f"tokenizer ids 0..{tok - 1 if tok else 'n/a'}"]
-    problems = []
-    if drafter.get("vocab_size") not in (None, tv):
-        problems.append(f"the drafter's vocab_size {drafter['vocab_size']} is not the target's {tv}")
-    if embed and embed[0] != tv:
-        problems.append(f"the target's embedding has {embed[0]} rows for vocab_size {tv}")
-    if tok is not None and tv is not None and tok > tv:
-        problems.append(f"the tokenizer gives ids up to {tok - 1}, past the target's vocab_size {tv}")
-    if mask_id is not None and tv is not None and not 0 <= mask_id < tv:
-        problems.append(f"mask_token_id {mask_id} is outside the vocabulary of {tv}")
-    tail = "; no counterfactual possible, from shapes only"
-    if problems:
-        return diagnosis.SUSPECTED, "; ".join(problems) + tail
-    return diagnosis.RULED_OUT, "shapes agree (" + ", ".join(seen) + ")" + tail
-
-
 def max_layer_id(backend: str, n_layers: int, env: dict) -> int:
     """The largest target_layer_id the backend can read of an n-layer target: it reads hidden_states[id + 1 +
     offset] (vLLM's offset from its probe in env.json, else the backend's LAYER_ID_OFFSET fact)."""
@@ -176,16 +95,16 @@ def on_own_server(grid: Grid, sid: str) -> list[tuple[str, list[str]]]:
     the server it was measured on. Empty until sid's cells are finished and its acceptance asks for a diagnosis.
     The group's job runs these before its servers stop (runner.run_cells); the diagnose job then finds them done
     and launches only the doctored drafters."""
-    if not grid.diagnosed(sid) or grid.pending(sid):
+    if not grid.diagnosed(sid) or residency.pending(grid, sid):
         return []
     below, prompts = settings(grid.configs[sid])
     out = []
-    for entry, bids, _ in _groups_needed(grid, sid, below):
+    for entry, bids, _ in groups_needed(grid, sid, below):
         if entry["needed"] and entry["thinking"]:
             cf = grid.add_counterfactual(sid, "nothink", {}, [{**counterfactual_bench(grid, sid, bids, prompts),
                                                                "thinking": False}])
-            if grid.pending(cf):
-                out.append((cf, grid.pending(cf)))
+            if residency.pending(grid, cf):
+                out.append((cf, residency.pending(grid, cf)))
     return out
 
 
@@ -205,7 +124,7 @@ class _Run:
         [bid] = self.grid.benches[cf]
         record = {"tag": tag, "server_cell": cf, "bench_cell": bid, "compared_with": self.reference_is}
         try:
-            runner.run_server_cell(self.grid, cf, self.grid.run_marker(cf), self.progress)
+            runner.run_server_cell(self.grid, cf, residency.run_marker(self.grid, cf), self.progress)
         except SpecsweepError as e:
             return {**record, "valid": False, "problem": str(e).splitlines()[0], "rose": False}
         m = read_json(self.grid.metrics_path(cf, bid))
@@ -323,59 +242,6 @@ def diagnose_group(grid: Grid, sid: str, bids: list[str], thinking: bool, prompt
     return causes
 
 
-def groups(grid: Grid, sid: str) -> dict[tuple, list[str]]:
-    """(dataset, thinking, concurrency) -> the finished bench ids of a server cell, as the summary groups them."""
-    out: dict[tuple, list[str]] = {}
-    for bid, bench in grid.benches[sid].items():
-        if grid.metrics_path(sid, bid).exists():
-            s = bench.spec
-            out.setdefault((s["dataset"]["name"], s["thinking"], s["concurrency"]), []).append(bid)
-    return out
-
-
-def _groups_needed(grid: Grid, sid: str, below: float) -> list[tuple[dict, list[str], list[float] | None]]:
-    """Each bench group's entry (its pooled acceptance, whether it needs a diagnosis and, if not, why), its bench
-    ids and its pooled per-position rates."""
-    out = []
-    for (dataset, thinking, conc), bids in sorted(groups(grid, sid).items()):
-        entry = {"dataset": dataset, "thinking": thinking, "concurrency": conc}
-        valid = [m for m in (read_json(grid.metrics_path(sid, b)) for b in bids) if m.get("valid")]
-        al, rates = _pooled(valid)
-        entry.update(mean_acceptance_length=al, per_position_acceptance=rates,
-                     needed=al is not None and grid.diagnosed(sid) and al < below)
-        if not entry["needed"]:
-            entry["reason"] = ("no valid repeat with drafts" if al is None else "a set acceptance"
-                               if not grid.diagnosed(sid) else f"AL {al:.3g} is at least sweep.diagnose.below_al "
-                                                                f"{below:g}")
-        out.append((entry, bids, rates))
-    return out
-
-
-def acceptance(grid: Grid, sid: str, out: str | Path) -> dict:
-    """The light part: write `out` (Grid.acceptance_path) saying, per bench group, whether the cell's
-    pooled acceptance length is below sweep.diagnose.below_al; the workflow asks for a diagnosis only where one is."""
-    below, prompts = settings(grid.configs[sid])
-    entries = [e for e, _, _ in _groups_needed(grid, sid, below)]
-    record = {"server_cell": sid, "below_al": below, "prompts": prompts, "needed": any(e["needed"] for e in entries),
-              "groups": entries}
-    atomic_write_json(out, record)
-    return record
-
-
-def record_acceptance(grid: Grid, members: list[str]) -> None:
-    """Write the acceptance record (`acceptance`) of each diagnosed member whose cells are all finished, in the
-    group's job after its servers stop: the acceptance checkpoint then finds it written and runs no job of its own
-    (a Python start-up per speculative cell on the chain to the summary). The checkpoint still writes a record
-    this did not (a group that failed, a study from before)."""
-    for sid in members:
-        if not grid.diagnosed(sid) or grid.pending(sid):
-            continue
-        record = grid.acceptance_path(sid)
-        newest = max(grid.metrics_path(sid, bid).stat().st_mtime for bid in grid.benches[sid])
-        if not record.exists() or record.stat().st_mtime < newest:   # a member this job ran no cell of keeps its own
-            acceptance(grid, sid, record)
-
-
 def diagnose(grid: Grid, sid: str, out: str | Path, env_json: str | Path | None = None,
              progress: bool = True) -> dict:
     """Write the cell's diagnosis.json at `out`: per bench group, whether it was needed, and if so each cause in
@@ -383,7 +249,7 @@ def diagnose(grid: Grid, sid: str, out: str | Path, env_json: str | Path | None 
     below, prompts = settings(grid.configs[sid])
     env = read_json(env_json) if env_json and Path(env_json).exists() else {}
     entries = []
-    for entry, bids, rates in _groups_needed(grid, sid, below):
+    for entry, bids, rates in groups_needed(grid, sid, below):
         if not entry["needed"]:
             entries.append(entry)
             continue

@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 
 from . import layout
-from .config import ConfigError
+from .errors import ConfigError
 from .results import atomic_write_jsonl, read_jsonl
 
 NAMES = ["Ada", "Ben", "Caro", "Dev", "Eli", "Fay", "Gus", "Hana"]

@@ -12,18 +12,19 @@ It imports nothing of specsweep, so every module can use it.
                                           acceptance-<settings>.json, diagnosis.json, counterfactuals/ (drafters/<tag>/,
                                           <cf cell>/<bench>/)
 <results>/<study>/<server cell>/<bench>/  config.yaml, requests.jsonl, metrics.json, failed.json, server.log
-<results>/datasets/, models/tiny/, sweeps/, mlflow.db, mlartifacts/, .vllm-cache/
+<results>/datasets/, models/tiny/, sweeps/, mlflow.db, mlartifacts/; vLLM's compile cache is per host (vllm_cache)
 ```
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 # ---- a bench cell's files ---------------------------------------------------------------------------------
 CONFIG = "config.yaml"            # the resolved config: both cell specs, ids and the job config; written first
 REQUESTS = "requests.jsonl"       # one record per request (prompt x turn)
-REQUESTS_KEPT = "requests.jsonl.gz"   # the same, gzipped, in a study kept in the repo (bench/keep_study.sh)
+REQUESTS_KEPT = "requests.jsonl.gz"   # the same, gzipped, in a study kept in the repo (scripts/keep_study.sh)
 METRICS = "metrics.json"          # the cell's figures; written last: the cell is finished when it exists
 FAILED = "failed.json"            # why a cell's figures cannot be trusted (its kept requests stay)
 SERVER_LOG_LINK = "server.log"    # a link to the launch's log
@@ -63,7 +64,8 @@ TRAINING_PAGE = "training.html"
 SWEEPS = "sweeps"                 # the jobs files `specsweep sweep` hands Snakemake
 MLFLOW_DB = "mlflow.db"           # the default MLflow store
 MLARTIFACTS = "mlartifacts"       # its artifacts
-VLLM_CACHE = ".vllm-cache"        # VLLM_CACHE_ROOT of every vLLM launch
+VLLM_CACHE = ".vllm-cache"        # where VLLM_CACHE_ROOT was, per results folder, before vllm_cache()
+VLLM_CACHE_ENV = "SPECSWEEP_VLLM_CACHE"    # the host's vLLM cache root, where not the default (vllm_cache)
 MARKER_SUFFIX = ".done"
 LOG_SUFFIX = ".log"
 
@@ -154,8 +156,14 @@ def mlartifacts(results_dir: str | Path) -> Path:
     return Path(results_dir) / MLARTIFACTS
 
 
-def vllm_cache(results_dir: str | Path) -> Path:
-    return Path(results_dir) / VLLM_CACHE
+def vllm_cache() -> Path:
+    """vLLM's cache root (VLLM_CACHE_ROOT) for every launch on this host: $SPECSWEEP_VLLM_CACHE, else
+    $XDG_CACHE_HOME/specsweep/vllm (~/.cache/specsweep/vllm). One root serves every shape: vLLM keys each compiled
+    graph by a hash of its config, code and compiler (docs/residency.md#the-compile-cache)."""
+    if os.environ.get(VLLM_CACHE_ENV):
+        return Path(os.environ[VLLM_CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "specsweep" / "vllm"
 
 
 def plot_file(plots: str | Path, name: str) -> Path:

@@ -1,6 +1,15 @@
 """Nested records (configs, metrics.json, a stream's chunks): a value at a key path, and flat dotted keys."""
 from __future__ import annotations
 
+from typing import Any
+
+
+def aslist(value: Any) -> list:
+    """A config value that may be one item, a list or absent, as a list."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
 
 def at(record, path: tuple[str, ...]):
     """The value at a key path, or None where any step is missing or not a dict."""

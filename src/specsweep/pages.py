@@ -84,11 +84,19 @@ def env_page(env_json: str | Path, out: str | Path) -> None:
     atomic_write_text(out, page(f"Environment check ({layout.ENV})", key_values(read_json(env_json))))
 
 
+# A launch's start-up in its server.json: its wall, how many members started beside it, its phases (vLLM's own log:
+# backends/vllm/startlog.py) and whether its compiled graphs came from the host's compile cache
+STARTUP = ("ready_s", "start_at_once", "compile_cache", "before_engine_s", "model_load_s", "torch_compile_s",
+           "graph_capture_s", "profile_kv_s")
+
+
 def launch_page(study: Study, sid: str, out: str | Path) -> None:
     """A server cell's launch records (server.json, one per launch: argv, PID, process group, versions, residency)
     and its bench cells. The local engine backend starts no server, so its cells have none."""
     records = study.launches(sid) or [{"server": "none: the local engine ran inside the job"}]
-    sections = []
+    starts = [{"launch": i, **{k: r.get(k) for k in STARTUP}} for i, r in enumerate(records, 1) if "ready_s" in r]
+    sections = [table(pd.DataFrame(starts), "Where each start-up went (seconds, from the server's own log)")] \
+        if starts else []
     for i, record in enumerate(records, 1):
         argv = " ".join(record.get("argv") or [])
         sections += [f"<h3>launch {i} of {len(records)}: argv</h3><pre>{html.escape(argv)}</pre>",

@@ -1,5 +1,5 @@
 """One group's job: bring its server cells up (residency.py), let them take turns over their unfinished bench cells
-(Grid.turns), bring them down.
+(residency.turns), bring them down.
 
 This is the only loop over bench cells; backends (backends/) only open a session and measure. A member that dies, or
 never comes up, fails its own unfinished cells; the others go on, and the job then fails naming what is missing,
@@ -54,9 +54,10 @@ class Members:
         return cm, cm.__enter__()
 
     def start(self, sids: list[str]) -> None:
-        """Bring these members up, `start_at_once` of them side by side (residency.start_at_once: one after another
-        on a GPU, so that no member's memory profiling counts another's loading). One that fails is broken (its
-        cells fail), the others go on. Each is idle (paused, asleep) from its start to its turn."""
+        """Bring these members up, `start_at_once` of them side by side (residency.start_at_once: on a GPU only where
+        every member is vLLM with its KV cache fixed, so that no member's memory profiling counts another's loading;
+        each launch records the width and its own ready_s). One that fails is broken (its cells fail), the others go
+        on. Each is idle (paused, asleep) from its start to its turn."""
         sids = [sid for sid in sids if self.launches[sid].residency != "relaunch"]
         width = max((self.launches[sid].start_at_once for sid in sids), default=1)
         if width == 1:
@@ -124,9 +125,9 @@ AlsoServed = Callable[[Grid, str], list[tuple[str, list[str]]]]
 
 
 def run_group(grid: Grid, lead: str, marker: str | Path, progress: bool = True, also: AlsoServed | None = None) -> None:
-    """Run every unfinished bench cell of a group (Grid.group), and what `also` names for its members, then write
+    """Run every unfinished bench cell of a group (residency.group), and what `also` names for its members, then write
     the job's marker."""
-    run_cells(grid, grid.group(lead), marker, progress, also)
+    run_cells(grid, residency.group(grid, lead), marker, progress, also)
 
 
 def run_server_cell(grid: Grid, sid: str, marker: str | Path, progress: bool = True) -> None:
@@ -137,7 +138,7 @@ def run_server_cell(grid: Grid, sid: str, marker: str | Path, progress: bool = T
 def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool = True,
               also: AlsoServed | None = None) -> None:
     failures: list[str] = []
-    turns = grid.turns(members)
+    turns = residency.turns(grid, members)
     if turns:
         gpus = max(grid.servers[s].gpus for s in members)
         gpu_ids, claims = take_gpus(gpus) if gpus else ([], [])
@@ -158,7 +159,7 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
         finally:
             for claim in claims:
                 claim.release()
-    missing = [f"{s}/{b}" for s in members for b in grid.pending(s)]
+    missing = [f"{s}/{b}" for s in members for b in residency.pending(grid, s)]
     if missing:
         first = failures[0].splitlines()[0] if failures else "the server stopped before they ran"
         where = f"server cell {members[0]}" if len(members) == 1 else f"group {members[0]}"
@@ -202,7 +203,8 @@ def _turn(grid: Grid, group: Members, sid: str, bids: list[str], launch: residen
                 failures.append(f"{e}" if isinstance(e, CellError) else f"bench cell {cell or sid}/{bid}: {e}")
                 print(f"[specsweep] {cell or sid}/{bid}: FAILED: {e}", flush=True)
             if not session.alive():
-                group.broken[sid] = f"server cell {sid}: its server died during bench cell {bid}"
+                dead = session.death(f"its server died during bench cell {bid}") if hasattr(session, "death") else None
+                group.broken[sid] = f"server cell {sid}: {dead or f'its server died during bench cell {bid}'}"
                 break
     finally:
         group.end_turn(sid)

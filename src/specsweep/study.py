@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from . import layout, metrics
+from . import layout, metrics, residency
 from .cells import MIN_BLOCKS, Grid, answers_not_judged, expand, round_of_repeat, sweep_rounds
 from .errors import ConfigError
 from .results import launches, read_json, read_jsonl
@@ -94,7 +94,7 @@ class Cell:
 
     @property
     def set_acceptance_source(self) -> dict | None:
-        """Where a replay's rates came from (sweep.set_acceptance {rates_from: DIR}, cells.rates_source), as its
+        """Where a replay's rates came from (sweep.set_acceptance {rates_from: DIR}, replay_rates.rates_source), as its
         config.yaml records it; None for other cells, and for a replay of rates given as a list."""
         return self.config.get("set_acceptance_source")
 
@@ -109,7 +109,7 @@ class Cell:
         return None if rounds == 1 else round_of_repeat(int(self.bench["repeat"]), rounds, int(sweep["repeats"]))
 
     def requests(self) -> list[dict]:
-        """requests.jsonl, or in a study kept in the repo (bench/keep_study.sh) its gzipped copy."""
+        """requests.jsonl, or in a study kept in the repo (scripts/keep_study.sh) its gzipped copy."""
         if self._requests is None:
             path = self.path / layout.REQUESTS
             if not path.exists() and (self.path / layout.REQUESTS_KEPT).exists():
@@ -246,4 +246,4 @@ class Study:
 
     def unfinished(self) -> list[str]:
         """The server cells with a bench cell still to run."""
-        return [sid for sid in self.grid.servers if self.grid.pending(sid)]
+        return [sid for sid in self.grid.servers if residency.pending(self.grid, sid)]

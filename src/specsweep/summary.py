@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import ceiling, diagnosis, metrics, phases, stats, table
+from . import ceiling, diagnosis, labels, metrics, phases, stats, table
 from .cells import stable_hash
 from .labels import k_label
 from .metrics import length_shares, median_mad
@@ -31,6 +31,7 @@ def rows(study: Study) -> list[dict]:
                "set_acceptance": cell.spec["set_acceptance"] if cell.sets_acceptance else None,
                "verification": None if cell.is_baseline else cell.spec.get("verification", "standard"),
                "k_schedule": cell.spec.get("k_schedule") or None,
+               "prefix_caching": cell.spec["server"].get("prefix_caching"),
                "dataset": dataset, "thinking": thinking, "concurrency": conc, "repeats": len(bids),
                "valid_repeats": len(valid),
                "valid": bool(valid), "bench_cells": " ".join(sorted(bids)),
@@ -59,6 +60,7 @@ def rows(study: Study) -> list[dict]:
     for row in out:
         row.update(diagnosis_columns(study.diagnosis(row["server_cell"]) if row["method"] != "none" else None, row,
                                      study.grid.servers[row["server_cell"]].random_weights))
+        row["label"] = labels.label(row)
     return out
 
 

@@ -6,7 +6,7 @@ through `read` (rows as dicts) or `frame` (a DataFrame), and summary.rows' own r
 ceiling, the diagnosis, labels.py): numbers are numbers, a blank is None, a JSON column (a list, a schedule) is its
 value. Nothing else decodes a column or parses a number out of one.
 
-A column is one `Column` entry in its table's tuple, in file order:
+A column is one `Column` entry in its table's tuple, in file order (summary.csv: its ANSWER first):
 
     Column("server_ttft_ms", FIGURE, ("server_timing", "ttft_ms"), unit="ms", better=LOWER, median=True)
 
@@ -197,7 +197,7 @@ SET_ACCEPTANCE = (
            "metrics.SET_ACCEPTANCE_Z (3), or why the expectation is blank", encoding=TEXT, tag="set_acceptance_gap"),
 )
 
-SUMMARY = (
+_SUMMARY = (      # in the order of where each comes from; SUMMARY below puts the answer first
     Column("study", ID, "the grid", encoding=TEXT),
     Column("server_cell", ID, "the grid (cells.Grid)", encoding=TEXT, tag="specsweep.server_cell"),
     Column("backend", SETTING, "server_spec.server.backend", encoding=TEXT, tag="backend"),
@@ -209,6 +209,8 @@ SUMMARY = (
     Column("verification", SETTING, "server_spec.verification (blank for a baseline)", encoding=TEXT,
            tag="verification"),
     Column("k_schedule", SETTING, "server_spec.k_schedule: [[from, to, K], ...]", encoding=JSON, tag="k_schedule"),
+    Column("prefix_caching", SETTING, "server_spec.server.prefix_caching (vLLM's; blank where the backend has no "
+           "such key)", encoding=BOOL, tag="prefix_caching"),
     Column("dataset", SETTING, "bench_spec.dataset.name", encoding=TEXT, tag="dataset"),
     Column("thinking", SETTING, "bench_spec.thinking", encoding=BOOL, tag="thinking"),
     Column("concurrency", SETTING, "bench_spec.concurrency", "requests", encoding=INT, tag="concurrency"),
@@ -259,6 +261,12 @@ SUMMARY = (
     *AXES,
     *SET_ACCEPTANCE,
 )
+# issue 43: summary.csv opens at its answer: the configuration's label, its verdict, the e2e speedup with its CI
+# and the acceptance length (with its MAD); every other column follows, in _SUMMARY's order
+ANSWER = ("label", "verdict", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high",
+          "mean_acceptance_length")
+SUMMARY = (Column("label", LABEL, "labels.label: the configuration's label", encoding=TEXT),
+           *(c for name in ANSWER for c in _SUMMARY if c.name == name), *(c for c in _SUMMARY if c.name not in ANSWER))
 
 K_COMPARISON = (
     Column("study", ID, "the grid", encoding=TEXT),
@@ -285,6 +293,19 @@ BY_CATEGORY = (
     Column("mean_acceptance_length", FIGURE, "pooled over the category's requests", "tokens", HIGHER),
     *PAIRED,
 )
+
+# `specsweep compare`'s files: compare.csv's grid point columns (compare.py; each side's figures follow under
+# `a_`/`b_`, then B against A) and predicted.csv's columns, in file order (predictions.py)
+COMPARE_KEY = ("method", "num_speculative_tokens", "set_acceptance", "verification", "k_schedule", "dataset",
+               "thinking", "concurrency", "max_tokens", "prompt_length")
+PREDICTED = (
+    "pair", "method", "num_speculative_tokens", "dataset", "thinking", "concurrency", "predicted_side",
+    "measured_side", "predicted_cell", "measured_cell", "predicted_repeats", "measured_repeats", "rates_source",
+    "replayed_rates", "realised_rates", "measured_rates", "replayed_al", "predicted_al", "measured_al",
+    "predicted_speedup_e2e_geomean", "predicted_speedup_e2e_ci_low", "predicted_speedup_e2e_ci_high",
+    "measured_speedup_e2e_geomean", "measured_speedup_e2e_ci_low", "measured_speedup_e2e_ci_high",
+    "predicted_over_measured", "agree", "measured_vs_predicted_e2e_geomean", "measured_vs_predicted_e2e_ci_low",
+    "measured_vs_predicted_e2e_ci_high", "measured_vs_predicted_verdict")
 
 # The figures to read first, in reading order: the pages' first table and the first metrics a configuration's MLflow
 # run logs (MLflow's compare view plots the first metric two runs share), the verdict's figure first.

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import layout, table
 from .cells import Grid
-from .config import REPO, user_cache
+from .paths import REPO, user_cache
 from .errors import TrackingError
 from .labels import config_id, several_output_lengths
 from .mlflow_runs import RunPayload, configuration_run, k_tags

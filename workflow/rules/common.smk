@@ -1,7 +1,8 @@
 # Helpers shared by the rules: every path comes from the library's grid, never rebuilt here.
 import json
-import threading
 from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
 
 
 def server_cells_of(study):
@@ -11,13 +12,13 @@ def server_cells_of(study):
 def diagnoses_of(study):
     """What the summary and pages read of the low-acceptance diagnosis (diagnose.smk): each diagnosed server cell's
     acceptance record (a checkpoint), and its diagnosis.json where that record asks for one. The group's job comes
-    first: it writes the record (counterfactuals.record_acceptance), and the checkpoint then runs no job."""
+    first: it writes the record (acceptance_checkpoint.record_acceptance), and the checkpoint then runs no job."""
     out = []
     for sid in server_cells_of(study):
         if GRID.diagnosed(sid):
             after_group(study, sid)
             record = checkpoints.acceptance.get(study=study, server=sid, settings=GRID.acceptance_tag(sid)).output[0]
-            needed = json.loads(Path(record).read_text())["needed"]  # counterfactuals.acceptance's record
+            needed = json.loads(Path(record).read_text())["needed"]  # acceptance_checkpoint.acceptance's record
             out += [record, str(GRID.diagnosis_path(sid))] if needed else [record]
     return out
 
@@ -31,14 +32,14 @@ def run_marker(lead):
     still running; a fresh look would name a running job's unfinished cells as a new job, and on a GPU host it
     started (a second server for the same cell, on the other GPU: measured on two H200s)."""
     if lead not in RUN_MARKERS:
-        RUN_MARKERS[lead] = GRID.run_marker(lead).stem if GRID.group_pending(lead) else None
+        RUN_MARKERS[lead] = residency.run_marker(GRID, lead).stem if residency.group_pending(GRID, lead) else None
     return RUN_MARKERS[lead]
 
 
 def after_group(study, sid):
     """While any bench cell of sid's group is unfinished, ask for the group's job (a checkpoint) first: the input
     function calling this is evaluated again once that job has run."""
-    lead = GRID.group_of(sid)
+    lead = residency.group_of(GRID, sid)
     if run_marker(lead):
         checkpoints.serve_and_bench.get(study=study, server=lead, todo=run_marker(lead))
 
@@ -50,21 +51,19 @@ def cell_metrics(wildcards):
 
 
 def serve_inputs(wildcards):
-    members = GRID.group(wildcards.server)
+    members = residency.group(GRID, wildcards.server)
     inputs = sorted({GRID.dataset_file(b.spec["dataset"]) for sid in members for b in GRID.benches[sid].values()})
     return inputs + [str(GRID.study_files(wildcards.study).env)]  # env.json comes after the pair is built
 
 
 def group_runtime(lead):
     """A group's time limit on a cluster: its members' together, since they take turns in one job."""
-    return sum(GRID.servers[sid].run["job"]["runtime_min"] for sid in GRID.group(lead))
+    return sum(GRID.servers[sid].run["job"]["runtime_min"] for sid in residency.group(GRID, lead))
 
 
 def group_mem_mb(lead):
     """A group's host memory on a cluster: the most one member asks for, or what its members need up together."""
-    from specsweep import residency  # only where a job is scheduled: a no-op run never imports it
-
-    return residency.group_mem_mb(GRID, GRID.group(lead))
+    return residency.group_mem_mb(GRID, residency.group(GRID, lead))
 
 
 def dataset_cfg(wildcards):
@@ -77,11 +76,13 @@ def dataset_cfg(wildcards):
 
 
 def all_cores(sid):
-    """A CPU server cell's threads: every core. --cores when given; a cluster profile gives none, so then the
-    cell's server.job.cpus, else this host's count (set job.cpus when compute nodes differ from it)."""
-    if workflow._cores is not None:  # the property workflow.cores raises when unset
+    """A CPU server cell's threads: every core. --cores when given (workflow.cores, documented under the rules'
+    threads, raises WorkflowError without it: tests/test_snakemake_interface.py); a cluster profile gives none,
+    so then the cell's server.job.cpus, else this host's count (set job.cpus when compute nodes differ from it)."""
+    try:
         return workflow.cores
-    return GRID.servers[sid].run["job"]["cpus"] or os.cpu_count()
+    except WorkflowError:
+        return GRID.servers[sid].run["job"]["cpus"] or os.cpu_count()
 
 
 def slurm_extra(sid):
@@ -130,12 +131,3 @@ wildcard_constraints:
     study=r"[A-Za-z0-9._-]+",
     server=r"[A-Za-z0-9._-]+",
     settings=r"[0-9a-f]+",
-
-
-def cancel_timers():
-    """Snakemake's job-rate limiter re-checks the schedule 1 s after each scheduling round with a
-    threading.Timer, and Python waits for pending timers at exit: up to 1 s of every run that ran a job.
-    Once the workflow has ended they have nothing left to check."""
-    for thread in threading.enumerate():
-        if isinstance(thread, threading.Timer):
-            thread.cancel()

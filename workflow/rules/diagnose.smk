@@ -1,6 +1,6 @@
 # The low-acceptance diagnosis (counterfactuals.py). Once a speculative server cell of real acceptance has
 # finished, its group's job writes its pooled acceptance per bench group and whether any is below
-# sweep.diagnose.below_al (counterfactuals.record_acceptance), in a record named after those settings
+# sweep.diagnose.below_al (acceptance_checkpoint.record_acceptance), in a record named after those settings
 # (Grid.acceptance_path). The acceptance checkpoint (light, local) then finds it and runs no job; it writes the
 # record where the group's job did not (a group that failed, settings changed since). Only then does the summary
 # ask for the diagnose job, which runs the known causes' counterfactual cells on the cell's own backend and writes

@@ -1,4 +1,5 @@
-from specsweep import counterfactuals, snakejob
+from specsweep import acceptance_checkpoint, snakejob
 
-snakejob.run(snakemake.log[0], lambda: counterfactuals.acceptance(snakemake.params.grid, snakemake.wildcards.server,
-                                                                  snakemake.output[0]))
+snakejob.run(snakemake.log[0], lambda: acceptance_checkpoint.acceptance(snakemake.params.grid,
+                                                                        snakemake.wildcards.server,
+                                                                        snakemake.output[0]))

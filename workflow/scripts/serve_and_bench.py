@@ -1,11 +1,11 @@
-from specsweep import counterfactuals, runner, snakejob
+from specsweep import acceptance_checkpoint, counterfactuals, residency, runner, snakejob
 
 
 def run_group():
     grid, lead = snakemake.params.grid, snakemake.wildcards.server
     # a low thinking-on cell's counterfactual without thinking runs on the cell's own server (on_own_server)
     runner.run_group(grid, lead, snakemake.output[0], also=counterfactuals.on_own_server)
-    counterfactuals.record_acceptance(grid, grid.group(lead))
+    acceptance_checkpoint.record_acceptance(grid, residency.group(grid, lead))
 
 
 snakejob.run(snakemake.log[0], run_group)

@@ -3,7 +3,7 @@ SGLang.
 
 `python -m sglang.launch_server ...` with tests/fake_sglang on PYTHONPATH starts it (standard library only,
 so any Python runs it). STANDIN_SGLANG_VERSION picks the release it answers as: 0.5.17 (the default), as a
-real 0.5.17 answered on an H200 (tests/data/sglang0517/, captured there by bench/sglang_capture.py) and as its
+real 0.5.17 answered on an H200 (tests/data/sglang0517/, captured there by tests/fake_sglang/capture.py) and as its
 source reads, or 0.5.23, as its source reads. They differ in one place: 0.5.17's chat stream carries no
 per-request speculative stats (return_spec_tokens_details is ignored, as pydantic drops unknown fields, and its
 SglExt has no spec_tokens_details); 0.5.23 sends them (below). It copies the parts of SGLang that specsweep relies on:

@@ -6,7 +6,7 @@ from ... import drafter_config, model_shape
 from ...checks import (_tokenizer_ids, check_dataset, check_drafter, check_pair_paths, check_max_tokens, check_memory,
                        check_num_speculative_tokens, check_parallel, check_port, check_prompt_length, check_thinking, fail, local_dir, ok,
                        warn)
-from ...config import aslist
+from ...nested import aslist
 from ...errors import ServerError
 from .launch import (DRAFT_ATTENTION, TESTED_VERSION, compilation_problem, extra_problem, method_problem, probe,
                      release_of, server_python, unknown_release)

@@ -25,6 +25,7 @@ SPEC_FLAGS = {
     "--api-key": "drop it: each launch gets a fresh random API key of its own (docs/backends.md#api-keys)",
     "--config": "pass each option in server.extra_args instead: a config file could set what the cell sets, unchecked",
     "--middleware": "drop it: specsweep sets vLLM's middleware",
+    "--enable-prefix-caching": "use server.prefix_caching", "--no-enable-prefix-caching": "use server.prefix_caching",
 }
 
 LABEL = "vLLM"         # how messages name it

@@ -12,7 +12,7 @@ from ...checks import (Check, check_dataset, check_drafter, check_pair_paths, ch
 from ...config import aslist
 from ...errors import ServerError
 from . import known_issues
-from .launch import executor_env, interpreter_of, probe_python, server_command
+from .launch import executor_env, interpreter_of, kernel_plan, probe_python, server_command, target_shape
 
 # GPU backends with the non-causal attention DFlash needs (supports_non_causal in vLLM 0.26 and 0.32), and the
 # dtypes each takes (supported_dtypes there): FlashAttention has no float32 kernel.
@@ -250,6 +250,20 @@ def check_attention_backend(cfg, env):
     return ok(name, f"{backend} supports non-causal attention in {dtype}")
 
 
+def check_launch_flags(cfg, env):
+    """What the launch adds for this target on this server's Python (launch.kernel_plan): the GDN prefill kernel
+    where FlashInfer is missing, --language-model-only for a multimodal checkpoint, the sampler's switch; a
+    refusal (flashinfer forced where the server's Python has none) fails, extra_args that keep a vision tower warn."""
+    name = "launch_flags"
+    tdir = local_dir(cfg["pair"]["target"])
+    plan = kernel_plan(cfg["server"], env.get("server_env") or {}, target_shape(str(tdir)) if tdir else None)
+    if plan.refusal:
+        return fail(name, plan.refusal)
+    if plan.warnings:
+        return warn(name, "; ".join(plan.warnings + plan.notes))
+    return ok(name, "; ".join(plan.notes) or "nothing added for this target on this server's Python")
+
+
 def known_issue_check(row: known_issues.KnownIssue):
     """A preflight check of one row of known_issues.ROWS, against the server's own vLLM."""
     def check(cfg, env):
@@ -272,4 +286,5 @@ def known_issue_check(row: known_issues.KnownIssue):
 CHECKS = [check_dataset, check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support,
           check_per_request_metrics, check_pair_paths, check_drafter, check_num_speculative_tokens, check_thinking, check_port,
           check_attention_backend, check_memory, check_max_tokens, check_prompt_length, check_set_acceptance, check_verification,
-          check_k_schedule, check_executor, check_kv_cache, *map(known_issue_check, known_issues.ROWS)]
+          check_k_schedule, check_executor, check_kv_cache, check_launch_flags,
+          *map(known_issue_check, known_issues.ROWS)]

@@ -14,7 +14,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from ... import model_shape
-from ...config import aslist
+from ...nested import aslist
 
 
 @dataclass(frozen=True)
@@ -150,6 +150,17 @@ def hybrid_target(f: Facts) -> str | None:
             "39273); check that the speculative cells' greedy outputs equal the baseline's, or pick a dense target")
 
 
+def flashinfer_sampler(f: Facts) -> str | None:
+    """Keyed on what the probe found: no FlashInfer in the server's Python, and server.env turns vLLM's FlashInfer
+    sampler on (the launch turns it off by itself only where server.env says nothing)."""
+    env = f.cfg["server"].get("env") or {}
+    wanted = str(env.get("VLLM_USE_FLASHINFER_SAMPLER", "")).lower() in ("1", "true")
+    if not wanted or "flashinfer" not in f.probe or f.probe["flashinfer"]:
+        return None
+    return ("server.env sets VLLM_USE_FLASHINFER_SAMPLER=1, but the server's Python has no flashinfer: vLLM's "
+            "sampler imports it and the engine dies at start-up; drop it from server.env (the launch then sets 0)")
+
+
 def quantized_drafter(f: Facts) -> str | None:
     if not f.dflash or not (f.drafter or {}).get("quantization_config"):
         return None
@@ -174,6 +185,9 @@ ROWS = [
                "decoding; Mamba page padding planned without the speculative widening) and 39273 (open: n-gram "
                "drafts corrupt hybrid GDN output; PR 52942); 46480 not found in the issue index", hybrid_target,
                status="warn"),
+    KnownIssue("flashinfer_sampler", "", "probe: flashinfer; vLLM 0.26's Sampler.__init__ imports it where "
+               "VLLM_USE_FLASHINFER_SAMPLER is on (seen on the H200 with the offline bundle: shared/gpu-vllm/README.md)",
+               flashinfer_sampler),
     KnownIssue("quantized_drafter", "<0.32", "issue 51581; 0.26 model_executor/models/qwen3_dflash.py:514 "
                "(F.linear on the fused raw weight), 0.32 qwen3_dflash.py:532-548 (quantized projections excluded)",
                quantized_drafter),

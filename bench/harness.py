@@ -1,0 +1,88 @@
+"""What the maintained benchmarks share: the A B B A order, the interval of a paired ratio, and one record shape.
+
+A script in bench/ imports it as a module of the `bench` package, with the repository's root on the path:
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
+    from bench import harness
+"""
+from __future__ import annotations
+
+import math
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from specsweep.results import atomic_write_json
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def abba(arms: tuple[str, str], rounds: int) -> list[str]:
+    """Two arms alternating A B B A A B ..., `rounds` of each, so a drift of the host falls on both alike."""
+    return [arms[(i + i // 2) % 2] for i in range(2 * rounds)]
+
+
+def interval(log_ratios: list[float], rng: np.random.Generator | None = None) -> dict:
+    """The geometric-mean ratio over paired log ratios with its 95% t interval (scipy), and with `rng` a bootstrap
+    (percentile) one too. One pair gives the ratio and no interval (None)."""
+    a = np.asarray(log_ratios, dtype=float)
+    mean = float(a.mean())
+    out = {"ratio": math.exp(mean), "n": len(a), "t95": None}
+    if len(a) > 1:
+        sem = float(stats.sem(a))
+        lo, hi = stats.t.interval(0.95, len(a) - 1, loc=mean, scale=sem) if sem > 0 else (mean, mean)
+        out |= {"t95": [math.exp(lo), math.exp(hi)], "sd_log_ratio": float(a.std(ddof=1))}
+        if rng is not None:
+            blo, bhi = np.percentile(rng.choice(a, size=(20000, len(a))).mean(axis=1), [2.5, 97.5])
+            out["bootstrap95"] = [math.exp(blo), math.exp(bhi)]
+    return out
+
+
+def ratio_interval(a: list[float], b: list[float], rng: np.random.Generator | None = None) -> dict:
+    """`interval` of a / b, paired in order (1st with 1st, ...)."""
+    return interval([math.log(x / y) for x, y in zip(a, b, strict=True)], rng)
+
+
+def verdict(ci: dict, slow_side: str, goal: float = 0.98) -> str:
+    """Against "no slowdown above 2%": `slow_side` "low" when a ratio below 1 is a slowdown (tok/s), "high" when
+    above 1 is (CPU per token)."""
+    if ci["t95"] is None:
+        return "unresolved: one pair gives no interval"
+    bound = ci["t95"][0] if slow_side == "low" else 1 / ci["t95"][1]
+    other = ci["t95"][1] if slow_side == "low" else 1 / ci["t95"][0]
+    if bound >= goal:
+        return f"met: any slowdown is below {1 - goal:.0%} (95% t interval)"
+    if other < goal:
+        return f"missed: a slowdown above {1 - goal:.0%} is resolved"
+    return f"unresolved: the interval is wider than the {1 - goal:.0%} goal, so the noise cannot rule it out"
+
+
+def commit() -> str | None:
+    """The checkout's commit, with `+dirty` when it has uncommitted changes; None outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+def host() -> dict:
+    return {"name": platform.node(), "cores": len(os.sched_getaffinity(0)), "load_1min": os.getloadavg()[0]}
+
+
+def record(path: str | Path | None, *, rounds: int, ratio: dict | None, **figures) -> dict:
+    """The one record shape: host, commit, argv, rounds, the headline ratio with its CI (`interval`'s dict), then
+    the script's own figures. Written atomically to `path` (None, as under --smoke: nothing written)."""
+    rec = {"host": host(), "commit": commit(), "argv": sys.argv, "rounds": rounds, "ratio": ratio, **figures}
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, rec)
+    return rec

@@ -1,0 +1,6 @@
+"""`python -m specsweep.cli`, as the `specsweep` script."""
+import sys
+
+from . import main
+
+sys.exit(main())

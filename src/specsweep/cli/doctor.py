@@ -1,0 +1,34 @@
+"""`specsweep doctor`: every preflight check on a composed config and this machine."""
+from __future__ import annotations
+
+from .. import backends, layout
+from ..config import compose_jobs
+
+
+def add(sub) -> None:
+    d = sub.add_parser("doctor", help="run every preflight check on a composed config and this machine")
+    d.add_argument("--base-url", help="also check an already running server")
+    d.add_argument("--model", help="the served model name expected at --base-url")
+    d.add_argument("overrides", nargs="*")
+    d.set_defaults(fn=main)
+
+
+def main(args) -> int:
+    """Every preflight check on the composed config and this machine; env.json is written either way."""
+    from .. import preflight
+    from ..checks import check_base_url
+    from ..results import atomic_write_json
+
+    jobs = compose_jobs(args.overrides)
+    extra = (check_base_url(args.base_url, args.model or "model"),) if args.base_url else ()
+    env, checks = preflight.assess(jobs, extra)
+    out = layout.study_files(jobs[0]["results_dir"], jobs[0]["study"]).env
+    atomic_write_json(out, env)
+    gpus = ", ".join(f"{g['index']}:{g.get('name', '?')} sm_{str(g.get('compute_capability', '?')).replace('.', '')} "
+                     f"{g.get('memory_free_mib', '?')} MiB free" for g in env["gpus"])
+    print(f"python {env['python']}  torch {env['torch']}  cuda {env['cuda']}  transformers {env['transformers']}  "
+          f"flash-attn {env['flash_attn']}")
+    print(backends.get(jobs[0]["server"]["backend"]).describe(env))
+    print(f"GPUs: {gpus or 'none'}  CUDA_VISIBLE_DEVICES={env['cuda_visible_devices']}")
+    print(f"wrote {out}")
+    return 1 if any(c.status == "fail" for c in checks) else 0

