@@ -96,3 +96,17 @@ def test_the_27b_hybrid_as_vllm_counts_it():
     k15 = model_shape.pool(t, model_shape.shape(shaped.qwen35_27b_drafter(False)), 15)
     assert (k15.block_size, k15.group_size, len(k15.attention_windows), k15.mamba_groups) == (864, 5, 5, 10)
     assert k15.blocks_per_request(4096) == 5 * 5 + 10 * 16
+
+
+def test_the_sliding_window_drafters_server_as_vllm_logged_it():
+    """Qwen3.6-27B-DFlash's layout (4 sliding + 1 full) at K=15 beside the 27B hybrid, served by vLLM 0.26 on the
+    H200 (V2 model runner, --language-model-only, --gdn-prefill-backend triton, max_model_len 4096, 0.9):
+    'Model loading took 53.52 GiB', 'attention block size to 864 tokens', 'Available KV cache memory: 71.8 GiB',
+    'GPU KV cache size: 101,741 tokens'. Groups of one layer (the drafter's one full layer is the fewest of a
+    kind): a request holds 5 blocks in each of 17 full layers, 6 in each sliding one, 16 in each of 48 GDN."""
+    t, d = model_shape.shape(shaped.qwen35_27b_target()), model_shape.shape(shaped.qwen35_27b_drafter(True))
+    pool = model_shape.pool(t, d, 15)
+    assert (pool.block_size, pool.group_size, pool.mamba_groups) == (864, 1, 48)
+    assert pool.blocks_per_request(4096) == 17 * 5 + 4 * 6 + 48 * 16 == 877
+    assert abs(pool.tokens(int(71.8 * GIB), 4096) - 101_741) < 101_741 * 0.001      # 71.8 is rounded to 0.1
+    assert abs((t.weights_bytes(2) + d.weights_bytes(2)) / GIB - 53.52) < 53.52 * 0.01

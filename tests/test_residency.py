@@ -289,8 +289,8 @@ def test_a_nested_hybrid_target_is_counted_as_vllm_counts_it(tmp_path, big_host)
     assert weights[base] > 45 * GIB                                 # not the 0 GiB a top-level read gave
     # a request of 4096 tokens: the baseline 6 attention blocks of 784 and one in each of 3 GDN groups of 16 layers;
     # with the sliding-window drafter at K=15, groups of one layer (its one full layer is the fewest of a kind):
-    # 16 + 1 full layers of 5 blocks of 864, 4 sliding (window 2048) of 4, 48 GDN of 1 + 15
-    pools = {base: 8 * (6 + 3) * 784 * 4096 * 16, k15: 8 * (17 * 5 + 4 * 4 + 48 * 16) * 864 * 4096}
+    # 16 + 1 full layers of 5 blocks of 864, 4 sliding (window 2048, and the tokens in flight) of 6, 48 GDN of 16
+    pools = {base: 8 * (6 + 3) * 784 * 4096 * 16, k15: 8 * (17 * 5 + 4 * 6 + 48 * 16) * 864 * 4096}
     for s in (base, k15):
         assert residency.gpu_need_bytes(g, s) == weights[s] + pools[s] + residency.GPU_OVERHEAD_GIB * GIB
     # all 64 layers' KV and no state would have been 4x the attention cache

@@ -24,6 +24,7 @@ TEXT_KEYS = ("text_config", "language_config", "llm_config", "decoder", "generat
 TOWER_KEYS = ("vision_config", "audio_config", "vision_tower", "audio_tower", "speech_config")
 LINEAR_TYPES = frozenset({"linear_attention", "mamba", "mamba2", "gated_delta_net"})
 SLIDING_TYPES = frozenset({"sliding_attention", "chunked_attention"})
+IN_FLIGHT_TOKENS = 8192     # vLLM's max_num_batched_tokens on a GPU: what a sliding-window layer holds beyond its window
 KERNEL_BLOCK = 16           # FlashAttention's get_supported_kernel_block_sizes: MultipleOf(16), vLLM's default block
 DTYPE_BYTES = {"float32": 4, "float": 4, "fp32": 4, "float16": 2, "half": 2, "bfloat16": 2, "fp16": 2, "bf16": 2,
                "float8": 1, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -201,19 +202,23 @@ class Pool:
     def block_bytes(self) -> int:
         return self.page_bytes * self.group_size
 
-    def blocks_per_request(self, max_model_len: int) -> int:
+    def blocks_per_request(self, max_model_len: int, in_flight_tokens: int = IN_FLIGHT_TOKENS) -> int:
+        """A full-attention group holds cdiv(len, block) blocks; a sliding-window one cdiv(min(window - 1 + tokens
+        in flight, len), block) + 1 (SlidingWindowSpec.max_admission_blocks_per_request); a Mamba group its
+        `mamba_blocks`."""
         full = cdiv(max_model_len, self.block_size)
-        attn = sum(full if w is None else min(full, cdiv(w, self.block_size) + 1) for w in self.attention_windows)
+        attn = sum(full if w is None else cdiv(min(w - 1 + in_flight_tokens, max_model_len), self.block_size) + 1
+                   for w in self.attention_windows)
         return attn + self.mamba_groups * self.mamba_blocks
 
-    def bytes_per_request(self, max_model_len: int) -> int:
-        return self.blocks_per_request(max_model_len) * self.block_bytes
+    def bytes_per_request(self, max_model_len: int, in_flight_tokens: int = IN_FLIGHT_TOKENS) -> int:
+        return self.blocks_per_request(max_model_len, in_flight_tokens) * self.block_bytes
 
-    def tokens(self, budget_bytes: int, max_model_len: int) -> int:
+    def tokens(self, budget_bytes: int, max_model_len: int, in_flight_tokens: int = IN_FLIGHT_TOKENS) -> int:
         """vLLM's 'GPU KV cache size: N tokens': budget // block bytes blocks, over the blocks a request of
         max_model_len holds, times max_model_len (get_kv_cache_capacity)."""
         blocks = int(budget_bytes // self.block_bytes)
-        return int(blocks / self.blocks_per_request(max_model_len) * max_model_len)
+        return int(blocks / self.blocks_per_request(max_model_len, in_flight_tokens) * max_model_len)
 
 
 def pool(target: Shape, drafter: Shape | None = None, spec_tokens: int = 0, width: int = 2,
