@@ -135,6 +135,27 @@ def _unfinished(grid: Grid, sid: str, bid: str) -> bool:
     return not grid.metrics_path(sid, bid).exists()
 
 
+def launch_turns(block: list[tuple[int, str, list[str]]], launches: dict[str, Launch]) -> list[tuple[int, str, list[str]]]:
+    """A round's turns as its launches can take them: where the plan relaunches members that were to take turns
+    repeat by repeat (a group that fits neither side by side nor asleep), each member takes one turn with all its
+    bench cells of the round, in the order the members first come, so that each is launched once a round, not once
+    a repeat; otherwise the turns as they are."""
+    relaunched = {sid for _, sid, _ in block if launches[sid].residency == "relaunch"}
+    if not relaunched or len({sid for _, sid, _ in block}) == len(block):
+        return block
+    merged: dict[str, tuple[int, list[str]]] = {}
+    out: list[tuple[int, str, list[str]]] = []
+    for rnd, sid, bids in block:
+        if sid not in relaunched:
+            out.append((rnd, sid, bids))
+        elif sid in merged:
+            merged[sid][1].extend(bids)
+        else:
+            merged[sid] = (rnd, list(bids))
+            out.append((rnd, sid, merged[sid][1]))
+    return out
+
+
 def pending(grid: Grid, sid: str, rnd: int | None = None) -> list[str]:
     """The unfinished bench cells of a server cell, or of one of its rounds."""
     return [bid for bid in round_cells(grid, sid, rnd) if _unfinished(grid, sid, bid)]
