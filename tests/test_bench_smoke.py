@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 import subprocess
 import sys
@@ -49,6 +50,18 @@ def test_harness_record_has_one_shape_and_writes_nothing_without_a_path(tmp_path
     assert (tmp_path / "r.json").exists()
     harness.record(None, rounds=1, ratio=None)
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_bench_readme_lists_every_script_and_runbook_step():
+    readme = (REPO / "bench" / "README.md").read_text()
+    scripts = [p for p in (REPO / "bench").rglob("*") if p.suffix in (".py", ".sh") and p.name != "__init__.py"]
+    unlisted = [str(p.relative_to(REPO)) for p in scripts
+                if f"`{p.name}" not in readme and f"({p.relative_to(REPO / 'bench').as_posix()})" not in readme]
+    assert not unlisted, f"bench/README.md does not list {unlisted}"
+    steps = re.findall(r"^  ([a-z0-9][a-z0-9-]*)\)", (REPO / "bench" / "h200_vllm.sh").read_text(), flags=re.M)
+    assert "27b-group" in steps, steps
+    unlisted = [step for step in steps if f"`{step}`" not in readme]
+    assert not unlisted, f"bench/README.md's h200_vllm.sh row does not list its steps {unlisted}"
 
 
 def test_client_overhead_smoke():
