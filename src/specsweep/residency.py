@@ -25,6 +25,7 @@ from . import layout, model_shape, sleep_plan
 from .cells import Grid, round_of_repeat, stable_hash, sweep_rounds
 from .claims import gpu_records
 from .errors import ConfigError
+from .extra_args import flag_value
 
 MODES = ("coresident", "sleep", "relaunch")
 GIB = 1024 ** 3
@@ -273,11 +274,8 @@ def spec_tokens(spec: dict, is_baseline: bool) -> int:
 def mamba_cache_mode(extra_args: list) -> str:
     """vLLM 0.26's Mamba cache mode for a server's arguments: prefix caching is off by default on a hybrid, which
     makes it `none`; --enable-prefix-caching makes it `align` (Qwen3.5 refuses `all`); --mamba-cache-mode sets it."""
-    args = [str(a) for a in extra_args or []]
-    for i, a in enumerate(args):
-        if a.startswith("--mamba-cache-mode"):
-            return a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "none")
-    return "align" if "--enable-prefix-caching" in args else "none"
+    return flag_value(extra_args, "--mamba-cache-mode") or \
+        ("align" if flag_value(extra_args, "--enable-prefix-caching") is not None else "none")
 
 
 def gpu_need_parts(grid: Grid, sid: str) -> tuple[int, int] | None:
