@@ -213,8 +213,8 @@ def _think_id(tokenizer: str) -> int | None:
 
 class VllmSession(ServerSession):
     """A launched vLLM; between its turns asleep where its group's plan says so (residency.sleep_level): level 1
-    keeps the weights in host memory, level 2 discards them and the wake restores them (reload_weights: random
-    weights made again for --load-format dummy, real ones re-read from disk)."""
+    keeps the weights in host memory, level 2 discards them and the wake restores them (reload_weights re-reads them
+    from disk; random weights cannot be restored, so sleep_plan never sleeps them at level 2)."""
 
     @property
     def sleep_level(self) -> int:
