@@ -53,7 +53,7 @@ cfg = json.loads(p.read_text())
 cfg["dflash_config"]["mask_token"] = "<|mask|>"       # the tiny tokenizer's mask token, id 5 (SGLang's default: <|MASK|>)
 p.write_text(json.dumps(cfg, indent=2))
 PY
-    PYTHONPATH= python3 bench/shaped_pair.py $RES/models/qwen3-8b-shaped
+    python3 -m specsweep.cli shape qwen3-8b $RES/models/qwen3-8b-shaped
     PYTHONPATH=/tmp/sgl python3 -c "import importlib.metadata as m; print('sglang', m.version('sglang'), 'in /tmp/sgl')"
     ;;
   tiny) study tiny-gpu-sglang experiment=gpu_tiny server=sglang_gpu_bundle kernel=sglang_triton \

@@ -23,6 +23,10 @@
 #   tiny-relaunch  issue #28's relaunch rounds on a GPU: the tiny pair's baseline and K=7, 4 repeats in 2 rounds,
 #                sweep.residency=relaunch (4 launches)
 #   modes        8b-sleep, then tiny-relaunch
+#   27b-group    issue #44's hybrid study: experiment=gpu_27b_hybrid, the Qwen3.6-27B shape in its multimodal wrapper,
+#                the baseline and K=15 at a set acceptance length of 6.0 for both z-lab drafter layouts (four sliding
+#                layers and one full; all full) as one group of three, concurrency 1 and 8, 2 repeats (PROMPTS=N
+#                sets dataset.num_prompts);  27b-one  the same with the sliding-window layout alone (two members)
 #   coresidency  bench/coresidency.py on the 8B-shaped pair (baseline and K=15, concurrency 8, 32 prompts, 2 rounds),
 #                each server launched as its study's group would launch it (residency.plan: its memory share of
 #                the group's GPU; 2026-12-02's run wrapped the script for it, which it now does itself)
@@ -57,7 +61,9 @@ case ${1:?step} in
   install)
     bash scripts/offline_install.sh /root/whl /tmp/site .dag/wheels /tmp/dag || exit
     mkdir -p $RES/models && cp -r results/models/tiny $RES/models/
-    python3 bench/shaped_pair.py $RES/models/qwen3-8b-shaped
+    python3 -m specsweep.cli shape qwen3-8b $RES/models/qwen3-8b-shaped
+    python3 -m specsweep.cli shape qwen3.5-27b $RES/models/qwen3.5-27b-dflash-shaped
+    python3 -m specsweep.cli shape qwen3.6-27b $RES/models/qwen3.6-27b-dflash-shaped
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv ;;
   tiny) study tiny-gpu experiment=gpu_tiny server=vllm_gpu_bundle results_dir=$RES
         study tiny-gpu-local experiment=gpu_tiny server=local_cuda kernel=local_sdpa study=tiny-gpu-local \
@@ -88,6 +94,11 @@ print('mask token id ->', eot, doctor(Path(sys.argv[1] + '/drafter'), Path(sys.a
                    study=tiny-gpu-relaunch "sweep.num_speculative_tokens=[7]" sweep.repeats=4 sweep.rounds=2 \
                    sweep.residency=relaunch ;;
   modes) bash "$0" 8b-sleep; bash "$0" tiny-relaunch ;;
+  27b-one) study qwen3.6-27b-hybrid experiment=gpu_27b_hybrid pair=qwen3.6-27b-dflash server=vllm_gpu_bundle \
+             results_dir=$RES study=qwen3.6-27b-hybrid ${PROMPTS:+dataset.num_prompts=$PROMPTS} ;;
+  27b-group) study qwen3.6-27b-hybrid experiment=gpu_27b_hybrid pair=qwen3.6-27b-dflash server=vllm_gpu_bundle \
+               results_dir=$RES study=qwen3.6-27b-hybrid ${PROMPTS:+dataset.num_prompts=$PROMPTS} \
+               --also "pair=qwen3.5-27b-dflash pair.target=$RES/models/qwen3.6-27b-dflash-shaped/target" ;;
   coresidency)
     python3 bench/coresidency.py --overrides "experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES \
 sweep.num_speculative_tokens=[15] sweep.concurrency=[8] dataset.num_prompts=${PROMPTS:-32}" \
@@ -110,6 +121,6 @@ server=vllm_gpu_bundle results_dir=$RES sweep.num_speculative_tokens=[7,15] swee
               for name in qwen3-8b-cold qwen3-8b-warm; do
                 study $name experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES study=$name \
                   "sweep.num_speculative_tokens=[7,15]" "sweep.concurrency=[1,8]" sweep.repeats=3; done ;;
-  *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched | tiny-diag | 8b-group | 8b-sleep | tiny-relaunch | modes | coresidency [ROUNDS] | vllm-metrics | bg STEP ... | collect SECS | 8b-starts | 8b-studies" >&2
+  *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched | tiny-diag | 8b-group | 8b-sleep | tiny-relaunch | modes | coresidency [ROUNDS] | vllm-metrics | bg STEP ... | collect SECS | 8b-starts | 8b-studies | 27b-one | 27b-group" >&2
      exit 2 ;;
 esac

@@ -29,6 +29,7 @@ import dataclasses
 import json
 import math
 import os
+import platform
 import signal
 import sys
 import tempfile
@@ -103,9 +104,9 @@ def gpu_start(overrides: list[str], width: int | None, results: Path, cache: Pat
     vLLM's compile cache at `cache`; every member stopped before it returns."""
     os.environ[layout.VLLM_CACHE_ENV] = str(cache)
     grid = expand(compose_jobs([f"results_dir={results}", "tracking=off", *overrides]))
-    lead = grid.leads()[0]
-    members = grid.group(lead)
-    ids, claims = take_gpus(grid.group_gpus(lead))
+    lead = residency.leads(grid)[0]
+    members = residency.group(grid, lead)
+    ids, claims = take_gpus(residency.group_gpus(grid, lead))
     try:
         plan = residency.plan(grid, members, ids)
         launches = {s: dataclasses.replace(p, start_at_once=width or p.start_at_once) for s, p in plan.items()}

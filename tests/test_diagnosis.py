@@ -254,3 +254,41 @@ def test_a_cell_served_with_random_weights_gets_no_diagnosis_and_its_row_says_wh
                         "pair.built_by_workflow=false", *dummy])[0]
     check = checks.check_memory(cfg, {"gpus": []})
     assert check.status == "pass" and "random weights" in check.message
+
+
+# ---- a nested (multimodal) target's shape ---------------------------------------------------------------------
+def nested_target(models, dest):
+    """The tiny target with its config moved under text_config, as a multimodal wrapper keeps it."""
+    dest.mkdir()
+    for f in models.joinpath("target").iterdir():
+        (dest / f.name).symlink_to(f)
+    (dest / "config.json").unlink()
+    text = json.loads((models / "target" / "config.json").read_text())
+    (dest / "config.json").write_text(json.dumps({"architectures": text["architectures"],
+                                                  "model_type": text["model_type"], "text_config": text,
+                                                  "vision_config": {"depth": 1, "hidden_size": 8}}))
+    return dest, text
+
+
+def test_the_vocabulary_shapes_are_read_from_a_nested_target(tmp_path, random_results):
+    models = random_results / "models" / "tiny"
+    target, text = nested_target(models, tmp_path / "target")
+    status, evidence = counterfactuals.vocabulary_evidence({"vocab_size": text["vocab_size"]}, target, target, None)
+    assert status == diagnosis.RULED_OUT and f"target vocab_size {text['vocab_size']}," in evidence
+    status, evidence = counterfactuals.vocabulary_evidence({"vocab_size": 7}, target, target, None)
+    assert status != diagnosis.RULED_OUT and f"the drafter's vocab_size 7 is not the target's {text['vocab_size']}" \
+        in evidence
+
+
+def test_the_layer_id_counterfactuals_read_a_nested_targets_layers(tmp_path, fake_backend):
+    """The doctored drafters stay within the target's layers, read from its text_config (4 layers: +1 would read
+    past it, so only -1 is tried)."""
+    models, _ = fake_backend
+    target, _ = nested_target(models, tmp_path / "target")
+    drafter = counterfactuals.doctor(models / "drafter", tmp_path / "doctored", {"target_layer_ids": [1, 2, 3]})
+    grid, sid = measured(tmp_path / "results", drafter, models, "sweep.diagnose.below_al=100",
+                         f"pair.target={target}")
+    record = counterfactuals.diagnose(grid, sid, grid.diagnosis_path(sid), progress=False)
+    [group] = record["groups"]
+    by_cause = {c["cause"]: c for c in group["causes"]}
+    assert [cf["tag"] for cf in by_cause["target_layer_ids"]["counterfactuals"]] == ["layers-1"]

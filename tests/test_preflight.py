@@ -486,3 +486,52 @@ def test_kv_cache_mib_against_the_studys_largest_concurrency(tmp_path):
     assert vllm_checks.check_kv_cache(job(*pair, "server=vllm_gpu"), {}).message == "vLLM's own sizing"
     missing = vllm_checks.check_kv_cache(job(f"pair.target={tmp_path / 'nowhere'}"), {})
     assert missing.status == "pass" and "checked once its server is up" in missing.message
+
+
+# a nested (multimodal) target -------------------------------------------------------------------------------------
+@pytest.fixture
+def hybrid_pair(tmp_path):
+    """Qwen3.5-27B's shape as shipped: nothing of the text model at the top level (issue 44's KeyError)."""
+    from specsweep import shaped
+
+    models = shaped.write("qwen3.5-27b", tmp_path / "m", with_tokenizer=False)
+    return models, ["pair=qwen3.5-27b-dflash", f"pair.target={models / 'target'}",
+                    f"pair.drafter={models / 'drafter'}", "pair.built_by_workflow=false"]
+
+
+def test_the_drafter_check_reads_a_nested_target(hybrid_pair):
+    models, pair = hybrid_pair
+    c = checks.check_drafter(job(*pair), {})
+    assert (c.status, c.message) == ("pass", "drafter: 5 layers, ids [1, 16, 31, 46, 61], mask 248070")
+    cfg = json.loads((models / "drafter" / "config.json").read_text())
+    cfg["dflash_config"]["target_layer_ids"] = [1, 16, 31, 46, 63]
+    (models / "drafter" / "config.json").write_text(json.dumps(cfg))
+    c = checks.check_drafter(job(*pair), {})
+    assert c.status == "fail" and "target_layer_ids [63] out of range for a 64-layer target" in c.message
+
+
+def test_drafter_inference_reads_a_nested_target(hybrid_pair):
+    from specsweep import drafter_config, model_shape
+
+    models, _ = hybrid_pair
+    shapes = {"fc.weight": (5120, 5 * 5120), "layers.0.self_attn.q_proj.weight": (4096, 5120),
+              "layers.0.self_attn.k_proj.weight": (1024, 5120), "layers.0.self_attn.q_norm.weight": (128,),
+              "layers.0.mlp.gate_proj.weight": (17408, 5120)}
+    cfg, _ = drafter_config.infer_config(shapes, model_shape.read_config(models / "target"))
+    assert (cfg["num_target_layers"], cfg["vocab_size"], cfg["rope_theta"]) == (64, 248320, 10000000.0)
+    assert cfg["dflash_config"]["target_layer_ids"] == [1, 16, 31, 46, 61]
+
+
+def test_the_kv_check_reads_a_nested_hybrid_target(hybrid_pair):
+    """16 full-attention layers of 4 KV heads of 256 (4,096 bytes a token each) and the drafter's 5 of 8 x 128, in
+    vLLM's pool (model_shape.pool): groups of 5 layers, pages of 864 x 4,096 bytes, a 4096-token request holding
+    5 blocks in each of 5 attention groups and 1 + 15 in each of 10 GDN groups, none of it in all 64 layers."""
+    _, pair = hybrid_pair
+    c = vllm_checks.check_kv_cache(job(*pair, "server.kv_cache_mib=8192", "server.max_model_len=4096",
+                                       "server.dtype=bfloat16", "sweep.num_speculative_tokens=[15]",
+                                       "sweep.concurrency=[8]"), {})
+    block = 5 * 864 * 4096
+    assert 2 ** 33 // ((5 * 5 + 10 * 16) * block) == 2 and 10 * 16 * block // 2 ** 20 == 2700
+    assert c.status == "warn" and c.message.startswith(
+        "server.kv_cache_mib=8192 holds about 2 requests of max_model_len 4096 (86016 bytes a token, target and "
+        "drafter and 2700 MiB of linear-attention state a request), fewer than concurrency 8")

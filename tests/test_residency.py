@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specsweep import residency
+from specsweep import residency, sleep_plan
 from specsweep.cells import expand
 from specsweep.config import compose_jobs
 from specsweep.errors import ConfigError
@@ -32,6 +32,12 @@ def gpu_grid(tmp_path, *extra):
     return grid(f"results_dir={tmp_path / 'r'}", "server=vllm_gpu", f"pair.target={target}",
                 f"pair.drafter={drafter}", "pair.built_by_workflow=false", "sweep.concurrency=[8]",
                 "server.max_model_len=4096", "+server.extra_args=[--load-format,dummy]", *extra)
+
+
+@pytest.fixture
+def big_host(monkeypatch):
+    """A host whose memory holds every sleeping member's weights (sleep level 1), whatever this machine has."""
+    monkeypatch.setattr(sleep_plan, "host_available", lambda: 512 * GIB)
 
 
 def lead_members(g):
@@ -166,9 +172,9 @@ def test_gpu_members_split_the_budget_by_their_needs(tmp_path):
     g = gpu_grid(tmp_path)
     ms = lead_members(g)
     needs = {s: residency.gpu_need_bytes(g, s) for s in ms}
-    # the 8B shape: about 17 GiB of weights (2 bytes a parameter; vLLM 0.26 loaded 17.2 GiB on the H200), 8 x 4096
-    # tokens of KV at 144 KiB a token (4.5 GiB) and the 4 GiB overhead
-    assert 24 * GIB < needs[ms[0]] < 27 * GIB
+    # the 8B shape: about 15.3 GiB of weights (2 bytes a parameter; vLLM 0.26 loaded 15.27 GiB on the H200), 8 x
+    # 4096 tokens of KV at 144 KiB a token (4.5 GiB) and the 4 GiB overhead
+    assert 23 * GIB < needs[ms[0]] < 25 * GIB
     assert needs[ms[1]] == needs[ms[2]] > needs[ms[0]]                     # a drafter adds its weights and KV
     plan = residency.plan(g, ms, ["0"], device_bytes=140 * GIB)
     shares = [plan[s].gpu_memory_utilization for s in ms]
@@ -188,7 +194,7 @@ def test_a_float32_member_needs_four_bytes_a_value(tmp_path):
         assert full == 2 * half
 
 
-def test_a_gpu_group_that_does_not_fit_sleeps_on_vllm_and_says_the_sizes(tmp_path):
+def test_a_gpu_group_that_does_not_fit_sleeps_on_vllm_and_says_the_sizes(tmp_path, big_host):
     g = gpu_grid(tmp_path)
     plan = residency.plan(g, lead_members(g), ["0"], device_bytes=40 * GIB)
     assert {p.residency for p in plan.values()} == {"sleep"}
@@ -197,7 +203,7 @@ def test_a_gpu_group_that_does_not_fit_sleeps_on_vllm_and_says_the_sizes(tmp_pat
     assert all(p.gpu_memory_utilization == 0.85 for p in plan.values())   # one awake at a time: the whole budget
 
 
-def test_an_unknown_device_size_is_no_split(tmp_path, monkeypatch):
+def test_an_unknown_device_size_is_no_split(tmp_path, monkeypatch, big_host):
     monkeypatch.setenv("SPECSWEEP_GPUS", "0")               # an inventory without memory sizes
     g = gpu_grid(tmp_path)
     plan = residency.plan(g, lead_members(g), ["0"])
@@ -236,7 +242,7 @@ def test_an_unknown_residency_is_one_line():
         residency.plan(g, lead_members(g))
 
 
-def test_preflight_says_how_each_group_will_run_and_warns_of_a_fallback(tmp_path):
+def test_preflight_says_how_each_group_will_run_and_warns_of_a_fallback(tmp_path, big_host):
     from specsweep import checks
 
     g = gpu_grid(tmp_path)
@@ -244,7 +250,7 @@ def test_preflight_says_how_each_group_will_run_and_warns_of_a_fallback(tmp_path
     fits = checks.check_residency(cfg, {"gpus": [{"index": "0", "memory_total_mib": 143771}]})
     assert fits.status == "pass" and "3 server(s) of group" in fits.message and "GPU memory shares" in fits.message
     small = checks.check_residency(cfg, {"gpus": [{"index": "0", "memory_total_mib": 40960}]})
-    assert small.status == "warn" and "sleep (the group's servers need 82.0 GiB together" in small.message
+    assert small.status == "warn" and "sleep (the group's servers need 76.9 GiB together" in small.message
     one = grid("sweep.start_at_once=1")
     cpu = checks.check_residency(one.configs[residency.leads(one)[0]], {"gpus": []})
     assert cpu.status == "pass" and cpu.message.endswith("coresident, idle ones paused")
@@ -263,3 +269,53 @@ def test_the_local_engine_on_a_gpu_is_coresident_in_its_process(tmp_path):
     assert {p.residency for p in plan.values()} == {"coresident"} and all(p.gpu_ids == ("0",) for p in plan.values())
     from specsweep import checks
     assert checks.check_residency(g.configs[residency.leads(g)[0]], {"gpus": []}).status == "pass"
+
+
+def test_a_nested_hybrid_target_is_counted_as_vllm_counts_it(tmp_path, big_host):
+    """The 27B-shaped hybrid inside its multimodal wrapper (specsweep shape qwen3.6-27b): weights of the text model
+    (vLLM logged 50.2 GiB, 53.5 with the drafter), KV in its 16 full-attention layers only, each sequence's context
+    rounded up to vLLM's attention block (784 tokens, 864 at K=15), and 48 GDN layers' state a sequence."""
+    from specsweep import model_shape, shaped
+
+    models = shaped.write("qwen3.6-27b", tmp_path / "m", with_tokenizer=False)
+    g = grid(f"results_dir={tmp_path / 'r'}", "server=vllm_gpu", "pair=qwen3.5-27b-dflash",
+             f"pair.target={models / 'target'}", f"pair.drafter={models / 'drafter'}", "sweep.concurrency=[8]",
+             "sweep.num_speculative_tokens=[15]", "server.max_model_len=4096",
+             "+server.extra_args=[--load-format,dummy]")
+    ms = lead_members(g)
+    base, k15 = ms[0], ms[1]
+    t, d = model_shape.shape(models / "target"), model_shape.shape(models / "drafter")
+    weights = {base: t.weights_bytes(2), k15: t.weights_bytes(2) + d.weights_bytes(2)}
+    assert weights[base] > 45 * GIB                                 # not the 0 GiB a top-level read gave
+    # a request of 4096 tokens: the baseline 6 attention blocks of 784 and one in each of 3 GDN groups of 16 layers;
+    # with the sliding-window drafter at K=15, groups of one layer (its one full layer is the fewest of a kind):
+    # 16 + 1 full layers of 5 blocks of 864, 4 sliding (window 2048, and the tokens in flight) of 6, 48 GDN of 16
+    pools = {base: 8 * (6 + 3) * 784 * 4096 * 16, k15: 8 * (17 * 5 + 4 * 6 + 48 * 16) * 864 * 4096}
+    for s in (base, k15):
+        assert residency.gpu_need_bytes(g, s) == weights[s] + pools[s] + residency.GPU_OVERHEAD_GIB * GIB
+    # all 64 layers' KV and no state would have been 4x the attention cache
+    assert residency.kv_bytes(str(models / "target"), 4096) == 4096 * 16 * 4096
+    plan = residency.plan(g, ms, ["0"], device_bytes=int(139.8 * GIB))
+    assert {p.residency for p in plan.values()} == {"sleep"}            # two 50 GiB members cannot share 0.85
+    assert {p.sleep_level for p in plan.values()} == {1}
+
+
+def test_random_weights_that_do_not_fit_the_host_are_relaunched_not_slept_at_level_2(tmp_path):
+    """Two 27B-shaped members with random weights on the H200's 125 GiB host: level 1 would back up 103.7 GiB (both
+    engines died so), and level 2 cannot restore dummy weights (vLLM 0.26: "Model reloading with `dummy` format"
+    is not implemented): relaunched, saying why. Real weights there sleep at level 2 (reloaded from disk)."""
+    from specsweep import shaped
+
+    models = shaped.write("qwen3.5-27b", tmp_path / "m", with_tokenizer=False)
+    common = [f"pair.target={models / 'target'}", f"pair.drafter={models / 'drafter'}", "server=vllm_gpu",
+              "pair=qwen3.5-27b-dflash", "sweep.concurrency=[8]", "sweep.num_speculative_tokens=[15]",
+              "server.max_model_len=4096"]
+    dummy = grid(f"results_dir={tmp_path / 'a'}", *common, "+server.extra_args=[--load-format,dummy]")
+    plan = residency.plan(dummy, lead_members(dummy), ["0"], device_bytes=int(139.8 * GIB),
+                          available_bytes=125 * GIB)
+    first = next(iter(plan.values()))
+    assert {p.residency for p in plan.values()} == {"relaunch"}
+    assert "do not fit" in first.note and "cannot restore random weights" in first.note
+    real = grid(f"results_dir={tmp_path / 'b'}", *common)
+    plan = residency.plan(real, lead_members(real), ["0"], device_bytes=int(139.8 * GIB), available_bytes=125 * GIB)
+    assert {(p.residency, p.sleep_level) for p in plan.values()} == {("sleep", 2)}

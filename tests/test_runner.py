@@ -328,7 +328,7 @@ def test_a_gpu_group_of_vllm_members_starts_at_once_each_with_its_kv_fixed(monke
                                  "dataset.num_prompts=3", "tracking=off"]))
         bench = next(iter(next(iter(g.benches.values())).values())).spec
         materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
-        lead = g.leads()[0]
+        lead = residency.leads(g)[0]
         starting, up, given = [], [], {}
 
         class Asleep(FakeSession):
@@ -352,7 +352,7 @@ def test_a_gpu_group_of_vllm_members_starts_at_once_each_with_its_kv_fixed(monke
                             lambda: types.SimpleNamespace(available=128 * GIB))
         runner.run_group(g, lead, results / "marker.done", progress=False)
         assert max(n for _, n in up) == started_together
-        for sid in g.group(lead):
+        for sid in residency.group(g, lead):
             m = read_json(g.metrics_path(sid, next(iter(g.benches[sid]))))
             assert m["start_at_once"] == started_together
             assert m.get("kv_cache_mib_given") == given[sid] and (given[sid] is None) == (started_together == 1)

@@ -131,3 +131,14 @@ def test_preflight_runs_every_row_for_vllm_only(monkeypatch):
     assert {f"vllm_{r.name}" for r in ROWS} <= set(names)
     local = preflight.run_checks([job("server=local", "kernel=local_sdpa")], env_for(job(), monkeypatch))
     assert not any(c.name.startswith("vllm_") and c.name != "vllm_dflash" for c in local)
+
+
+def test_a_hybrid_inside_a_multimodal_wrapper_warns_too(tmp_path):
+    """Qwen3.5/3.6-27B as shipped: the layer types sit in text_config (specsweep shape writes it so)."""
+    from specsweep import shaped
+
+    models = shaped.write("qwen3.5-27b", tmp_path / "m", with_tokenizer=False)
+    overrides = [f"pair.target={models / 'target'}", f"pair.drafter={models / 'drafter'}",
+                 "pair.built_by_workflow=false"]
+    c = ROW["hybrid_target"](job(*overrides), probed("0.26.0"))
+    assert c.status == "warn" and "hybrid linear-attention/Mamba model (linear_attention)" in c.message

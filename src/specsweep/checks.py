@@ -9,7 +9,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import backends, drafter_config
+from . import backends, drafter_config, model_shape
 from .claims import port_is_free, port_owner
 from .cells import random_weights
 from .nested import aslist
@@ -110,11 +110,12 @@ def check_drafter(cfg, env):
     if ddir is None:
         return warn(name, f"drafter {pair['drafter']} is not on this machine: its config is checked when it is "
                           "downloaded")
-    target = drafter_config.read_config(tdir) if tdir else None
-    cfg_d = drafter_config.read_config(ddir)
+    target = model_shape.shape(tdir) if tdir else None
+    cfg_d = model_shape.read_config(ddir)
     if cfg_d is None:
         try:
-            inferred, assumed = drafter_config.infer_config(drafter_config.weight_shapes(ddir), target)
+            inferred, assumed = drafter_config.infer_config(drafter_config.weight_shapes(ddir),
+                                                            model_shape.read_config(tdir) if tdir else None)
         except (ValueError, KeyError) as e:
             return fail(name, f"{ddir} has no config.json and its weights do not say what it is ({e})")
         return fail(name, f"{ddir} has no config.json: run `specsweep drafter inspect {ddir} --write` to write the "
@@ -126,7 +127,7 @@ def check_drafter(cfg, env):
                           "(Qwen3 drafters use 151669, Qwen3.5 248070) or set pair.mask_token_id")
     if target is None:
         return warn(name, f"target {pair['target']} is not on this machine: drafter/target agreement not checked")
-    n = target["num_hidden_layers"]
+    n = target.layers
     ids = drafter_config.target_layer_ids(cfg_d) or []
     backend = (cfg.get("server") or {}).get("backend", "vllm")     # `specsweep drafter inspect` gives no server
     offset = env.get("server_env", {}).get("dflash_layer_offset")    # what this vLLM adds to each (its probe)
@@ -138,21 +139,21 @@ def check_drafter(cfg, env):
         who = getattr(facts, "LABEL", f"the {backend} backend")
         return fail(name, f"target_layer_ids {bad} out of range for a {n}-layer target: {who} adds {offset} to "
                           f"each, so each must be 0..{n - 1 - offset}; fix dflash_config.target_layer_ids")
-    if cfg_d.get("hidden_size") != target.get("hidden_size"):
-        return fail(name, f"drafter hidden_size {cfg_d.get('hidden_size')} != target's {target.get('hidden_size')}: "
+    if cfg_d.get("hidden_size") != target.hidden:
+        return fail(name, f"drafter hidden_size {cfg_d.get('hidden_size')} != target's {target.hidden}: "
                           "this drafter was trained for another target; pick the matching pair")
     if cfg_d.get("num_target_layers") not in (None, n):
         return fail(name, f"drafter num_target_layers {cfg_d['num_target_layers']} != the target's {n} layers: "
                           "this drafter was trained for another target; pick the matching pair")
-    if cfg_d.get("vocab_size") not in (None, target.get("vocab_size")):
-        return fail(name, f"drafter vocab_size {cfg_d['vocab_size']} != target's {target.get('vocab_size')}: the "
+    if cfg_d.get("vocab_size") not in (None, target.vocab):
+        return fail(name, f"drafter vocab_size {cfg_d['vocab_size']} != target's {target.vocab}: the "
                           "drafter shares the target's embeddings, so both need one tokenizer; pick the matching pair")
     tok = pair["tokenizer"]
     if tok and local_dir(tok) and local_dir(tok) != tdir:
         tcfg = _tokenizer_vocab(local_dir(tok))
-        if tcfg is not None and tcfg > target.get("vocab_size", tcfg):
+        if tcfg is not None and tcfg > (target.vocab or tcfg):
             return fail(name, f"pair.tokenizer {tok} has {tcfg} tokens but the target's vocab is "
-                              f"{target['vocab_size']}: use the target's own tokenizer (pair.tokenizer=null)")
+                              f"{target.vocab}: use the target's own tokenizer (pair.tokenizer=null)")
     return ok(name, f"{ddir.name}: {cfg_d.get('num_hidden_layers')} layers, ids {ids}, mask {mask}")
 
 

@@ -16,7 +16,7 @@ import json
 import time
 from pathlib import Path
 
-from . import backends, diagnosis, drafter_config, layout, metrics, residency
+from . import backends, diagnosis, drafter_config, layout, metrics, model_shape, residency
 from .cells import Grid
 from .acceptance_checkpoint import groups_needed, settings
 from .checks import local_dir
@@ -179,9 +179,9 @@ def diagnose_group(grid: Grid, sid: str, bids: list[str], thinking: bool, prompt
         found = causes[-1]["status"] == diagnosis.CONFIRMED
 
     ddir = local_dir(spec.get("drafter")) if spec["method"] == "dflash" else None
-    dcfg = drafter_config.read_config(ddir) if ddir else None
+    dcfg = model_shape.read_config(ddir) if ddir else None
     tdir, tokdir = local_dir(spec["target"]), local_dir(spec["tokenizer"])
-    target = drafter_config.read_config(tdir) if tdir else None
+    target = model_shape.shape(tdir) if tdir else None
     # 2. the target_layer_ids offset
     ids = drafter_config.target_layer_ids(dcfg) if dcfg else None
     if found:
@@ -192,7 +192,7 @@ def diagnose_group(grid: Grid, sid: str, bids: list[str], thinking: bool, prompt
         causes.append(_cause("target_layer_ids", diagnosis.NOT_TESTED,
                              "the drafter's or the target's config is not on this machine: no doctored drafter"))
     else:
-        top = max_layer_id(spec["server"]["backend"], target["num_hidden_layers"], env)
+        top = max_layer_id(spec["server"]["backend"], target.layers, env)
         tried, what = [], {}
         for shift in (-1, 1):
             shifted = [i + shift for i in ids]

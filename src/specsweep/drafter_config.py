@@ -1,9 +1,10 @@
 """What a DFlash drafter checkpoint is: its config, or one inferred from the safetensors shapes alone."""
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
+
+from . import model_shape
 
 
 def weight_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
@@ -45,14 +46,17 @@ def infer_config(shapes: dict[str, tuple[int, ...]], target: dict | None = None)
         "hidden_act": "silu", "attention_bias": "layers.0.self_attn.q_proj.bias" in shapes,
     }
     assumed.append("hidden_act=silu, rms_norm_eps and rope settings copied from the target (Qwen3 defaults)")
-    if target:
-        n = target["num_hidden_layers"]
-        cfg.update(num_target_layers=n, vocab_size=target["vocab_size"],
-                   rms_norm_eps=target.get("rms_norm_eps", 1e-6), rope_theta=target.get("rope_theta", 1e6),
-                   max_position_embeddings=target.get("max_position_embeddings", 40960))
+    shape = model_shape.shape(target) if target else None
+    if shape:
+        text = model_shape.text_config(target)
+        n = shape.layers
+        rope = (text.get("rope_parameters") or {}).get("rope_theta")
+        cfg.update(num_target_layers=n, vocab_size=shape.vocab, rms_norm_eps=text.get("rms_norm_eps", 1e-6),
+                   rope_theta=text.get("rope_theta") or rope or 1e6,
+                   max_position_embeddings=text.get("max_position_embeddings", 40960))
         ids = default_target_layer_ids(n, k)
         assumed.append(f"target_layer_ids={ids}: the authors' default spacing for {k} context layers of {n}")
-        mask = target.get("mask_token_id")
+        mask = target.get("mask_token_id", text.get("mask_token_id"))
         if mask is None:
             assumed.append("mask_token_id unknown: set dflash_config.mask_token_id (Qwen3 drafters use 151669)")
         cfg["dflash_config"] = {"target_layer_ids": ids, "mask_token_id": mask}
@@ -60,11 +64,6 @@ def infer_config(shapes: dict[str, tuple[int, ...]], target: dict | None = None)
         assumed.append(f"{k} context layers, but no target config was given: target_layer_ids, vocab_size and "
                        "mask_token_id are left out")
     return cfg, assumed
-
-
-def read_config(path: str | Path) -> dict | None:
-    f = Path(path) / "config.json"
-    return json.loads(f.read_text()) if f.exists() else None
 
 
 def mask_token_id(cfg: dict) -> int | None:

@@ -7,7 +7,7 @@ import json
 import struct
 from pathlib import Path
 
-from . import diagnosis, drafter_config
+from . import diagnosis, model_shape
 from .checks import _tokenizer_ids
 
 
@@ -41,10 +41,10 @@ def vocabulary_evidence(drafter: dict, target_dir: Path | None, tokenizer_dir: P
                         mask_id: int | None) -> tuple[str, str]:
     """(status, evidence) of a tokenizer or vocabulary mismatch, from shapes alone: no counterfactual exists (the
     drafter reads the target's embeddings and lm_head, so there is no other vocabulary to try)."""
-    target = drafter_config.read_config(target_dir) if target_dir else None
+    target = model_shape.read_config(target_dir) if target_dir else None
     if target is None:
         return diagnosis.NOT_TESTED, "the target's config is not on this machine: shapes not compared"
-    tv = target.get("vocab_size")
+    tv = model_shape.text_config(target).get("vocab_size")
     embed = next((s for n, s in safetensors_shapes(target_dir).items() if n.endswith("embed_tokens.weight")), None)
     ids = _tokenizer_ids(tokenizer_dir) if tokenizer_dir else None
     tok = max(ids.values()) + 1 if ids else None          # the ids the tokenizer can give, added tokens included

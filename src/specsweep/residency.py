@@ -8,7 +8,7 @@ starts them once and they take turns (turns), unless they cannot all be resident
   weights, the KV cache its bench cells need, and an overhead, the rest of the budget spread in proportion.
 - `sleep`: every member up, one awake (vLLM's sleep mode: --enable-sleep-mode, POST /sleep, /wake_up): what a GPU
   group that cannot fit side by side falls back to, where every member is vLLM; level 1 where the members' weights fit
-  in host memory, else level 2, else relaunch (sleep_level).
+  in host memory, else level 2, else relaunch (sleep_plan).
 - `relaunch`: one launch per member per round, as the rounds of earlier releases ran: the last way.
 What was chosen, and why, is recorded in each launch's server.json entry and each bench cell's metrics.json
 (`residency`, `residency_note`).
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from . import layout, repeats
+from . import layout, model_shape, repeats, sleep_plan
 from .cells import Grid, round_of_repeat, stable_hash
 from .claims import gpu_records
 from .errors import ConfigError
@@ -225,57 +225,64 @@ def cpu_need_gib(grid: Grid, sid: str) -> float:
     return kv + CPU_SERVER_GIB
 
 
-def _model_config(path: str) -> dict | None:
-    try:
-        return json.loads((Path(path) / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def dtype_bytes(dtype: str) -> int:
-    """Bytes a value of server.dtype takes (the weights' and the KV cache's): 4 for float32, else 2."""
-    return 4 if dtype in ("float32", "float") else 2
-
-
 def weights_bytes(path: str | None, dummy: bool, width: int = 2) -> int | None:
     """A model's weights on the GPU: its safetensors files' size, or, for random (dummy) weights or a folder
-    without them, `width` bytes a parameter counted from its config; None where neither is on this machine."""
+    without them, `width` bytes a parameter counted from its shape (model_shape: the text model only, as served
+    with --language-model-only); None where neither is on this machine."""
     if not path:
         return 0
     files = list(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
     if files and not dummy:
         return sum(f.stat().st_size for f in files)
-    cfg = _model_config(path)
-    if not cfg:
-        return None
-    h, layers = cfg.get("hidden_size", 0), cfg.get("num_hidden_layers", 0)
-    inter, vocab = cfg.get("intermediate_size", 4 * h), cfg.get("vocab_size", 0)
-    return width * (layers * (4 * h * h + 3 * h * inter) + 2 * vocab * h)
+    s = model_shape.shape(path)
+    return None if s is None else s.weights_bytes(width)
 
 
 def kv_bytes(path: str, tokens: int, dtype_bytes: int = 2) -> int | None:
-    """The KV cache `tokens` tokens take in a model of this config: 2 (K and V) x layers x KV heads x head size."""
-    cfg = _model_config(path)
-    if not cfg:
-        return None
-    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads", 1)
-    head_dim = cfg.get("head_dim") or cfg.get("hidden_size", 0) // cfg.get("num_attention_heads", 1)
-    return 2 * cfg.get("num_hidden_layers", 0) * heads * head_dim * dtype_bytes * tokens
+    """The KV cache `tokens` tokens take in a model of this shape: 2 (K and V) x attention layers (full and
+    sliding; a hybrid's linear-attention layers hold none) x KV heads x head size."""
+    s = model_shape.shape(path)
+    return None if s is None else s.kv_bytes_per_token(dtype_bytes) * tokens
+
+
+def spec_tokens(spec: dict, is_baseline: bool) -> int:
+    """The speculative tokens a server drafts (vLLM sizes a hybrid's conv state with them): its largest K."""
+    if is_baseline:
+        return 0
+    ks = spec.get("num_speculative_tokens")
+    ks = ks if isinstance(ks, list) else [ks]
+    return max([int(k) for k in ks if k] or [0])
+
+
+def mamba_cache_mode(extra_args: list) -> str:
+    """vLLM 0.26's Mamba cache mode for a server's arguments: prefix caching is off by default on a hybrid, which
+    makes it `none`; --enable-prefix-caching makes it `align` (Qwen3.5 refuses `all`); --mamba-cache-mode sets it."""
+    args = [str(a) for a in extra_args or []]
+    for i, a in enumerate(args):
+        if a.startswith("--mamba-cache-mode"):
+            return a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "none")
+    return "align" if "--enable-prefix-caching" in args else "none"
 
 
 def gpu_need_parts(grid: Grid, sid: str) -> tuple[int, int] | None:
-    """One GPU member's memory in two parts: (weights, target and drafter, and an overhead; the KV cache of its
-    largest concurrency at the full context), or None where a model's config is not on this machine."""
+    """One GPU member's memory in two parts, as vLLM 0.26 counts it (model_shape.pool): (weights, target and
+    drafter, and an overhead; the KV cache blocks its largest concurrency holds at the full context: attention
+    layers only, in blocks of vLLM's attention block size, which a hybrid raises to the Mamba page, and a hybrid's
+    conv and recurrent state a sequence, at mamba_ssm_dtype, a block for each speculative token), or None where a
+    model's config is not on this machine."""
     cell = grid.servers[sid]
     spec = cell.spec
-    tokens = grid.max_concurrency(sid) * int(spec["server"]["max_model_len"])
-    width = dtype_bytes(spec["server"]["dtype"])
+    extra = spec["server"].get("extra_args") or []
+    seqs, ctx = grid.max_concurrency(sid), int(spec["server"]["max_model_len"])
+    width = model_shape.dtype_bytes(spec["server"]["dtype"])
+    k = spec_tokens(spec, cell.is_baseline)
     models = [spec["target"]] + ([spec["drafter"]] if not cell.is_baseline and spec.get("drafter") else [])
+    shapes = [model_shape.shape(m) for m in models]
     weights = [weights_bytes(m, _dummy(spec), width) for m in models]
-    kv = [kv_bytes(m, tokens, width) for m in models]
-    if any(p is None for p in weights + kv):
+    if any(s is None for s in shapes) or any(w is None for w in weights):
         return None
-    return int(sum(weights) + GPU_OVERHEAD_GIB * GIB), int(sum(kv))
+    pool = model_shape.pool(shapes[0], shapes[1] if len(shapes) > 1 else None, k, width, mamba_cache_mode(extra))
+    return int(sum(weights) + GPU_OVERHEAD_GIB * GIB), int(seqs * pool.bytes_per_request(ctx))
 
 
 def gpu_need_bytes(grid: Grid, sid: str) -> int | None:
@@ -400,68 +407,9 @@ def _gpu_plan(grid: Grid, members: list[str], mode: str, gpu_ids: list[str], dev
         return {s: Launch("relaunch", gpu_ids=ids, note="sweep.residency sleep needs vLLM for every member (its "
                           "sleep mode): relaunched one at a time") for s in members}
     device = device_bytes if device_bytes is not None else device_memory(gpu_ids)
-    level, why = sleep_level(grid, members, device, budget, available_bytes)
+    level, why = sleep_plan.sleep_level(grid, members, device, budget, available_bytes)
     note = f"{note}; {why}" if note else why
     if level is None:
         return {s: Launch("relaunch", gpu_ids=ids, note=f"{note}: relaunched one at a time") for s in members}
     return {s: Launch("sleep", gpu_ids=ids, gpu_memory_utilization=budget, sleep_level=level, note=note,
                       record={"sleep_level_why": why}) for s in members}
-
-
-# ---- which sleep ---------------------------------------------------------------------------------------------
-# Level 1 keeps each sleeping member's weights in host memory: the members are all asleep at once between turns (each
-# sleeps at the end of its turn, before the next wakes), so their weights together must fit this share of the host's
-# available memory (MemAvailable): two 27B-shaped members (50.2 + 53.5 GiB) on a 125 GiB host killed both engines
-# (issue 44). Level 2 keeps nothing on the host; a sleeping member still holds its CUDA context and CUDA graphs on the
-# GPU (about SLEEP_GPU_GIB), and vLLM refuses to start, or wake into, a member whose gpu_memory_utilization of the
-# device is not free: the others' leftovers must fit in the budget's rest.
-HOST_FRACTION = 0.8
-SLEEP_GPU_GIB = 2.0
-
-
-def host_available() -> int:
-    """This host's available memory (MemAvailable: what can be taken without swapping)."""
-    return psutil.virtual_memory().available
-
-
-def sleeping_weights_bytes(grid: Grid, sid: str) -> int | None:
-    """What a member backs up in host memory at sleep level 1: its weights on the GPU (model_shape's count, the
-    language model only where the launch drops a vision tower), target and drafter; None where a shape is unknown."""
-    from .model_shape import shape
-
-    cell = grid.servers[sid]
-    spec = cell.spec
-    width = dtype_bytes(spec["server"]["dtype"])
-    total = 0
-    for path in [spec["target"]] + ([spec["drafter"]] if not cell.is_baseline and spec.get("drafter") else []):
-        got = shape(path)
-        if got is None:
-            return None
-        total += got.weights_bytes(width, language_only=True)
-    return total
-
-
-def sleep_level(grid: Grid, members: list[str], device_bytes: int | None, budget: float,
-                available_bytes: int | None = None) -> tuple[int | None, str]:
-    """vLLM's sleep level for a group (1, 2, or None: relaunch instead) and why. Level 1 where the members' weights
-    fit in HOST_FRACTION of the host's available memory (`available_bytes`, looked up where not given); else level
-    2, where the sleeping members' leftovers on the GPU (SLEEP_GPU_GIB each) fit beside the awake one's budget; else
-    None."""
-    weights = {s: sleeping_weights_bytes(grid, s) for s in members}
-    free = available_bytes if available_bytes is not None else host_available()
-    if all(w is not None for w in weights.values()):
-        asleep = sum(weights.values())
-        if asleep <= HOST_FRACTION * free:
-            return 1, (f"sleep level 1: the members' weights ({asleep / GIB:.1f} GiB) fit in host memory "
-                       f"({free / GIB:.1f} GiB available)")
-        host = (f"the members' weights ({asleep / GIB:.1f} GiB, all asleep between turns) do not fit in "
-                f"{HOST_FRACTION:.0%} of the host's {free / GIB:.1f} GiB available")
-    else:
-        host = "a member's weights are unknown here, so level 1's host backup could not be checked"
-    left = (len(members) - 1) * SLEEP_GPU_GIB * GIB
-    if device_bytes and left > (1 - budget) * device_bytes:
-        return None, (f"{host}, and level 2's {len(members) - 1} sleeping members (about {SLEEP_GPU_GIB:g} GiB each "
-                      f"left on the GPU) would not leave the awake one its {budget} of the "
-                      f"{device_bytes / GIB:.0f} GiB GPU")
-    return 2, f"{host}: sleep level 2 (weights discarded, restored at each wake)"
-

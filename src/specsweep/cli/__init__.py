@@ -8,10 +8,10 @@ import argparse
 import sys
 
 from ..errors import SpecsweepError
-from . import bench, cells, compare, doctor, drafter, ingest, sweep, trace, tune
+from . import bench, cells, compare, doctor, drafter, ingest, shape, sweep, trace, tune
 from .runs import expand_multirun, override_runs, run_jobs  # noqa: F401 - the grid's runs, for callers and tests
 
-COMMANDS = (sweep, cells, bench, ingest, compare, tune, doctor, trace, drafter)   # in `specsweep --help`'s order
+COMMANDS = (sweep, cells, bench, ingest, compare, tune, doctor, trace, shape, drafter)   # in `specsweep --help`'s order
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,7 +18,7 @@ def add(sub) -> None:
 
 def main(args) -> int:
     """What a drafter checkpoint is: shapes, its config or the one they imply, and its fit to a target."""
-    from .. import checks, drafter_config
+    from .. import checks, drafter_config, model_shape
     from ..results import atomic_write_json
 
     path = Path(args.path)
@@ -32,8 +32,8 @@ def main(args) -> int:
             print(f"  {name:48s} {list(shape)}")
     n_layers = len({n.split(".")[1] for n in shapes if n.startswith("layers.")})
     print(f"  ... {n_layers} layer(s), {sum(_numel(s) for s in shapes.values()) / 1e6:.2f}M parameters")
-    target = drafter_config.read_config(args.target) if args.target else None
-    existing = drafter_config.read_config(path)
+    target = model_shape.read_config(args.target) if args.target else None
+    existing = model_shape.read_config(path)
     if existing is not None:
         print("config.json:", json.dumps({k: existing.get(k) for k in (
             "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",

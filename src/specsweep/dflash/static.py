@@ -76,7 +76,7 @@ class StaticPair:
     def __init__(self, target, drafter: DFlashDrafter | None, batch: int, max_len: int, block_size: int,
                  cuda_graph: bool = False, compile: str | None = None, compile_scope: str = "layer",
                  linear: str = "torch"):
-        cfg = target.config
+        cfg = target.config.get_text_config()          # a multimodal wrapper keeps the text model inside
         p = next(target.parameters())
         self.device, self.dtype = p.device, p.dtype
         self.batch, self.max_len, self.block_size = batch, max_len, block_size

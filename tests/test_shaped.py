@@ -1,0 +1,78 @@
+"""specsweep shape: config-only replicas that vLLM reads as the published models (field names checked by loading
+them with transformers' own config classes, which vLLM 0.26 uses for Qwen3 and Qwen3.5), and their shapes as
+model_shape reads them."""
+import json
+
+import pytest
+
+from specsweep import cli, model_shape, shaped
+from specsweep.errors import SpecsweepError
+
+
+@pytest.mark.parametrize("name, layer_types", [
+    ("qwen3.5-27b", ["full_attention"] * 5),
+    ("qwen3.6-27b", ["sliding_attention"] * 4 + ["full_attention"]),
+])
+def test_the_27b_replicas_are_what_vllm_reads(tmp_path, name, layer_types):
+    from transformers import AutoConfig
+
+    out = shaped.write(name, tmp_path / name, with_tokenizer=False)
+    raw = model_shape.read_config(out / "target")
+    assert "num_hidden_layers" not in raw and raw["architectures"] == ["Qwen3_5ForConditionalGeneration"]
+    cfg = AutoConfig.from_pretrained(out / "target")
+    text = cfg.get_text_config()
+    assert type(cfg).__name__ == "Qwen3_5Config" and type(text).__name__ == "Qwen3_5TextConfig"
+    assert (text.num_hidden_layers, text.hidden_size, text.num_attention_heads, text.num_key_value_heads,
+            text.head_dim, text.vocab_size, text.intermediate_size) == (64, 5120, 24, 4, 256, 248320, 17408)
+    assert (text.linear_num_key_heads, text.linear_num_value_heads, text.linear_key_head_dim,
+            text.linear_value_head_dim, text.linear_conv_kernel_dim) == (16, 48, 128, 128, 4)
+    assert text.layer_types.count("full_attention") == 16 and text.layer_types[3] == "full_attention"
+    assert cfg.vision_config.out_hidden_size == text.hidden_size
+    draft = AutoConfig.from_pretrained(out / "drafter")
+    assert type(draft).__name__ == "Qwen3Config" and draft.layer_types == layer_types
+    raw_d = model_shape.read_config(out / "drafter")
+    assert raw_d["dflash_config"] == {"mask_token_id": 248070, "target_layer_ids": [1, 16, 31, 46, 61]}
+    assert raw_d["num_target_layers"] == 64 and raw_d["block_size"] == 16
+    assert max(raw_d["dflash_config"]["target_layer_ids"]) <= 64 - 2        # vLLM taps id + 1
+    t, d = model_shape.shape(out / "target"), model_shape.shape(out / "drafter")
+    assert t.hybrid and t.multimodal and d.hidden == t.hidden and d.context_layers == 5
+
+
+def test_the_8b_replica_and_its_tokenizer(tmp_path):
+    """The shape bench/h200_vllm.sh serves: Qwen3-8B and its drafter; the tokenizer has every id of the vocab."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    assert cli.main(["shape", "qwen3-8b", str(tmp_path / "p")]) == 0
+    cfg = AutoConfig.from_pretrained(tmp_path / "p" / "target")
+    assert (type(cfg).__name__, cfg.num_hidden_layers, cfg.vocab_size) == ("Qwen3Config", 36, 151936)
+    tok = AutoTokenizer.from_pretrained(tmp_path / "p" / "target")
+    assert len(tok) == 151936 and tok.convert_tokens_to_ids("<|MASK|>") == 151669
+    assert tok.eos_token_id == json.loads((tmp_path / "p" / "target" / "generation_config.json").read_text())[
+        "eos_token_id"] == 151645
+    d = model_shape.read_config(tmp_path / "p" / "drafter")
+    assert d["dflash_config"]["target_layer_ids"] == [1, 9, 17, 25, 33]
+
+
+def test_an_unknown_shape_is_one_line(tmp_path, capsys):
+    with pytest.raises(SpecsweepError, match="no shape 'llama-70b': pick one of qwen3-8b, qwen3.5-27b, qwen3.6-27b"):
+        shaped.write("llama-70b", tmp_path)
+    assert cli.main(["shape", "llama-70b", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == ("specsweep: shape: no shape 'llama-70b': pick one of qwen3-8b, "
+                                               "qwen3.5-27b, qwen3.6-27b")
+
+
+@pytest.mark.parametrize("pair, shape", [("qwen3.5-27b-dflash", "qwen3.5-27b"), ("qwen3.6-27b-dflash", "qwen3.6-27b")])
+def test_the_27b_preset_finds_its_replicas_and_passes_the_pair_checks(tmp_path, pair, shape):
+    """experiment=gpu_27b_hybrid, as bench/h200_vllm.sh's install step lays the replicas out."""
+    from specsweep import checks
+    from specsweep.backends.vllm import checks as vllm_checks
+    from specsweep.config import compose_jobs
+
+    shaped.write(shape, tmp_path / "models" / f"{pair}-shaped", with_tokenizer=False)
+    [cfg] = compose_jobs(["experiment=gpu_27b_hybrid", "server=vllm_gpu", f"results_dir={tmp_path}",
+                          f"pair={pair}"])
+    assert cfg["study"] == f"{pair}-shaped" and "--language-model-only" in cfg["server"]["extra_args"]
+    for check in (checks.check_pair_paths, checks.check_drafter, checks.check_thinking, checks.check_max_tokens,
+                  checks.check_num_speculative_tokens, vllm_checks.check_kv_cache):
+        c = check(cfg, {})
+        assert c.status == "pass", (check.__name__, c.message)
