@@ -198,3 +198,20 @@ def test_what_auto_and_aa_refuse_is_one_line(tmp_path, extra, words):
     with pytest.raises(ConfigError, match=words) as e:
         compose_jobs([f"results_dir={tmp_path}", "sweep.repeats=auto", *extra])
     assert "\n" not in str(e.value)
+
+
+def test_the_aa_check_holds_no_group(tmp_path, monkeypatch):
+    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=10", "sweep.aa=true")
+    events = []
+    timed_backend(monkeypatch, events, k_factor(g, {0: 1.0, 3: 0.6, 7: 0.36}), noise=0.25)
+    runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    record = read_json(g.server_dir(lead) / layout.LOOKS)
+    [check] = [r for name, r in record["comparisons"].items() if name.startswith("base-aa-")]
+    assert record["stopped"] == looks.ANSWERED and record["repeats"] < 10          # the others are answered
+    assert check["verdict"] == "unresolved" and check["stopped"] == looks.GROUP    # read where they stopped
+    f = g.study_files("v")
+    summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
+    from specsweep import table
+    [row] = [r for r in table.read(f.summary) if r["pair"] == AA]
+    assert row["verdict"] == "unresolved" and row["stopped"] == f"{looks.GROUP} at repeat {record['repeats']}"
+    assert row["aa_check"] is None

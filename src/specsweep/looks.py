@@ -2,7 +2,8 @@
 
 Before each repeat the group looks at its comparisons (comparisons: each member against the lead, its baseline,
 which holds the speculative cells and the A/A cell; each two speculative members that differ only in K; each at
-every bench setting) through sequential.look, on the blocks of the repeats done. Once every one is answered, or the
+every bench setting) through sequential.look, on the blocks of the repeats done. The A/A comparison (sweep.aa) is
+looked at too but holds no group: it is a check of the others, read wherever they stop. Once every one is answered, or the
 budget is spent (sweep.max_repeats; sweep.max_minutes, this job's time), it writes a not-needed record for each bench
 cell of the repeats left (repeats.py: they count as done) and the group's record (layout.LOOKS, in the lead's
 folder: the budget, why it stopped, each comparison's record), and the job runs no further turn.
@@ -19,6 +20,7 @@ from .cells import Grid, stable_hash
 from .results import atomic_write_json, read_json, read_jsonl
 
 ANSWERED, BUDGET, TIME, FIXED = "answered", "budget", "time", "fixed"   # why a comparison stopped
+GROUP = "with its group"      # an A/A comparison not answered where the others were
 
 
 def k_pairs(grid: Grid, sids: list[str]) -> list[tuple[str, str]]:
@@ -71,6 +73,7 @@ class Looks:
         self.budget = repeats.budget(grid.configs[members[0]]["sweep"])
         self.started, self.last, self.stopped = time.monotonic(), None, False
         self._rows: dict[tuple[str, str], list[dict]] = {}
+        self.cell_of: dict[str, str] = {}           # a comparison's name -> its cell
 
     @classmethod
     def of(cls, grid: Grid, members: list[str]) -> "Looks | None":
@@ -100,6 +103,7 @@ class Looks:
             for setting in sorted(mine.keys() & theirs.keys()):
                 spec = self.grid.benches[cell][next(iter(mine[setting].values()))].spec
                 name = f"{cell} vs {ref} at {setting_text(spec)} ({setting[:6]})"
+                self.cell_of[name] = cell
                 out[name] = sequential.block_log_ratios(
                     [self._requests(cell, mine[setting].get(r)) for r in range(done)],
                     [self._requests(ref, theirs[setting].get(r)) for r in range(done)])
@@ -115,8 +119,13 @@ class Looks:
         return self._rows[sid, bid]
 
     def _look(self, done: int) -> bool:
-        b = self.budget
-        stop, records = sequential.look(self.blocks(done), b["max_repeats"], b["equivalence"], repeats=done)
+        b, blocks = self.budget, self.blocks(done)
+        checks = {n for n in blocks if self.grid.servers[self.cell_of[n]].spec.get("aa")}
+        stop, records = sequential.look({n: v for n, v in blocks.items() if n not in checks}, b["max_repeats"],
+                                        b["equivalence"], repeats=done)
+        # the A/A check holds no group: it is read wherever the group stops (the sequence holds at any stop)
+        records.update({n: sequential.comparison(blocks[n], b["max_repeats"], b["equivalence"], repeats=done)
+                        for n in checks})
         late = bool(b["max_minutes"]) and time.monotonic() - self.started > 60 * b["max_minutes"]
         answered = sum(r["verdict"] is not None for r in records.values())
         if not (stop or late):
@@ -129,9 +138,9 @@ class Looks:
             why, stopped = f"answered at repeat {done}", ANSWERED
         else:
             why, stopped = f"the time budget of {b['max_minutes']:g} min was spent at repeat {done}", TIME
-            for r in records.values():
-                if r["verdict"] is None:
-                    r.update(verdict=sequential.UNRESOLVED, stopped=TIME)
+        for r in records.values():      # those still open are read at the group's stop, its budget
+            if r["verdict"] is None:
+                r.update(verdict=sequential.UNRESOLVED, stopped=GROUP if stopped == ANSWERED else stopped)
         skipped = [(sid, bid) for sid in self.members for bid in residency.pending(self.grid, sid)
                    if int(self.grid.benches[sid][bid].spec["repeat"]) >= done]
         for sid, bid in skipped:
@@ -157,10 +166,12 @@ def sequence_columns(grid: Grid, sid: str, cell_runs: list[list[dict]], ref_runs
     if b is None:
         return {"looks": 1, "stopped": FIXED}
     record = group_record(grid, residency.group_of(grid, sid))
-    cap = record["repeats"] if record and record["stopped"] == TIME else b["max_repeats"]
+    cap = record["repeats"] if record else b["max_repeats"]      # where the group stopped: each comparison's budget
     rec = sequential.comparison(sequential.block_log_ratios(cell_runs, ref_runs), cap, b["equivalence"],
                                 repeats=len(cell_runs))
-    stopped = {ANSWERED: f"answered at repeat {rec['answered_at']}", sequential.BUDGET: BUDGET}.get(rec["stopped"])
+    stopped = {ANSWERED: f"answered at repeat {rec['answered_at']}", BUDGET: BUDGET}.get(rec["stopped"])
+    if rec["stopped"] == BUDGET and record and record["stopped"] != BUDGET:    # the group stopped before its budget
+        stopped = TIME if record["stopped"] == TIME else f"{GROUP} at repeat {cap}"
     return {"speedup_e2e_ci_low": rec["ci_low"], "speedup_e2e_ci_high": rec["ci_high"],
             "verdict": stats.verdict_text(rec["verdict"], b["equivalence"]) if rec["verdict"] else None,
-            "looks": rec["looks"], "stopped": TIME if cap < b["max_repeats"] and rec["stopped"] == BUDGET else stopped}
+            "looks": rec["looks"], "stopped": stopped}
