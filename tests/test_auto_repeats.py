@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from specsweep import layout, looks, metrics, repeats, residency, runner, summary
+from specsweep import acceptance_checkpoint, layout, looks, metrics, repeats, residency, runner, summary
 from specsweep.bench_cell import Measurement
 from specsweep.cells import AA, expand
 from specsweep.config import compose_jobs
@@ -108,6 +108,8 @@ def test_a_group_stops_once_answered_and_records_the_rest_as_not_needed(tmp_path
                 assert note["why"] == record["why"] and note["budget"]["max_repeats"] == 8
                 assert repeats.done_path(g, sid, bid).name == layout.NOT_NEEDED
     assert residency.group_pending(g, lead) == [] and (tmp_path / "marker.done").exists()
+    acceptance_checkpoint.record_acceptance(g, members)     # what the group's job does next: finished cells only
+    assert all(g.acceptance_path(s).exists() for s in members if g.diagnosed(s))
     # the summary: the one vocabulary, with the looks and why each stopped
     f = g.study_files("v")
     summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
