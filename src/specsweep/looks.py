@@ -127,7 +127,7 @@ class Looks:
         records.update({n: sequential.comparison(blocks[n], b["max_repeats"], b["equivalence"], repeats=done)
                         for n in checks})
         late = bool(b["max_minutes"]) and time.monotonic() - self.started > 60 * b["max_minutes"]
-        answered = sum(r["verdict"] is not None for r in records.values())
+        answered = sum(r["verdict"] not in (None, sequential.UNRESOLVED) for r in records.values())
         if not (stop or late):
             print(f"[specsweep] group {self.lead}: after {done} repeat(s) {answered} of {len(records)} comparisons "
                   "answered: the group goes on", flush=True)
