@@ -223,6 +223,7 @@ def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_st
             if row[figure] and tables.columns(tables.SUMMARY)[figure].encoding != tables.JSON:   # a list: `.<i>`
                 assert run.data.metrics[figure] == pytest.approx(float(row[figure]))
         assert run.data.metrics["speedup_e2e_ci_low"] > 1.3 and run.data.tags["speedup_e2e"].startswith("1.")
+        assert run.data.tags["stopped"] == "fixed" and run.data.metrics["looks"] == 1      # read once, at its budget
         assert "per_position_acceptance.0" in run.data.metrics
         steps = client.get_metric_history(run.info.run_id, "repeat.speedup_e2e_geomean")
         assert sorted(m.step for m in steps) == [0, 1]          # two repeats
