@@ -217,3 +217,23 @@ def test_the_aa_check_holds_no_group(tmp_path, monkeypatch):
     [row] = [r for r in table.read(f.summary) if r["pair"] == AA]
     assert row["verdict"] == "unresolved" and row["stopped"] == f"{looks.GROUP} at repeat {record['repeats']}"
     assert row["aa_check"] is None
+
+
+def test_a_time_budget_stops_the_group_and_reads_the_rest_unresolved(tmp_path, monkeypatch):
+    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=8", "sweep.max_minutes=3")
+    clock = iter(range(0, 10_000, 100))       # each call 100 s later: the third look is past 3 minutes
+    monkeypatch.setattr(looks, "time", types.SimpleNamespace(monotonic=lambda: next(clock), time=lambda: 0.0))
+    events = []
+    timed_backend(monkeypatch, events, k_factor(g, {0: 1.0, 3: 0.99, 7: 1.01}), noise=0.3)
+    runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    record = read_json(g.server_dir(lead) / layout.LOOKS)
+    assert record["stopped"] == looks.TIME and measured(events) == list(range(record["repeats"])) and \
+        record["repeats"] < 8
+    assert record["why"] == f"the time budget of 3 min was spent at repeat {record['repeats']}"
+    assert {r["verdict"] for r in record["comparisons"].values()} == {"unresolved"}
+    assert residency.group_pending(g, lead) == []                   # the rest are not needed, not failed
+    f = g.study_files("v")
+    summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
+    from specsweep import table
+    rows = [r for r in table.read(f.summary) if r["method"] != "none"]
+    assert {(r["verdict"], r["stopped"]) for r in rows} == {("unresolved", looks.TIME)}
