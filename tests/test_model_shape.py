@@ -110,3 +110,27 @@ def test_the_sliding_window_drafters_server_as_vllm_logged_it():
     assert pool.blocks_per_request(4096) == 17 * 5 + 4 * 6 + 48 * 16 == 877
     assert abs(pool.tokens(int(71.8 * GIB), 4096) - 101_741) < 101_741 * 0.001      # 71.8 is rounded to 0.1
     assert abs((t.weights_bytes(2) + d.weights_bytes(2)) / GIB - 53.52) < 53.52 * 0.01
+
+
+@pytest.mark.parametrize("log, drafter, k", [
+    ("vllm026_h200_qwen35_27b_baseline_log.txt", None, 0),
+    ("vllm026_h200_qwen35_27b_dflash_swa_k15_log.txt", True, 15),
+])
+def test_two_27b_launches_on_the_h200_as_their_own_logs_say(log, drafter, k):
+    """Two real launches (vLLM 0.26, the H200, 2026-12-04, both with --kv-cache-memory-bytes 8 GiB and
+    max_model_len 4096): the weights within 1%, the attention block size and the KV tokens as each log says them."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "data" / log).read_text()
+    logged = {"weights": float(re.search(r"Model loading took ([\d.]+) GiB", text).group(1)),
+              "block": int(re.search(r"attention block size to (\d+) tokens", text).group(1)),
+              "tokens": int(re.search(r"GPU KV cache size: ([\d,]+) tokens", text).group(1).replace(",", ""))}
+    assert "kv_cache_memory_bytes': 8589934592" in text and "'max_model_len': 4096" in text
+    target = model_shape.shape(shaped.qwen35_27b_target())
+    draft = model_shape.shape(shaped.qwen35_27b_drafter(sliding=True)) if drafter else None
+    weights = target.weights_bytes(2) + (draft.weights_bytes(2) if draft else 0)
+    assert weights / 2 ** 30 == pytest.approx(logged["weights"], rel=0.01)
+    pool = model_shape.pool(target, draft, k)
+    assert pool.block_size == logged["block"]
+    assert pool.tokens(8 * 2 ** 30, 4096) == logged["tokens"]

@@ -319,3 +319,14 @@ def test_random_weights_that_do_not_fit_the_host_are_relaunched_not_slept_at_lev
     real = grid(f"results_dir={tmp_path / 'b'}", *common)
     plan = residency.plan(real, lead_members(real), ["0"], device_bytes=int(139.8 * GIB), available_bytes=125 * GIB)
     assert {(p.residency, p.sleep_level) for p in plan.values()} == {("sleep", 2)}
+
+
+def test_members_relaunched_by_the_plan_take_one_turn_a_round_with_all_their_cells():
+    """A group asked to take turns repeat by repeat that the plan relaunches (it fits neither side by side nor
+    asleep: the 27B-shaped study on the H200 launched each member once a repeat) takes one launch a member a round,
+    every cell of the round in it; a co-resident plan keeps its turns."""
+    block = [(0, "base", ["c1-r0"]), (0, "k15", ["c1-r0"]), (0, "k15", ["c1-r1"]), (0, "base", ["c1-r1"])]
+    relaunch = {s: residency.Launch("relaunch") for s in ("base", "k15")}
+    assert residency.launch_turns(block, relaunch) == [(0, "base", ["c1-r0", "c1-r1"]), (0, "k15", ["c1-r0", "c1-r1"])]
+    coresident = {s: residency.Launch("coresident") for s in ("base", "k15")}
+    assert residency.launch_turns(block, coresident) == block

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import backends, layout
 from .errors import ConfigError
+from .extra_args import random_weights
 from .nested import aslist
 from .repeats import count as repeat_count, rounds as sweep_rounds
 from .replay_rates import rates_source, resolve_set_acceptance
@@ -136,11 +137,6 @@ def answers_not_judged(spec: dict) -> str | None:
     if spec.get("set_acceptance") is not None:
         return "set acceptance: drafts are accepted at a set rate, not by the target, so the text is no model's answer"
     return None
-
-
-def random_weights(extra_args: list) -> bool:
-    args = [str(a) for a in extra_args]
-    return "--load-format=dummy" in args or any(a == "--load-format" and b == "dummy" for a, b in zip(args, args[1:]))
 
 
 def _acceptance_tag(value) -> str:

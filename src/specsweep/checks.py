@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import backends, drafter_config, model_shape
 from .claims import port_is_free, port_owner
-from .cells import random_weights
+from .extra_args import random_weights
 from .nested import aslist
 
 THINKING_MIN_TOKENS, THINKING_WARN_TOKENS = 512, 2048

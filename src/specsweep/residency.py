@@ -15,7 +15,6 @@ What was chosen, and why, is recorded in each launch's server.json entry and eac
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from . import layout, model_shape, repeats, sleep_plan
 from .cells import Grid, round_of_repeat, stable_hash
 from .claims import gpu_records
 from .errors import ConfigError
+from .extra_args import flag_value
 
 MODES = ("coresident", "sleep", "relaunch")
 GIB = 1024 ** 3
@@ -134,6 +134,27 @@ def _unfinished(grid: Grid, sid: str, bid: str) -> bool:     # a repeat an `auto
     return not grid.metrics_path(sid, bid).exists() and not repeats.not_needed(grid, sid, bid)
 
 
+def launch_turns(block: list[tuple[int, str, list[str]]], launches: dict[str, Launch]) -> list[tuple[int, str, list[str]]]:
+    """A round's turns as its launches can take them: where the plan relaunches members that were to take turns
+    repeat by repeat (a group that fits neither side by side nor asleep), each member takes one turn with all its
+    bench cells of the round, in the order the members first come, so that each is launched once a round, not once
+    a repeat; otherwise the turns as they are."""
+    relaunched = {sid for _, sid, _ in block if launches[sid].residency == "relaunch"}
+    if not relaunched or len({sid for _, sid, _ in block}) == len(block):
+        return block
+    merged: dict[str, tuple[int, list[str]]] = {}
+    out: list[tuple[int, str, list[str]]] = []
+    for rnd, sid, bids in block:
+        if sid not in relaunched:
+            out.append((rnd, sid, bids))
+        elif sid in merged:
+            merged[sid][1].extend(bids)
+        else:
+            merged[sid] = (rnd, list(bids))
+            out.append((rnd, sid, merged[sid][1]))
+    return out
+
+
 def pending(grid: Grid, sid: str, rnd: int | None = None) -> list[str]:
     """The unfinished bench cells of a server cell, or of one of its rounds (not those recorded not needed)."""
     return [bid for bid in round_cells(grid, sid, rnd) if _unfinished(grid, sid, bid)]
@@ -201,15 +222,10 @@ def host_load_bytes(grid: Grid, sid: str) -> int:
     weights' files (target and drafter), read through host memory; dummy weights are made on the GPU."""
     cell = grid.servers[sid]
     spec = cell.spec
-    if _dummy(spec):
+    if cell.random_weights:
         return int(GPU_START_HOST_GIB * GIB)
     models = [spec["target"]] + ([spec["drafter"]] if not cell.is_baseline and spec.get("drafter") else [])
     return int(GPU_START_HOST_GIB * GIB) + sum(weights_bytes(m, False) or 0 for m in models)
-
-
-def _dummy(spec: dict) -> bool:
-    """Whether vLLM makes the weights itself (--load-format dummy in server.extra_args)."""
-    return "dummy" in json.dumps(spec["server"].get("extra_args", []))
 
 
 # ---- what members need ---------------------------------------------------------------------------------------
@@ -257,11 +273,8 @@ def spec_tokens(spec: dict, is_baseline: bool) -> int:
 def mamba_cache_mode(extra_args: list) -> str:
     """vLLM 0.26's Mamba cache mode for a server's arguments: prefix caching is off by default on a hybrid, which
     makes it `none`; --enable-prefix-caching makes it `align` (Qwen3.5 refuses `all`); --mamba-cache-mode sets it."""
-    args = [str(a) for a in extra_args or []]
-    for i, a in enumerate(args):
-        if a.startswith("--mamba-cache-mode"):
-            return a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "none")
-    return "align" if "--enable-prefix-caching" in args else "none"
+    return flag_value(extra_args, "--mamba-cache-mode") or \
+        ("align" if flag_value(extra_args, "--enable-prefix-caching") is not None else "none")
 
 
 def gpu_need_parts(grid: Grid, sid: str) -> tuple[int, int] | None:
@@ -278,7 +291,7 @@ def gpu_need_parts(grid: Grid, sid: str) -> tuple[int, int] | None:
     k = spec_tokens(spec, cell.is_baseline)
     models = [spec["target"]] + ([spec["drafter"]] if not cell.is_baseline and spec.get("drafter") else [])
     shapes = [model_shape.shape(m) for m in models]
-    weights = [weights_bytes(m, _dummy(spec), width) for m in models]
+    weights = [weights_bytes(m, cell.random_weights, width) for m in models]
     if any(s is None for s in shapes) or any(w is None for w in weights):
         return None
     pool = model_shape.pool(shapes[0], shapes[1] if len(shapes) > 1 else None, k, width, mamba_cache_mode(extra))

@@ -151,6 +151,7 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
                 block = list(block)
                 up = list(dict.fromkeys(sid for _, sid, _ in block))
                 launches = residency.plan(grid, up, gpu_ids)
+                block = residency.launch_turns(block, launches)
                 note = next((launch.note for launch in launches.values() if launch.note), "")
                 if note:
                     print(f"[specsweep] {note}", flush=True)

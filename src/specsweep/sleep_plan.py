@@ -13,8 +13,6 @@ such a group that does not fit level 1 is relaunched.
 """
 from __future__ import annotations
 
-import json
-
 import psutil
 
 from . import model_shape
@@ -46,11 +44,6 @@ def sleeping_weights_bytes(grid: Grid, sid: str) -> int | None:
     return total
 
 
-def random_weights(grid: Grid, sid: str) -> bool:
-    """Whether vLLM makes this member's weights itself (--load-format dummy in server.extra_args)."""
-    return "dummy" in json.dumps(grid.servers[sid].spec["server"].get("extra_args", []))
-
-
 def sleep_level(grid: Grid, members: list[str], device_bytes: int | None, budget: float,
                 available_bytes: int | None = None) -> tuple[int | None, str]:
     """vLLM's sleep level for a group (1, 2, or None: relaunch instead) and why. Level 1 where the members' weights
@@ -59,7 +52,7 @@ def sleep_level(grid: Grid, members: list[str], device_bytes: int | None, budget
     None."""
     weights = {s: sleeping_weights_bytes(grid, s) for s in members}
     free = available_bytes if available_bytes is not None else host_available()
-    dummy = [s for s in members if random_weights(grid, s)]
+    dummy = [s for s in members if grid.servers[s].random_weights]
     if all(w is not None for w in weights.values()):
         asleep = sum(weights.values())
         if asleep <= HOST_FRACTION * free:

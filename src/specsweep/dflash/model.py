@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import model_shape
 from ..drafter_config import mask_token_id, target_layer_ids
 
 
@@ -89,11 +90,12 @@ class DFlashDrafter(nn.Module):
     def __init__(self, config: dict):
         super().__init__()
         self.config = config
-        h = config["hidden_size"]
+        shape = model_shape.shape(config)     # a drafter's config is flat; the owner reads it like any other
+        h = shape.hidden
         self.layer_ids = target_layer_ids(config)
         self.mask_token_id = mask_token_id(config)
         self.block_size = config.get("block_size") or (config.get("dflash_config") or {}).get("block_size")
-        self.layers = nn.ModuleList(Layer(config) for _ in range(config["num_hidden_layers"]))
+        self.layers = nn.ModuleList(Layer(config) for _ in range(shape.layers))
         self.fc = nn.Linear(h * len(self.layer_ids), h, bias=False)
         self.hidden_norm = RMSNorm(h, config["rms_norm_eps"])
         self.norm = RMSNorm(h, config["rms_norm_eps"])

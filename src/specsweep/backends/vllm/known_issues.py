@@ -14,6 +14,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from ... import model_shape
+from ...extra_args import flag_value
 from ...nested import aslist
 
 
@@ -77,13 +78,9 @@ def batch_defaults(version: str, device: str, gpus: list, world_size: int) -> tu
 
 
 def extra_arg(args: list, flag: str) -> int | None:
-    """An integer flag from server.extra_args (`--flag N` or `--flag=N`; vLLM takes underscores too)."""
-    args = [str(a) for a in args]
-    for i, a in enumerate(args):
-        name, _, value = a.partition("=")
-        if name.replace("_", "-") == flag:
-            return int(value or args[i + 1])
-    return None
+    """An integer flag from server.extra_args (`--flag N` or `--flag=N`), None where it is absent or bare."""
+    value = flag_value(args, flag)
+    return int(value) if value else None
 
 
 def batch_budget(f: Facts) -> str | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import ServerError
+from ...extra_args import flag_value
 from ...server import run_probe, shared_argv
 
 # The middleware that refuses requests without the launch's API key on every path but /health and /metrics
@@ -185,19 +186,6 @@ def target_shape(path: str | None):
     return shape(path) if path else None
 
 
-def extra_value(args: list, flag: str) -> str | None:
-    """A flag's value in server.extra_args (`--flag V` or `--flag=V`; vLLM takes underscores too), "" for a flag
-    given bare, None where it is absent."""
-    args = [str(a) for a in args]
-    for i, a in enumerate(args):
-        name, eq, value = a.partition("=")
-        if name.replace("_", "-") == flag:
-            if eq:
-                return value
-            return args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("-") else ""
-    return None
-
-
 @dataclass(frozen=True)
 class KernelPlan:
     """What the launch adds for this target on this server's Python: argv, environment, what it says (notes), what
@@ -230,7 +218,7 @@ def kernel_plan(server: dict, probe: dict, shape) -> KernelPlan:
         env["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
         notes.append("the server's Python has no flashinfer: VLLM_USE_FLASHINFER_SAMPLER=0")
     if shape is not None and shape.hybrid and server.get("device") == "cuda":
-        asked = extra_value(extra, "--gdn-prefill-backend")
+        asked = flag_value(extra, "--gdn-prefill-backend")
         if asked is None and no_flashinfer:
             argv += ["--gdn-prefill-backend", "triton"]
             notes.append("GDN layers and no flashinfer in the server's Python: --gdn-prefill-backend triton")
@@ -239,12 +227,12 @@ def kernel_plan(server: dict, probe: dict, shape) -> KernelPlan:
                        "import flashinfer (its engine would die at the first request): drop the flag (specsweep then "
                        "passes --gdn-prefill-backend triton) or install flashinfer in the server's environment")
     if shape is not None and shape.multimodal:
-        keeps = [f for f in ("--no-language-model-only", "--limit-mm-per-prompt") if extra_value(extra, f) is not None]
+        keeps = [f for f in ("--no-language-model-only", "--limit-mm-per-prompt") if flag_value(extra, f) is not None]
         if keeps:
             warnings.append(f"the target is a multimodal checkpoint and server.extra_args keep its vision tower "
                             f"({', '.join(keeps)}): it takes GPU memory and a multimodal warm-up a text study does "
                             "not use; drop them to launch with --language-model-only")
-        elif extra_value(extra, "--language-model-only") is None:
+        elif flag_value(extra, "--language-model-only") is None:
             argv += ["--language-model-only"]
             notes.append("a multimodal checkpoint in a text study: --language-model-only (no vision tower)")
     return KernelPlan(tuple(argv), env, tuple(notes), tuple(warnings), refusal)
