@@ -10,7 +10,7 @@ from snakemake.utils import min_version
 
 min_version("9.0")
 
-from specsweep import layout, residency  # residency: the groups' schedule
+from specsweep import layout, repeats, residency  # residency: the groups' schedule; repeats: auto's records
 from specsweep.cells import expand as expand_cells
 from specsweep.config import jobs_from_snakemake
 from specsweep.errors import ConfigError

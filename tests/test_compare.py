@@ -19,6 +19,10 @@ def test_compare_two_studies(tmp_path):
     assert spec["b_vs_a_verdict"] == "faster" and spec["b_vs_a_speedup_e2e_geomean"] == pytest.approx(4 / 3, rel=0.05)
     assert spec["b_vs_a_acceptance_ratio"] == pytest.approx(1.0)
     assert len(list(csv.DictReader(open(tmp_path / "c.csv")))) == 2
+    base = next(r for r in rows if r["method"] == "none")       # the two baselines: one configuration, no difference
+    assert base["b_vs_a_verdict"] in ("equivalent within ±5%", "unresolved")
+    printed = "\n".join(compare.table_lines(rows))
+    assert f"] {base['b_vs_a_verdict']}  streamed TPOT" in printed        # the lines print the same words
 
 
 def cli(*args):

@@ -70,7 +70,7 @@ def test_a_replay_of_the_drafters_own_rates_records_its_source_and_agrees(tmp_pa
     assert row["agree"] is True
     # both decode to max_tokens (sweep.ignore_eos=true): the same requests, paired directly
     assert row["measured_vs_predicted_e2e_geomean"] == pytest.approx(1.0, rel=0.05)
-    assert row["measured_vs_predicted_verdict"] == "within noise"
+    assert row["measured_vs_predicted_verdict"] == "equivalent within ±5%"
 
 
 def test_a_replay_far_from_its_drafter_disagrees(tmp_path):

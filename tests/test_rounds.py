@@ -141,7 +141,7 @@ def test_a_load_shift_between_rounds_widens_the_ci():
     width = lambda s: math_log(s["speedup_e2e_ci_high"]) - math_log(s["speedup_e2e_ci_low"])  # noqa: E731
     assert width(clustered) > 1.2 * width(plain), (plain, clustered)
     # here the one-launch-per-cell CI calls it faster ([1.02, 1.33]); the rounds' says it is not resolved
-    assert plain["verdict"] == stats.FASTER_BORDERLINE and clustered["verdict"] == stats.NOISE
+    assert plain["verdict"] == stats.FASTER and clustered["verdict"] == stats.UNRESOLVED
     assert clustered["speedup_e2e_ci_low"] <= plain["speedup_e2e_geomean"] <= clustered["speedup_e2e_ci_high"]
     again = stats.paired_speedup(cell_runs, ref_runs, rounds=(of_round, of_round))
     assert again == clustered                                                       # seeded
@@ -159,16 +159,15 @@ def math_log(x):
     return float(np.log(x))
 
 
-# ---- borderline verdicts --------------------------------------------------------------------------------------
+# ---- the one vocabulary, read once at a fixed budget -------------------------------------------------------------
 @pytest.mark.parametrize("lo, hi, expected", [
-    (1.10, 1.50, stats.FASTER), (1.02, 1.50, stats.FASTER_BORDERLINE), (1.0 + stats.BORDERLINE, 1.2,
-                                                                       stats.FASTER_BORDERLINE),
-    (0.95, 1.05, stats.NOISE), (0.60, 0.90, stats.SLOWER), (0.60, 0.98, stats.SLOWER_BORDERLINE),
+    (1.10, 1.50, stats.FASTER), (1.01, 1.04, stats.FASTER), (0.60, 0.98, stats.SLOWER),
+    (0.96, 1.04, stats.EQUIVALENT), (1 / 1.05, 1.05, stats.EQUIVALENT), (0.95, 1.06, stats.UNRESOLVED),
     (None, 1.2, None)])
-def test_a_ci_that_ends_near_1_says_borderline(lo, hi, expected):
+def test_a_fixed_interval_reads_in_the_four_words(lo, hi, expected):
     assert stats.verdict(lo, hi) == expected
-    assert stats.direction(expected) == {stats.FASTER_BORDERLINE: stats.FASTER,
-                                         stats.SLOWER_BORDERLINE: stats.SLOWER}.get(expected, expected)
+    assert stats.verdict(lo, hi, at_budget=False) == (None if expected == stats.UNRESOLVED else expected)
+    assert stats.answered(stats.verdict_text(expected)) == (expected in (stats.FASTER, stats.SLOWER, stats.EQUIVALENT))
 
 
 # ---- the DAG: one launch per member, turns, a resumed cell, a rerun that does nothing; relaunch rounds ----------

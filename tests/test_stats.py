@@ -1,4 +1,4 @@
-"""Paired statistics: a clearly faster cell is `faster`, an identical one `within noise`, the CI is seeded,
+"""Paired statistics: a clearly faster cell is `faster`, an identical one `equivalent within ±5%`, the CI is seeded,
 a prompt's turns and repeats are resampled together, and the CI covers the true ratio about as often as it says."""
 import math
 import random
@@ -37,19 +37,21 @@ def test_a_clearly_faster_cell_is_faster():
     assert slow["verdict"] == "slower" and slow["speedup_e2e_ci_high"] < 1
 
 
-def test_identical_cells_are_within_noise():
+def test_identical_cells_are_equivalent_within_the_margin():
     base = rows(baseline())
     s = stats.paired_speedup([base], [base])
-    assert s["verdict"] == "within noise"
+    assert s["verdict"] == "equivalent within ±5%"
+    assert stats.paired_speedup([base], [base], equivalence=0.02)["verdict"] == "equivalent within ±2%"
     assert s["speedup_e2e_geomean"] == s["speedup_e2e_ci_low"] == s["speedup_e2e_ci_high"] == 1.0
 
 
-def test_noise_around_no_change_is_within_noise():
+def test_noise_around_no_change_is_unresolved():
     base = baseline()
     rng = random.Random(2)
     same = [b * math.exp(rng.gauss(0, 0.2)) for b in base]
     s = stats.paired_speedup([rows(same)], [rows(base)])
-    assert s["verdict"] == "within noise" and s["speedup_e2e_ci_low"] < 1 < s["speedup_e2e_ci_high"]
+    assert s["verdict"] == "unresolved" and s["speedup_e2e_ci_low"] < 1 < s["speedup_e2e_ci_high"]
+    assert s["speedup_e2e_ci_low"] < 1 / 1.05 or s["speedup_e2e_ci_high"] > 1.05
 
 
 def test_the_ci_is_seeded():
@@ -84,7 +86,7 @@ def test_repeats_are_resampled_so_a_slow_stretch_widens_the_ci():
     pooled_one_repeat = stats.paired_speedup(cell[:1], [rows(base)])
     assert pooled_one_repeat["verdict"] == "faster"    # one repeat at low load looks clearly faster
     s = stats.paired_speedup(cell, [rows(base)] * 5)
-    assert s["verdict"] == "within noise" and s["speedup_e2e_ci_high"] / s["speedup_e2e_ci_low"] > 1.5
+    assert s["verdict"] == "unresolved" and s["speedup_e2e_ci_high"] / s["speedup_e2e_ci_low"] > 1.5
 
 
 def test_too_few_prompts_give_no_ci_and_no_verdict():

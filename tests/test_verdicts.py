@@ -155,14 +155,16 @@ def test_a_cell_of_bursty_streams_has_no_streamed_figures_in_its_metrics_or_the_
     assert by_k[7]["speedup_streamed_tpot"].startswith("1.5") and "speedup_streamed_tpot_na" not in by_k[7]
 
 
-def test_k_comparison_says_equal_ks_are_within_noise(verdict_study, capsys):
+def test_k_comparison_says_equal_ks_are_equivalent(verdict_study, capsys):
     grid, _, out = verdict_study
     [k] = list(csv.DictReader(open(out / "k_comparison.csv")))
-    assert (k["k_a"], k["k_b"], k["verdict"], k["resolved"]) == ("7", "3", "within noise", "False")
-    assert k["statement"].startswith("K=7 vs K=3: ") and k["statement"].endswith("within noise")
+    assert (k["k_a"], k["k_b"], k["verdict"], k["resolved"]) == ("7", "3", "equivalent within ±5%", "True")
+    assert k["statement"].startswith("K=7 vs K=3: ") and k["statement"].endswith("equivalent within ±5%")
+    assert (k["looks"], k["stopped"]) == ("1", "fixed")         # a fixed study is read once, at its budget
     summarize(grid)      # the summarize job prints the verdicts
     printed = capsys.readouterr().out
-    assert "e2e speedup 1.5" in printed and "faster (12 prompts, 2 repeat(s))" in printed
+    assert "e2e speedup 1.5" in printed and "faster (12 prompts, 2 repeat(s), 1 look(s), stopped: fixed)" in printed
+    assert "within noise" not in printed and "borderline" not in printed
     assert printed.rstrip().endswith(k["statement"])
 
 
@@ -170,7 +172,7 @@ def test_k_comparison_resolves_a_real_difference(tmp_path, capsys):
     grid = study(tmp_path / "results", {0: 1.0, 3: 1.2, 7: 1.8})
     [k] = summary.k_comparison(Study.load(tmp_path / "results" / "v", grid))
     assert k["resolved"] and k["verdict"] == "faster" and k["speedup_e2e_geomean"] == pytest.approx(1.5, rel=0.05)
-    assert k["statement"].endswith("resolved (K=7 faster)")
+    assert k["statement"].endswith("] K=7 faster")
 
 
 def test_per_category_acceptance_and_speedup(verdict_study):
@@ -221,13 +223,14 @@ def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_st
             if row[figure] and tables.columns(tables.SUMMARY)[figure].encoding != tables.JSON:   # a list: `.<i>`
                 assert run.data.metrics[figure] == pytest.approx(float(row[figure]))
         assert run.data.metrics["speedup_e2e_ci_low"] > 1.3 and run.data.tags["speedup_e2e"].startswith("1.")
+        assert run.data.tags["stopped"] == "fixed" and run.data.metrics["looks"] == 1      # read once, at its budget
         assert "per_position_acceptance.0" in run.data.metrics
         steps = client.get_metric_history(run.info.run_id, "repeat.speedup_e2e_geomean")
         assert sorted(m.step for m in steps) == [0, 1]          # two repeats
         assert run.data.tags["specsweep.cell_id"] == f"{row['server_cell']}/jsonl-t0-c4"
     [k7] = [r for r in faster if r.data.tags["K"] == "7"]            # K against K, on the larger K's run
     [statement] = [x["statement"] for x in csv.DictReader(open(out / "k_comparison.csv"))]
-    assert statement == f"K=7 vs K=3: {k7.data.tags['vs_K3']}" and "within noise" in statement
+    assert statement == f"K=7 vs K=3: {k7.data.tags['vs_K3']}" and "equivalent within ±5%" in statement
     [base] = [r for r in configs if r.data.tags["method"] == "none"]
 
     assert base.info.run_name == "tiny · baseline · data=jsonl · c=4" and "verdict" not in base.data.tags

@@ -87,6 +87,7 @@ def record_acceptance(grid: Grid, members: list[str]) -> None:
         if not grid.diagnosed(sid) or residency.pending(grid, sid):
             continue
         record = grid.acceptance_path(sid)
-        newest = max(grid.metrics_path(sid, bid).stat().st_mtime for bid in grid.benches[sid])
+        newest = max(p.stat().st_mtime for bid in grid.benches[sid]     # not a repeat an auto group did not need
+                     if (p := grid.metrics_path(sid, bid)).exists())
         if not record.exists() or record.stat().st_mtime < newest:   # a member this job ran no cell of keeps its own
             acceptance(grid, sid, record)

@@ -11,13 +11,14 @@ import copy
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import backends, layout
 from .errors import ConfigError
 from .extra_args import random_weights
 from .nested import aslist
+from .repeats import count as repeat_count, rounds as sweep_rounds
 from .replay_rates import rates_source, resolve_set_acceptance
 
 # Settings that change how a server is run here, or how its figures are recorded (per_request_spec_metrics,
@@ -97,8 +98,8 @@ class ServerCell:
             block = self.spec["num_speculative_tokens"] + 1
             name = "base" if self.spec["method"] == "none" else _slug(self.pair["name"])
             return f"{name}{tag}-b{block}{cf}-{h}"
-        if self.spec["method"] == "none":
-            return f"base{tag}-{_slug(self.spec['target'])}-{h}"
+        if self.spec["method"] == "none":      # an A/A cell (sweep.aa) is a second baseline, tagged
+            return f"base{tag}{'-aa' if self.spec.get('aa') else ''}-{_slug(self.spec['target'])}-{h}"
         return (f"{_slug(self.pair['name'])}{tag}-{self.spec['method']}-k{self.spec['num_speculative_tokens']}"
                 f"{_acceptance_tag(self.spec.get('set_acceptance'))}{_verification_tag(self.spec)}"
                 f"{'-sched' if self.spec.get('k_schedule') else ''}{cf}-{h}")
@@ -190,11 +191,7 @@ class BenchCell:
                 f"-r{s['repeat']}-{spec_hash(s)[:8]}")
 
 
-def sweep_rounds(sweep: dict) -> int:
-    """The rounds a job's sweep runs its server cells in: sweep.rounds, at most one round per repeat."""
-    return min(int(sweep.get("rounds", 1)), int(sweep.get("repeats", 1)))
-
-
+AA = "A/A"         # the pair name of an A/A cell (sweep.aa): a second baseline server, compared with the first
 MIN_BLOCKS = 5      # co-resident repeats below which the paired CI does not resample them as blocks (Grid.block_of)
 
 
@@ -295,7 +292,7 @@ class Grid:
         co-resident members take turns repeat by repeat, so repeat r of each ran back to back (with at least
         MIN_BLOCKS repeats; fewer give the draw too few outcomes); relaunched ones share a round (with 2 or more)."""
         sweep = self.configs[sid]["sweep"]
-        repeat, repeats = int(self.benches[sid][bid].spec["repeat"]), int(sweep["repeats"])
+        repeat, repeats = int(self.benches[sid][bid].spec["repeat"]), repeat_count(sweep)
         if self.residency(sid) == "relaunch":
             rounds = sweep_rounds(sweep)
             return round_of_repeat(repeat, rounds, repeats) if rounds > 1 else None
@@ -396,7 +393,7 @@ def _bench_specs(cfg: dict, concurrencies: list[int], ignore_eos: bool = False) 
             if conc < 1:
                 raise ConfigError(f"config: sweep.concurrency {conc} must be at least 1")
             for max_tokens, prompt_length in lengths:
-                for rep in range(sweep["repeats"]):
+                for rep in range(repeat_count(sweep)):     # sweep.repeats, or auto's budget (repeats.py)
                     out.append({"dataset": cfg["dataset"], "thinking": bool(thinking), "concurrency": int(conc),
                                 "repeat": rep, "max_tokens": max_tokens,
                                 "temperature": sweep["temperature"], "seed": sweep["seed"],
@@ -445,6 +442,9 @@ def expand(jobs: list[dict]) -> Grid:
             runs.insert(0, (_server_cell(cfg, None),
                             _bench_specs(cfg, every) + _bench_specs(cfg, concs_of(True), ignore_eos=True)))
         baseline = runs[0][0] if runs[0][0].is_baseline else None
+        if baseline and cfg["sweep"].get("aa"):     # the A/A check: a second baseline server, its spec tagged
+            runs.insert(1, (replace(baseline, spec={**baseline.spec, "aa": True}, pair={**baseline.pair, "name": AA}),
+                            runs[0][1]))
         for cell, benches in runs:
             grid.servers[cell.id] = cell
             grid.benches.setdefault(cell.id, {}).update({BenchCell(s).id: BenchCell(s) for s in benches})

@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 import yaml
 
+from . import repeats
 from .errors import ConfigError
 from .nested import aslist, flatten
 from .paths import REPO, user_cache
@@ -163,6 +164,7 @@ def validate(cfg: dict) -> dict:
     acceptance = sweep.get("set_acceptance")      # its entries may be lists (rates), and null is an entry
     sweep["set_acceptance"] = acceptance if isinstance(acceptance, list) else [acceptance]
     _refuse_synthetic_extra(cfg["pair"]["speculative_extra"] or {})
+    repeats.check(sweep)
     for axis in ("pairs", "datasets"):
         sweep[axis] = aslist(sweep[axis]) or None
     if sweep.get("k_by_concurrency"):

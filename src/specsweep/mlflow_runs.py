@@ -118,7 +118,7 @@ def _numeric(d: dict) -> dict[str, float]:
 
 def k_tags(k_rows: list[dict]) -> dict[str, dict[str, str]]:
     """Per configuration id, its K comparisons against each smaller K (typed k_comparison.csv rows' statements),
-    as tags `vs_K3`: `1.28x [1.26, 1.30] resolved (K=7 faster)`."""
+    as tags `vs_K3`: `1.28x [1.26, 1.30] K=7 faster`."""
     out: dict[str, dict[str, str]] = {}
     lengths = several_output_lengths(k_rows)
     for row in k_rows:

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import psutil
 
-from . import layout, model_shape, sleep_plan
-from .cells import Grid, round_of_repeat, stable_hash, sweep_rounds
+from . import layout, model_shape, repeats, sleep_plan
+from .cells import Grid, round_of_repeat, stable_hash
 from .claims import gpu_records
 from .errors import ConfigError
 from .extra_args import flag_value
@@ -88,13 +88,13 @@ def group_gpus(grid: Grid, lead: str) -> int:
 def rounds(grid: Grid, sid: str) -> int:
     """How many launches of its group the server cell runs in (sweep.rounds); each holds a contiguous block of its
     repeats (round_of)."""
-    return sweep_rounds(grid.configs.get(sid, {}).get("sweep", {}))
+    return repeats.rounds(grid.configs.get(sid, {}).get("sweep", {}))
 
 
 def round_of(grid: Grid, sid: str, bid: str) -> int:
     """The round a bench cell runs in (cells.round_of_repeat)."""
     return round_of_repeat(int(grid.benches[sid][bid].spec["repeat"]), rounds(grid, sid),
-                           int(grid.configs[sid]["sweep"]["repeats"]))
+                           repeats.count(grid.configs[sid]["sweep"]))
 
 
 def round_cells(grid: Grid, sid: str, rnd: int | None) -> list[str]:
@@ -122,8 +122,7 @@ def turns(grid: Grid, members: list[str]) -> list[tuple[int, str, list[str]]]:
                 todo = [b for b in round_cells(grid, sid, rnd) if sid in live and _unfinished(grid, sid, b)]
                 out += [(rnd, sid, todo)] if todo else []
             continue
-        repeats = sorted({repeat[s][b] for s in live for b in round_cells(grid, s, rnd)})
-        for i, rep in enumerate(repeats):
+        for i, rep in enumerate(sorted({repeat[s][b] for s in live for b in round_cells(grid, s, rnd)})):
             for sid in _rotated(members, i):
                 todo = [b for b in round_cells(grid, sid, rnd) if sid in live and repeat[sid][b] == rep
                         and _unfinished(grid, sid, b)]
@@ -131,8 +130,8 @@ def turns(grid: Grid, members: list[str]) -> list[tuple[int, str, list[str]]]:
     return out
 
 
-def _unfinished(grid: Grid, sid: str, bid: str) -> bool:
-    return not grid.metrics_path(sid, bid).exists()
+def _unfinished(grid: Grid, sid: str, bid: str) -> bool:     # a repeat an `auto` group did not need is done
+    return not grid.metrics_path(sid, bid).exists() and not repeats.not_needed(grid, sid, bid)
 
 
 def launch_turns(block: list[tuple[int, str, list[str]]], launches: dict[str, Launch]) -> list[tuple[int, str, list[str]]]:
@@ -157,7 +156,7 @@ def launch_turns(block: list[tuple[int, str, list[str]]], launches: dict[str, La
 
 
 def pending(grid: Grid, sid: str, rnd: int | None = None) -> list[str]:
-    """The unfinished bench cells of a server cell, or of one of its rounds."""
+    """The unfinished bench cells of a server cell, or of one of its rounds (not those recorded not needed)."""
     return [bid for bid in round_cells(grid, sid, rnd) if _unfinished(grid, sid, bid)]
 
 

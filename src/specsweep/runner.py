@@ -3,7 +3,8 @@
 
 This is the only loop over bench cells; backends (backends/) only open a session and measure. A member that dies, or
 never comes up, fails its own unfinished cells; the others go on, and the job then fails naming what is missing,
-so a rerun runs only that.
+so a rerun runs only that. With sweep.repeats=auto the group looks at its comparisons before each repeat and stops
+once they are answered (looks.py), the repeats left recorded as not needed.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
-from . import residency
+from . import looks as looking, residency
 from .backends import parts
 from .bench_cell import run_bench_cell
 from .cells import Grid
@@ -139,6 +140,9 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
               also: AlsoServed | None = None) -> None:
     failures: list[str] = []
     turns = residency.turns(grid, members)
+    looks = looking.Looks.of(grid, members)       # sweep.repeats=auto; None for a number of repeats
+    if turns and looks and looks.stop_before(_repeat(grid, turns[0])):    # a rerun: answered before it starts
+        turns = []
     if turns:
         gpus = max(grid.servers[s].gpus for s in members)
         gpu_ids, claims = take_gpus(gpus) if gpus else ([], [])
@@ -153,10 +157,14 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
                     print(f"[specsweep] {note}", flush=True)
                 with Members(grid, launches, progress) as group:
                     group.start(up)
-                    for _, sid, bids in block:
-                        failures += _turn(grid, group, sid, bids, launches[sid], rnd, progress)
+                    for turn in block:
+                        if looks and looks.stop_before(_repeat(grid, turn)):
+                            break
+                        failures += _turn(grid, group, turn[1], turn[2], launches[turn[1]], rnd, progress)
                     if also and rnd == turns[-1][0]:
                         _also_served(grid, group, up, launches, rnd, progress, also)
+            if looks:
+                looks.finish()
         finally:
             for claim in claims:
                 claim.release()
@@ -168,6 +176,11 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
                         f"first: {first}\n" + "\n".join(dict.fromkeys(failures)))
     Path(marker).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(marker, {"server_cells": members, "finished_at": time.time()})
+
+
+def _repeat(grid: Grid, turn: tuple[int, str, list[str]]) -> int:
+    """The repeat a co-resident turn runs (residency.turns: one repeat of one member)."""
+    return int(grid.benches[turn[1]][turn[2][0]].spec["repeat"])
 
 
 def _also_served(grid: Grid, group: Members, up: list[str], launches: dict[str, residency.Launch], rnd: int,

@@ -32,12 +32,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import stats
+from .stats import EQUIVALENCE, EQUIVALENT, FASTER, SLOWER, UNRESOLVED, verdict
+from .stats import verdict_text as verdict_text  # the vocabulary is stats.py's; sequential.verdict_text names it too
 
 ALPHA = 1 - stats.CONFIDENCE
 MIXTURE = 0.03       # the mixture's precision c: the narrowest interval at 3-6 blocks (docs/methods.md)
-EQUIVALENCE = 0.05   # sweep.equivalence's default: a speedup inside [1/1.05, 1.05] is `equivalent`
-
-FASTER, SLOWER, EQUIVALENT, UNRESOLVED = stats.FASTER, stats.SLOWER, "equivalent", "unresolved"
 VERDICTS = (FASTER, SLOWER, EQUIVALENT, UNRESOLVED)
 ANSWERED, BUDGET = "answered", "budget"     # why a comparison stopped
 
@@ -86,30 +85,6 @@ def _intersect(running: tuple[float, float], new: tuple[float, float]) -> tuple[
     fits them all, a 5% event at most for blocks that do share one), the look's own, which holds on its own."""
     low, high = max(running[0], new[0]), min(running[1], new[1])
     return (low, high) if low <= high else new
-
-
-def verdict(ci_low: float | None, ci_high: float | None, equivalence: float = EQUIVALENCE,
-            at_budget: bool = True) -> str | None:
-    """The one vocabulary, for any interval of a speedup (ratio scale, above 1: the cell is faster): `faster`
-    (the interval lies above 1), `slower` (below 1), `equivalent` (it holds 1 and lies inside the margin
-    [1 / (1 + equivalence), 1 + equivalence]), else `unresolved` at the budget and None (not answered yet)
-    before it. No interval: None."""
-    if ci_low is None or ci_high is None:
-        return None
-    if ci_low > 1:
-        return FASTER
-    if ci_high < 1:
-        return SLOWER
-    if 1 / (1 + equivalence) <= ci_low and ci_high <= 1 + equivalence:
-        return EQUIVALENT
-    return UNRESOLVED if at_budget else None
-
-
-def verdict_text(verdict_: str | None, equivalence: float = EQUIVALENCE) -> str:
-    """How tables and lines print a verdict: `equivalent within ±5%`; the others as they are; `no CI` for None."""
-    if verdict_ == EQUIVALENT:
-        return f"{EQUIVALENT} within ±{equivalence * 100:g}%"
-    return verdict_ or "no CI"
 
 
 def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = EQUIVALENCE,

@@ -35,11 +35,10 @@ N_RESAMPLES = 9999
 SEED = 0
 MIN_PROMPTS = 5      # below this, no CI: a bootstrap over 2-4 prompts has almost no distinct resamples
 
-FASTER, SLOWER, NOISE = "faster", "slower", "within noise"
-# A verdict whose CI ends within BORDERLINE of 1 (its bound in [1 - BORDERLINE, 1 + BORDERLINE]) says so: a rerun
-# can move such a bound across 1 (docs/methods.md)
-BORDERLINE = 0.03
-FASTER_BORDERLINE, SLOWER_BORDERLINE = f"{FASTER}, borderline", f"{SLOWER}, borderline"
+# The one vocabulary of verdicts (issue 46, docs/methods.md#looking-after-every-repeat-sequential-verdicts), for any
+# interval of a speedup: the fixed bootstrap's read once at its budget, and the confidence sequence's (sequential.py)
+FASTER, SLOWER, EQUIVALENT, UNRESOLVED = "faster", "slower", "equivalent", "unresolved"
+EQUIVALENCE = 0.05   # sweep.equivalence's default: a speedup inside [1/1.05, 1.05] is `equivalent`
 # The verdict of a pair whose answers degenerate on either side (metrics.answer_figures): a speedup on text that
 # loops is no speedup of the drafter, whichever way it points; `verdict_reason` says which side and repeat
 DEGENERATE = "degenerate"
@@ -210,22 +209,34 @@ def speedup_ci(cell_runs: list[list[dict]], ref_runs: list[list[dict]], figure: 
     return out
 
 
-def verdict(ci_low: float | None, ci_high: float | None) -> str | None:
-    """`faster` (CI above 1), `slower` (CI below 1), `within noise` (CI includes 1); None without a CI. A CI
-    that excludes 1 but ends within BORDERLINE of it gives `faster, borderline` / `slower, borderline`."""
+def verdict(ci_low: float | None, ci_high: float | None, equivalence: float = EQUIVALENCE,
+            at_budget: bool = True) -> str | None:
+    """The one vocabulary, for any interval of a speedup (ratio scale, above 1: the cell is faster): `faster`
+    (the interval lies above 1), `slower` (below 1), `equivalent` (it holds 1 and lies inside the margin
+    [1 / (1 + equivalence), 1 + equivalence]), else `unresolved` at the budget and None (not answered yet)
+    before it. No interval: None."""
     if ci_low is None or ci_high is None:
         return None
     if ci_low > 1:
-        return FASTER_BORDERLINE if ci_low <= 1 + BORDERLINE else FASTER
+        return FASTER
     if ci_high < 1:
-        return SLOWER_BORDERLINE if ci_high >= 1 - BORDERLINE else SLOWER
-    return NOISE
+        return SLOWER
+    if 1 / (1 + equivalence) <= ci_low and ci_high <= 1 + equivalence:
+        return EQUIVALENT
+    return UNRESOLVED if at_budget else None
 
 
-def direction(verdict_: str | None) -> str | None:
-    """A verdict without its `borderline`: FASTER, SLOWER, NOISE, DEGENERATE or None (what `resolved` and K
-    comparisons use)."""
-    return {FASTER_BORDERLINE: FASTER, SLOWER_BORDERLINE: SLOWER}.get(verdict_, verdict_)
+def verdict_text(verdict_: str | None, equivalence: float = EQUIVALENCE) -> str:
+    """How tables and lines print a verdict: `equivalent within ±5%` (its margin said); the others as they are;
+    `no CI` for None."""
+    if verdict_ == EQUIVALENT:
+        return f"{EQUIVALENT} within ±{equivalence * 100:g}%"
+    return verdict_ or "no CI"
+
+
+def answered(verdict_text_: str | None) -> bool:
+    """A verdict (as verdict_text writes it) that answers its comparison: faster, slower or equivalent."""
+    return bool(verdict_text_) and verdict_text_.split(" ")[0] in (FASTER, SLOWER, EQUIVALENT)
 
 
 def streamed_na(cell_runs: list[list[dict]], ref_runs: list[list[dict]],
@@ -260,10 +271,10 @@ def _first_invalid(cell_runs, ref_runs, sides, check) -> str | None:
 
 def paired_speedup(cell_runs: list[list[dict]], ref_runs: list[list[dict]], seed: int = SEED,
                    sides: tuple[str, str] = ("cell", "reference"),
-                   rounds: tuple[list[int], list[int]] | None = None) -> dict:
+                   rounds: tuple[list[int], list[int]] | None = None, equivalence: float = EQUIVALENCE) -> dict:
     """Speedup of a cell over a reference from each side's repeats (request rows): the e2e latency ratio, the
     streamed-TPOT ratio (the client's clock) and the server-TPOT ratio (the server's own timing), each a geomean
-    with its CI, what entered, and the verdict (on e2e; DEGENERATE, with `verdict_reason`, where either side's
+    with its CI, what entered, and the verdict (on e2e, read once at the budget: verdict_text; DEGENERATE, with `verdict_reason`, where either side's
     answers degenerate in any repeat). A TPOT ratio stands only where every repeat of both sides
     passes that figure's check; elsewhere it is None and `speedup_streamed_tpot_na` / `speedup_server_tpot_na`
     says why (`sides` name the two in that reason). `rounds`: each run's round, per side (speedup_ci)."""
@@ -280,7 +291,8 @@ def paired_speedup(cell_runs: list[list[dict]], ref_runs: list[list[dict]], seed
             out.update(paired_prompts=g["prompts"], paired_requests=g["requests"])
     out["speedup_streamed_tpot_na"] = nas["streamed_tpot"]
     out["speedup_server_tpot_na"] = nas["server_tpot"]
-    out["verdict"] = verdict(out["speedup_e2e_ci_low"], out["speedup_e2e_ci_high"])
+    v = verdict(out["speedup_e2e_ci_low"], out["speedup_e2e_ci_high"], equivalence)
+    out["verdict"] = verdict_text(v, equivalence) if v else None
     out["verdict_reason"] = degenerate_na(cell_runs, ref_runs, sides) if both else None
     if out["verdict_reason"]:      # the speedups stay, as measured; the verdict claims none of them
         out["verdict"] = DEGENERATE

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from . import layout, metrics, residency
-from .cells import MIN_BLOCKS, Grid, answers_not_judged, expand, round_of_repeat, sweep_rounds
+from . import layout, metrics, repeats, residency
+from .cells import MIN_BLOCKS, Grid, answers_not_judged, expand, round_of_repeat
 from .errors import ConfigError
 from .results import launches, read_json, read_jsonl
 
@@ -104,9 +104,9 @@ class Cell:
         co-resident, its round where it was relaunched), or None where there is none to resample."""
         sweep = self.config["job_config"].get("sweep", {})
         if sweep.get("residency", "coresident") != "relaunch":
-            return int(self.bench["repeat"]) if int(sweep["repeats"]) >= MIN_BLOCKS else None
-        rounds = sweep_rounds(sweep)
-        return None if rounds == 1 else round_of_repeat(int(self.bench["repeat"]), rounds, int(sweep["repeats"]))
+            return int(self.bench["repeat"]) if repeats.count(sweep) >= MIN_BLOCKS else None
+        rounds = repeats.rounds(sweep)
+        return None if rounds == 1 else round_of_repeat(int(self.bench["repeat"]), rounds, repeats.count(sweep))
 
     def requests(self) -> list[dict]:
         """requests.jsonl, or in a study kept in the repo (scripts/keep_study.sh) its gzipped copy."""

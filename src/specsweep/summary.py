@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import ceiling, diagnosis, labels, metrics, phases, stats, table
-from .cells import stable_hash
+from . import ceiling, diagnosis, labels, looks, metrics, phases, repeats, stats, table
+from .cells import AA
 from .labels import k_label
 from .metrics import length_shares, median_mad
 from .nested import at
@@ -57,7 +57,9 @@ def rows(study: Study) -> list[dict]:
         row.update(set_acceptance_columns(cells, sid, bids))
         out.append(row)
     out = ceiling.annotate(out)
+    warning = aa_warning(out)
     for row in out:
+        row["aa_check"] = warning
         row.update(diagnosis_columns(study.diagnosis(row["server_cell"]) if row["method"] != "none" else None, row,
                                      study.grid.servers[row["server_cell"]].random_weights))
         row["label"] = labels.label(row)
@@ -200,7 +202,8 @@ def _against_baseline(cells: Study, sid: str, bids: list[str], valid: list[dict]
     """Output tok/s as a ratio of medians over repeats (a CI from 3 repeats), and the paired speedup."""
     base = cells.grid.baseline_of.get(sid)
     out = {"speedup_output_tok_s": 1.0 if cells.grid.servers[sid].is_baseline else None,
-           "speedup_output_tok_s_ci_low": None, "speedup_output_tok_s_ci_high": None, **dict.fromkeys(table.names(table.PAIRED))}
+           "speedup_output_tok_s_ci_low": None, "speedup_output_tok_s_ci_high": None,
+           **dict.fromkeys(table.names(table.PAIRED) + table.names(table.SEQUENCE))}
     if base is None:
         return out
     ref_metrics = [cells.metrics(base, b) for b in bids if cells.valid(base, b)]
@@ -209,8 +212,32 @@ def _against_baseline(cells: Study, sid: str, bids: list[str], valid: list[dict]
     out.update(speedup_output_tok_s=tok["ratio"], speedup_output_tok_s_ci_low=tok["ci_low"],
                speedup_output_tok_s_ci_high=tok["ci_high"])
     out.update(stats.paired_speedup(cells.runs(sid, bids), cells.runs(base, bids), sides=("this cell", "the baseline"),
-                                    rounds=cells.rounds(((sid, bids), (base, bids)))))
+                                    rounds=cells.rounds(((sid, bids), (base, bids))),
+                                    equivalence=repeats.equivalence(cells.grid.configs[sid]["sweep"])))
+    out.update(sequence(cells, sid, base, bids, out))
     return out
+
+
+def sequence(study: Study, sid: str, ref: str, bids: list[str], paired: dict) -> dict:
+    """A comparison's `looks` and `stopped`, and in an `auto` study its e2e interval and verdict from the confidence
+    sequence over its repeat blocks (looks.sequence_columns); `degenerate` stays."""
+    def by_repeat(s: str) -> list[list[dict]]:
+        return [study.requests(s, b) if study.valid(s, b) and study.valid(ref if s == sid else sid, b) else []
+                for b in sorted(bids, key=lambda b: study.grid.benches[sid][b].spec["repeat"])]
+    out = looks.sequence_columns(study.grid, sid, by_repeat(sid), by_repeat(ref))
+    if paired.get("verdict") == stats.DEGENERATE:
+        out.pop("verdict", None)
+    return out
+
+
+def aa_warning(rows: list[dict]) -> str | None:
+    """Where an A/A cell (sweep.aa: a second server of the baseline's configuration) came out `faster` or `slower`
+    than its baseline: the study's warning, on every row; no verdict of such a study can be trusted."""
+    bad = [f"{r['server_cell']} {r['dataset']} c={r['concurrency']} {r['verdict']} "
+           + stats.format_ratio(r["speedup_e2e_geomean"], r["speedup_e2e_ci_low"], r["speedup_e2e_ci_high"])
+           for r in rows if r["pair"] == AA and r["verdict"] in (stats.FASTER, stats.SLOWER)]
+    return ("the A/A check failed: two servers of one configuration differ (" + "; ".join(bad)
+            + "), so no verdict of this study can be trusted") if bad else None
 
 
 # ---- the figures of one row against each other ------------------------------------------------------------
@@ -270,46 +297,40 @@ def assert_consistent(summary) -> None:
 
 def k_comparison(study: Study) -> list[dict]:
     """Each two speculative cells that differ only in K, on the same bench cells: the paired speedup of
-    the larger K over the smaller, and whether the difference is resolved (its CI excludes 1)."""
+    the larger K over the smaller, its verdict, and whether it is answered (`resolved`: faster, slower or
+    equivalent; stats.answered)."""
     grid, cells = study.grid, study
-    families: dict[str, list[str]] = {}
-    for sid, cell in grid.servers.items():
-        if cell.study == study.name and not cell.is_baseline:
-            rest = {k: v for k, v in cell.spec.items() if k not in ("num_speculative_tokens", "k_schedule")}
-            families.setdefault(stable_hash(rest), []).append(sid)
 
     def label(sid: str) -> str:
         return k_label(grid.servers[sid].spec["num_speculative_tokens"], grid.servers[sid].spec.get("k_schedule"))
 
     out = []
-    for sids in families.values():
-        # fixed Ks by K, a schedule cell (sweep.k_schedule) after them: it is compared with each fixed K
-        sids = sorted(sids, key=lambda s: (bool(grid.servers[s].spec.get("k_schedule")),
-                                           grid.servers[s].spec["num_speculative_tokens"]))
-        for lo, hi in itertools.combinations(sids, 2):
-            for (sid, dataset, thinking, conc, lengths), bids in sorted(cells.groups.items(), key=_group_order):
-                if sid != hi:
-                    continue
-                ka, kb = (grid.servers[s].spec["num_speculative_tokens"] for s in (hi, lo))
-                la, lb = label(hi), label(lo)
-                hi_runs, lo_runs = cells.runs(hi, bids), cells.runs(lo, bids)
-                paired = stats.paired_speedup(hi_runs, lo_runs, sides=(la, lb),
-                                              rounds=cells.rounds(((hi, bids), (lo, bids))))
-                text = stats.format_ratio(paired["speedup_e2e_geomean"], paired["speedup_e2e_ci_low"],
-                                          paired["speedup_e2e_ci_high"])
-                result = {None: "no CI", stats.NOISE: "within noise", stats.FASTER: f"resolved ({la} faster)",
-                          stats.SLOWER: f"resolved ({lb} faster)",
-                          stats.DEGENERATE: "no verdict: degenerate answers"}[stats.direction(paired["verdict"])]
-                if paired["verdict"] in (stats.FASTER_BORDERLINE, stats.SLOWER_BORDERLINE):
-                    result += ", borderline"
-                out.append({"study": study.name, "pair": grid.servers[hi].pair["name"],
-                            "method": grid.servers[hi].spec["method"], "dataset": dataset, "thinking": thinking,
-                            "concurrency": conc, "max_tokens": lengths[0], "prompt_length": lengths[1],
-                            "k_a": ka, "k_b": kb, "server_cell_a": hi, "server_cell_b": lo,
-                            "repeats_a": len(hi_runs), "repeats_b": len(lo_runs), **paired,
-                            "schedule_a": la if grid.servers[hi].spec.get("k_schedule") else None,
-                            "resolved": stats.direction(paired["verdict"]) in (stats.FASTER, stats.SLOWER),
-                            "statement": f"{la} vs {lb}: {text} {result}"})
+    for hi, lo in looks.k_pairs(grid, [sid for sid, cell in grid.servers.items() if cell.study == study.name]):
+        for (sid, dataset, thinking, conc, lengths), bids in sorted(cells.groups.items(), key=_group_order):
+            if sid != hi:
+                continue
+            ka, kb = (grid.servers[s].spec["num_speculative_tokens"] for s in (hi, lo))
+            la, lb = label(hi), label(lo)
+            hi_runs, lo_runs = cells.runs(hi, bids), cells.runs(lo, bids)
+            paired = stats.paired_speedup(hi_runs, lo_runs, sides=(la, lb),
+                                          rounds=cells.rounds(((hi, bids), (lo, bids))),
+                                          equivalence=repeats.equivalence(grid.configs[hi]["sweep"]))
+            seq = sequence(cells, hi, lo, bids, paired)
+            paired.update({k: v for k, v in seq.items() if k in paired})
+            text = stats.format_ratio(paired["speedup_e2e_geomean"], paired["speedup_e2e_ci_low"],
+                                      paired["speedup_e2e_ci_high"])
+            word = (paired["verdict"] or "").split(" ")[0]
+            result = {stats.FASTER: f"{la} faster", stats.SLOWER: f"{lb} faster", "": "no CI",
+                      stats.DEGENERATE: "no verdict: degenerate answers"}.get(word, paired["verdict"])
+            out.append({"study": study.name, "pair": grid.servers[hi].pair["name"],
+                        "method": grid.servers[hi].spec["method"], "dataset": dataset, "thinking": thinking,
+                        "concurrency": conc, "max_tokens": lengths[0], "prompt_length": lengths[1],
+                        "k_a": ka, "k_b": kb, "server_cell_a": hi, "server_cell_b": lo,
+                        "repeats_a": len(hi_runs), "repeats_b": len(lo_runs), **paired,
+                        "looks": seq["looks"], "stopped": seq["stopped"],
+                        "schedule_a": la if grid.servers[hi].spec.get("k_schedule") else None,
+                        "resolved": stats.answered(paired["verdict"]),
+                        "statement": f"{la} vs {lb}: {text} {result}"})
     return out
 
 
@@ -347,13 +368,14 @@ def verdict_lines(summary: list[dict], ks: list[dict]) -> list[str]:
     lines = []
     several = len({r.get("max_tokens") for r in summary}) > 1       # a length axis: each line names its length
     for r in summary:
-        if r["method"] != "none":
+        if r["method"] != "none" or r["pair"] == AA:
             text = stats.format_ratio(r["speedup_e2e_geomean"], r["speedup_e2e_ci_low"], r["speedup_e2e_ci_high"])
             lengths = (f" out={r['max_tokens']}" if several else "") + \
                 (f" prompt={r['prompt_length']}" if r.get("prompt_length") is not None else "")
             lines.append(f"{r['server_cell']} {r['dataset']} think={r['thinking']} c={r['concurrency']}{lengths}: "
                          f"e2e speedup {text} {r['verdict'] or 'no CI'} ({r['paired_prompts']} prompts, "
-                         f"{r['valid_repeats']} repeat(s)); output tok/s "
+                         f"{r['valid_repeats']} repeat(s), {r['looks']} look(s), stopped: {r['stopped']}); "
+                         "output tok/s "
                          + stats.format_ratio(r["speedup_output_tok_s"], r["speedup_output_tok_s_ci_low"],
                                               r["speedup_output_tok_s_ci_high"]) + "; streamed TPOT "
                          + (f"n/a ({r['speedup_streamed_tpot_na']})" if r["speedup_streamed_tpot_na"] else
@@ -376,6 +398,8 @@ def verdict_lines(summary: list[dict], ks: list[dict]) -> list[str]:
                     f"{p} {phase_text(r, p)} ({r[f'{p}_token_share']:.0%} of tokens)"
                     for p in phases.PHASES if r.get(f"{p}_acceptance_length") is not None))
     lines += [f"{k['dataset']} think={k['thinking']} c={k['concurrency']}: {k['statement']}" for k in ks]
+    if summary and summary[0].get("aa_check"):
+        lines.append(f"WARNING: {summary[0]['aa_check']}")
     return lines
 
 

@@ -38,10 +38,8 @@ from pathlib import Path
 from .errors import ConfigError
 from .results import atomic_write_text
 
-# kinds
-ID, SETTING, FIGURE, VERDICT, LABEL, DIAGNOSIS = "id", "setting", "figure", "verdict", "label", "diagnosis"
-# encodings
-TEXT, INT, FLOAT, BOOL, JSON = "text", "int", "float", "bool", "json"
+ID, SETTING, FIGURE, VERDICT, LABEL, DIAGNOSIS = "id", "setting", "figure", "verdict", "label", "diagnosis"  # kinds
+TEXT, INT, FLOAT, BOOL, JSON = "text", "int", "float", "bool", "json"        # encodings
 HIGHER, LOWER = "higher", "lower"
 MAD = "_mad"
 
@@ -91,10 +89,12 @@ PAIRED = (*_speedup("e2e", PAIRED_SOURCE), *_speedup("streamed_tpot", PAIRED_SOU
                  "(metrics.server_invalid)", encoding=TEXT, tag="speedup_server_tpot_na"),
           Column("paired_prompts", VERDICT, PAIRED_SOURCE, "prompts", encoding=INT),
           Column("paired_requests", VERDICT, PAIRED_SOURCE, "requests", encoding=INT),
-          Column("verdict", VERDICT, "the e2e speedup's CI against 1 (stats.verdict); `degenerate` where either side's "
-                 "answers degenerate", encoding=TEXT, tag="verdict"),
+          Column("verdict", VERDICT, "the e2e speedup's interval (stats.verdict): faster, slower, equivalent within ±δ, "
+                 "unresolved; `degenerate` where either side's answers degenerate", encoding=TEXT, tag="verdict"),
           Column("verdict_reason", DIAGNOSIS, "why the verdict is `degenerate`: the first repeat of either side whose "
                  "answers degenerate (stats.degenerate_na)", encoding=TEXT, tag="verdict_reason"))
+SEQUENCE = (Column("looks", VERDICT, "looks.sequence_columns (issue 46): looks at its verdict", "looks", encoding=INT),
+            Column("stopped", VERDICT, "fixed, answered at repeat r, budget, time", encoding=TEXT, tag="stopped"))
 
 # issue #31 (docs/axes.md): the length axes, and acceptance by phase (phases.py: a thinking answer's verify steps
 # split at its </think>, pooled over the row's requests, 95% bootstrap CI over requests)
@@ -240,7 +240,9 @@ _SUMMARY = (      # in the order of where each comes from; SUMMARY below puts th
     *TIMING,
     *QUALITY,
     *_speedup("output_tok_s", "ratio of the medians over repeats, CI by bootstrap (stats.ratio_of_medians)"),
-    *PAIRED,
+    *PAIRED, *SEQUENCE,
+    Column("aa_check", DIAGNOSIS, "summary.aa_warning: an A/A cell (sweep.aa) is faster or slower", encoding=TEXT,
+           tag="aa_check"),
     Column("figures_disagree", DIAGNOSIS, "summary.disagreements", encoding=TEXT, tag="figures_disagree"),
     Column("per_position_acceptance", FIGURE, "per position, the median over repeats of spec_decode's",
            better=HIGHER, encoding=JSON),
@@ -256,8 +258,7 @@ _SUMMARY = (      # in the order of where each comes from; SUMMARY below puts th
     Column("ceiling_speedup_at_al", FIGURE, "ceiling.py: the curve's speedup at the drafter's own AL", "x", HIGHER),
     Column("ceiling_na", DIAGNOSIS, "ceiling.py: what the curve cannot say", encoding=TEXT),
     Column("diagnosis", DIAGNOSIS, "the server cell's diagnosis (counterfactuals.py): the cause of a low acceptance", encoding=TEXT, tag="diagnosis"),
-    Column("diagnosis_evidence", DIAGNOSIS, "the diagnosis's evidence", encoding=TEXT,
-           tag="diagnosis_evidence"),
+    Column("diagnosis_evidence", DIAGNOSIS, "the diagnosis's evidence", encoding=TEXT, tag="diagnosis_evidence"),
     *AXES,
     *SET_ACCEPTANCE,
 )
@@ -278,10 +279,10 @@ K_COMPARISON = (
     Column("server_cell_b", ID, "the smaller K's server cell", encoding=TEXT),
     Column("repeats_a", FIGURE, "its valid repeats", "repeats", encoding=INT),
     Column("repeats_b", FIGURE, "its valid repeats", "repeats", encoding=INT),
-    *PAIRED,
+    *PAIRED, *SEQUENCE,
     Column("schedule_a", LABEL, "the larger side's K schedule, as labels.k_label writes it", encoding=TEXT),
-    Column("resolved", VERDICT, "the speedup's CI excludes 1", encoding=BOOL),
-    Column("statement", LABEL, "`K=7 vs K=3: 1.28x [1.26, 1.30] resolved (K=7 faster)`", encoding=TEXT),
+    Column("resolved", VERDICT, "answered: the verdict is faster, slower or equivalent (stats.answered)", encoding=BOOL),
+    Column("statement", LABEL, "`K=7 vs K=3: 1.28x [1.26, 1.30] K=7 faster`", encoding=TEXT),
 )
 
 BY_CATEGORY = (
@@ -311,7 +312,7 @@ PREDICTED = (
 # run logs (MLflow's compare view plots the first metric two runs share), the verdict's figure first.
 READ_FIRST = ("server_cell", "method", "num_speculative_tokens", "dataset", "thinking", "concurrency", "valid",
               "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "verdict", "verdict_reason",
-              "degenerate_share", "answers_degenerate",
+              "looks", "stopped", "aa_check", "degenerate_share", "answers_degenerate",
               "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
               "speedup_streamed_tpot_na",
               # issue #30: which TPOT is which, the server's beside the client's (docs/timing.md)
@@ -319,8 +320,8 @@ READ_FIRST = ("server_cell", "method", "num_speculative_tokens", "dataset", "thi
               "speedup_server_tpot_ci_low", "speedup_server_tpot_ci_high", "speedup_server_tpot_na",
               "server_figures_invalid", "streamed_figures_invalid", "bursts_in_server", "bursts_after_server",
               "tpot_sources_disagree",
-              "speedup_output_tok_s", "speedup_output_tok_s_ci_low",
-              "speedup_output_tok_s_ci_high", "mean_acceptance_length",
+              "speedup_output_tok_s", "speedup_output_tok_s_ci_low", "speedup_output_tok_s_ci_high",
+              "mean_acceptance_length",
               "set_acceptance_length", "expected_acceptance_length", "acceptance_gap", "set_acceptance_gap",  # #30.8
               "acceptance_rate", "output_tok_s",
               # issue #30: the streams at concurrency above 1 (docs/timing.md#answers-and-streams)
@@ -331,7 +332,7 @@ READ_FIRST = ("server_cell", "method", "num_speculative_tokens", "dataset", "thi
               "max_tokens", "prompt_length", "think_acceptance_length", "think_acceptance_length_ci_low",
               "think_acceptance_length_ci_high", "answer_acceptance_length", "answer_acceptance_length_ci_low",
               "answer_acceptance_length_ci_high", "think_token_share", "phase_split_na")
-K_READ_FIRST = ("statement", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "verdict_reason",
+K_READ_FIRST = ("statement", "looks", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "verdict_reason",
                 "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
                 "speedup_streamed_tpot_na", "speedup_server_tpot_geomean", "speedup_server_tpot_ci_low",
                 "speedup_server_tpot_ci_high", "speedup_server_tpot_na", "paired_prompts", "server_cell_a",

@@ -45,9 +45,10 @@ def after_group(study, sid):
 
 
 def cell_metrics(wildcards):
-    """The metrics.json of a server cell's bench cells, the paths a finished grid gives, after its group's job."""
+    """The metrics.json of a server cell's bench cells, the paths a finished grid gives, after its group's job; a
+    repeat an `auto` group did not need, its not-needed record (repeats.done_path)."""
     after_group(wildcards.study, wildcards.server)
-    return [str(GRID.metrics_path(wildcards.server, bid)) for bid in GRID.benches[wildcards.server]]
+    return [str(repeats.done_path(GRID, wildcards.server, bid)) for bid in GRID.benches[wildcards.server]]
 
 
 def serve_inputs(wildcards):

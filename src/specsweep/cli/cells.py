@@ -14,6 +14,7 @@ def add(sub) -> None:
 
 
 def main(args) -> int:
+    from .. import repeats
     from ..cells import expand
 
     grid = expand([job for ov in override_runs(args) for job in compose_jobs(ov)])
@@ -21,6 +22,7 @@ def main(args) -> int:
         base = grid.baseline_of.get(sid)
         print(f"{cell.study}/{sid}  gpus={cell.gpus}" + (f"  baseline={base}" if base else ""))
         for bid in grid.benches[sid]:
-            state = "done" if grid.metrics_path(sid, bid).exists() else "todo"
+            state = "done" if grid.metrics_path(sid, bid).exists() else \
+                "not needed" if repeats.not_needed(grid, sid, bid) else "todo"     # sweep.repeats=auto
             print(f"    {state}  {bid}")
     return 0

@@ -1,0 +1,18 @@
+#!/bin/bash
+# A B A B A B: auto (+A/A) and the 10-repeat default, each its own results_dir
+cd /work/wt/verdict-w
+T=/work/main/results/models/tiny
+PAIR="pair.target=$T/target pair.drafter=$T/drafter pair.built_by_workflow=false"
+for i in 1 2 3; do
+  for arm in a b; do
+    name=$arm$i
+    extra=""
+    [ $arm = a ] && extra="sweep.repeats=auto sweep.aa=true"
+    echo "$name start $(date -u +%FT%TZ) $(cat /proc/loadavg)" >> /tmp/vw/campaign.log
+    t0=$(date +%s)
+    PYTHONPATH=$PWD/src OMP_NUM_THREADS=1 .venv/bin/snakemake --cores 2 --config overrides="results_dir=/tmp/vw/$name $PAIR $extra" > /tmp/vw/$name.log 2>&1
+    rc=$?
+    echo "$name end $(date -u +%FT%TZ) rc=$rc wall_s=$(( $(date +%s) - t0 )) $(cat /proc/loadavg)" >> /tmp/vw/campaign.log
+  done
+done
+echo "campaign done" >> /tmp/vw/campaign.log

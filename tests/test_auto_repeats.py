@@ -1,0 +1,239 @@
+"""sweep.repeats=auto through the one loop (runner.run_group) on fake sessions whose timings the test sets: the group
+stops once its comparisons are answered and records the repeats it did not need (not as failures), a rerun with a
+larger budget goes on where it stopped, the summary reads each comparison in the one vocabulary with its looks and
+why it stopped, and an A/A cell (sweep.aa) is compared with its baseline like any other."""
+import hashlib
+import types
+from contextlib import contextmanager
+
+import pytest
+
+from specsweep import acceptance_checkpoint, layout, looks, metrics, repeats, residency, runner, summary
+from specsweep.bench_cell import Measurement
+from specsweep.cells import AA, expand
+from specsweep.config import compose_jobs
+from specsweep.datasets import materialise
+from specsweep.errors import ConfigError
+from specsweep.results import read_json
+from specsweep.study import Study
+
+GIB = 1024 ** 3
+
+
+def timed_backend(monkeypatch, events, factor, noise):
+    """Sessions whose request e2e is 0.1 s x factor(server cell) x (1 + noise x a fixed draw in [-1, 1] per cell,
+    repeat and prompt), a load factor per repeat common to every member (it cancels in the pairs)."""
+    class Session:
+        log_path = None
+
+        def __init__(self, sid, k):
+            self.sid, self.k = sid, k
+
+        def alive(self):
+            return True
+
+        def log_tail(self):
+            return ""
+
+        def pause(self):
+            pass
+
+        def resume(self):
+            pass
+
+        def measure(self, prompts, bench, progress, desc):
+            rep = bench["repeat"]
+            events.append(("measure", self.sid, rep))
+            rows = []
+            for i in range(len(prompts)):
+                draw = int(hashlib.sha256(f"{self.sid}/{rep}/{i}".encode()).hexdigest()[:8], 16) / 2 ** 31 - 1
+                e2e = 0.1 * factor(self.sid) * (1 + 0.3 * (rep % 3)) * (1 + noise * draw)
+                rows.append({"index": i, "turn": 0, "ok": True, "error": None, "text": f"answer {i} of {rep}",
+                             "prompt_tokens": 4, "completion_tokens": 8, "ttft_s": 0.01, "e2e_s": e2e, "itl_s": [],
+                             "chunk_t_s": [e2e * t / 8 for t in range(1, 9)], "chunk_tokens": [1] * 8,
+                             **({"acceptance_lengths": [2] * 4} if self.k else {})})
+            figures = metrics.request_figures(rows, 1.0)
+            figures.update(spec_decode=metrics.acceptance_from_lengths([2] * 4 * len(rows), self.k + 1) if self.k
+                           else None, backend="fake")
+            return Measurement(rows, figures, None, counted=False)
+
+    @contextmanager
+    def open_session(grid, sid, progress=True, how=None):
+        events.append(("start", sid))
+        yield Session(sid, grid.servers[sid].spec["num_speculative_tokens"])
+    monkeypatch.setattr(runner.parts, "session", lambda name: types.SimpleNamespace(open_session=open_session))
+    monkeypatch.setattr(runner.residency.psutil, "virtual_memory", lambda: types.SimpleNamespace(available=20 * GIB))
+
+
+def auto_group(tmp_path, *extra):
+    """The default group (a baseline, K=3, K=7) of an auto study on 6 prompts."""
+    g = expand(compose_jobs([f"results_dir={tmp_path}", "study=v", "sweep.repeats=auto", "dataset.num_prompts=6",
+                             "pair.target=/nonexistent/target", "pair.drafter=/nonexistent/drafter",
+                             "pair.built_by_workflow=false", *extra]))
+    bench = next(iter(next(iter(g.benches.values())).values())).spec
+    materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
+    lead = residency.leads(g)[0]
+    return g, lead, residency.group(g, lead)
+
+
+def k_factor(g, speeds):
+    """factor(sid) from {K: factor}; an A/A cell by speeds['aa'] (default: the baseline's)."""
+    def factor(sid):
+        spec = g.servers[sid].spec
+        return speeds.get("aa", speeds[0]) if spec.get("aa") else speeds[spec["num_speculative_tokens"]]
+    return factor
+
+
+def measured(events) -> list[int]:
+    return sorted({e[2] for e in events if e[0] == "measure"})
+
+
+def test_a_group_stops_once_answered_and_records_the_rest_as_not_needed(tmp_path, monkeypatch):
+    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=8")
+    events = []
+    timed_backend(monkeypatch, events, k_factor(g, {0: 1.0, 3: 0.7, 7: 0.5}), noise=0.02)
+    runner.run_group(g, lead, tmp_path / "marker.done", progress=False)     # no CellError: nothing is missing
+    done = measured(events)
+    assert done == list(range(len(done))) and 2 <= len(done) < 8             # stopped early, at a repeat boundary
+    record = read_json(g.server_dir(lead) / layout.LOOKS)
+    assert record["stopped"] == looks.ANSWERED and record["why"] == f"answered at repeat {len(done)}"
+    assert {r["verdict"] for r in record["comparisons"].values()} == {"faster"}
+    assert len(record["comparisons"]) == 3                                   # K=3, K=7 vs base; K=7 vs K=3
+    for sid in members:
+        for bid, cell in g.benches[sid].items():
+            skipped = cell.spec["repeat"] >= len(done)
+            assert g.metrics_path(sid, bid).exists() is not skipped
+            if skipped:
+                note = repeats.not_needed(g, sid, bid)
+                assert note["why"] == record["why"] and note["budget"]["max_repeats"] == 8
+                assert repeats.done_path(g, sid, bid).name == layout.NOT_NEEDED
+    assert residency.group_pending(g, lead) == [] and (tmp_path / "marker.done").exists()
+    acceptance_checkpoint.record_acceptance(g, members)     # what the group's job does next: finished cells only
+    assert all(g.acceptance_path(s).exists() for s in members if g.diagnosed(s))
+    # the summary: the one vocabulary, with the looks and why each stopped
+    f = g.study_files("v")
+    summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
+    from specsweep import table
+    rows = [r for r in table.read(f.summary) if r["method"] != "none"]
+    assert {r["verdict"] for r in rows} == {"faster"} and {r["repeats"] for r in rows} == {len(done)}
+    assert all(r["looks"] == len(done) and r["stopped"].startswith("answered at repeat") for r in rows)
+    assert all(r["speedup_e2e_ci_low"] > 1 for r in rows) and rows[0]["aa_check"] is None
+    [k] = table.read(f.k_comparison)
+    assert k["statement"].endswith("K=7 faster") and k["resolved"] and k["looks"] == len(done)
+
+
+def test_a_rerun_with_a_larger_budget_goes_on_where_it_stopped(tmp_path, monkeypatch):
+    speeds = {0: 1.0, 3: 0.99, 7: 1.01}        # differences under the margin, blocks too noisy for it at 3
+    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=3")
+    events = []
+    timed_backend(monkeypatch, events, k_factor(g, speeds), noise=0.3)
+    runner.run_group(g, lead, tmp_path / "m1.done", progress=False)
+    assert measured(events) == [0, 1, 2]
+    record = read_json(g.server_dir(lead) / layout.LOOKS)
+    assert record["stopped"] == looks.BUDGET and "unresolved" in {r["verdict"] for r in record["comparisons"].values()}
+    # the budget grows: the same ids for repeats 0-2, three more to run; the group goes on from repeat 3
+    g2, _, _ = auto_group(tmp_path, "sweep.max_repeats=6")
+    assert all(set(g.benches[s]) < set(g2.benches[s]) for s in members)
+    events.clear()
+    timed_backend(monkeypatch, events, k_factor(g2, speeds), noise=0.3)
+    runner.run_group(g2, lead, tmp_path / "m2.done", progress=False)
+    assert measured(events)[0] == 3
+
+
+def test_not_needed_records_are_keyed_on_the_budget(tmp_path, monkeypatch):
+    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=6")
+    events = []
+    timed_backend(monkeypatch, events, k_factor(g, {0: 1.0, 3: 0.7, 7: 0.5}), noise=0.02)
+    runner.run_group(g, lead, tmp_path / "m1.done", progress=False)
+    stop = len(measured(events))
+    # a larger budget makes them pending again; the group's first look, before any server starts, stops it
+    g2, _, _ = auto_group(tmp_path, "sweep.max_repeats=9")
+    assert {b for s, b in residency.group_pending(g2, lead)} == \
+        {b for s in members for b, c in g2.benches[s].items() if c.spec["repeat"] >= stop}
+    events.clear()
+    runner.run_group(g2, lead, tmp_path / "m2.done", progress=False)
+    assert events == [] and residency.group_pending(g2, lead) == []
+    assert read_json(g2.server_dir(lead) / layout.LOOKS)["budget"]["max_repeats"] == 9
+    # a fixed study of the same grid point: the records say nothing to it, its repeats are to run
+    g3 = expand(compose_jobs([f"results_dir={tmp_path}", "study=v", "sweep.repeats=6", "dataset.num_prompts=6",
+                              "pair.target=/nonexistent/target", "pair.drafter=/nonexistent/drafter",
+                              "pair.built_by_workflow=false"]))
+    assert len(residency.group_pending(g3, lead)) == 3 * (6 - stop)
+
+
+def test_an_aa_cell_is_a_second_baseline_compared_like_any_other(tmp_path, monkeypatch):
+    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=6", "sweep.aa=true")
+    [aa] = [s for s in members if g.servers[s].spec.get("aa")]
+    assert aa.startswith("base-aa-") and g.baseline_of[aa] == lead and g.servers[aa].pair["name"] == AA
+    assert set(g.benches[aa]) == set(g.benches[lead])                        # the baseline's bench cells
+    plain, _, _ = auto_group(tmp_path / "plain", "sweep.max_repeats=6")
+    assert [s for s in plain.servers] == [s for s in g.servers if s != aa]   # no other id moves
+    events = []
+    timed_backend(monkeypatch, events, k_factor(g, {0: 1.0, 3: 0.7, 7: 0.5}), noise=0.01)
+    runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    comparisons = read_json(g.server_dir(lead) / layout.LOOKS)["comparisons"]
+    assert next(r for name, r in comparisons.items() if name.startswith(aa))["verdict"] == "equivalent"
+    f = g.study_files("v")
+    summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
+    from specsweep import table
+    [row] = [r for r in table.read(f.summary) if r["pair"] == AA]
+    assert row["verdict"] == "equivalent within ±5%" and row["aa_check"] is None
+
+
+def test_an_aa_cell_that_differs_warns_that_no_verdict_can_be_trusted(tmp_path, monkeypatch, capsys):
+    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=6", "sweep.aa=true")
+    events = []
+    timed_backend(monkeypatch, events, k_factor(g, {0: 1.0, 3: 0.7, 7: 0.5, "aa": 0.8}), noise=0.01)
+    runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    f = g.study_files("v")
+    summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
+    from specsweep import table
+    rows = table.read(f.summary)
+    assert all(r["aa_check"].startswith("the A/A check failed") and "faster" in r["aa_check"] for r in rows)
+    assert "WARNING: the A/A check failed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra, words", [
+    (("sweep.rounds=2",), "sweep.rounds must be 1"), (("sweep.residency=relaunch",), "relaunch"),
+    (("sweep.aa=true", "sweep.baseline=false"), "sweep.aa=true")])
+def test_what_auto_and_aa_refuse_is_one_line(tmp_path, extra, words):
+    with pytest.raises(ConfigError, match=words) as e:
+        compose_jobs([f"results_dir={tmp_path}", "sweep.repeats=auto", *extra])
+    assert "\n" not in str(e.value)
+
+
+def test_the_aa_check_holds_no_group(tmp_path, monkeypatch):
+    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=10", "sweep.aa=true")
+    events = []
+    timed_backend(monkeypatch, events, k_factor(g, {0: 1.0, 3: 0.6, 7: 0.36}), noise=0.25)
+    runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    record = read_json(g.server_dir(lead) / layout.LOOKS)
+    [check] = [r for name, r in record["comparisons"].items() if name.startswith("base-aa-")]
+    assert record["stopped"] == looks.ANSWERED and record["repeats"] < 10          # the others are answered
+    assert check["verdict"] == "unresolved" and check["stopped"] == looks.GROUP    # read where they stopped
+    f = g.study_files("v")
+    summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
+    from specsweep import table
+    [row] = [r for r in table.read(f.summary) if r["pair"] == AA]
+    assert row["verdict"] == "unresolved" and row["stopped"] == f"{looks.GROUP} at repeat {record['repeats']}"
+    assert row["aa_check"] is None
+
+
+def test_a_time_budget_stops_the_group_and_reads_the_rest_unresolved(tmp_path, monkeypatch):
+    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=8", "sweep.max_minutes=3")
+    clock = iter(range(0, 10_000, 100))       # each call 100 s later: the third look is past 3 minutes
+    monkeypatch.setattr(looks, "time", types.SimpleNamespace(monotonic=lambda: next(clock), time=lambda: 0.0))
+    events = []
+    timed_backend(monkeypatch, events, k_factor(g, {0: 1.0, 3: 0.99, 7: 1.01}), noise=0.3)
+    runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    record = read_json(g.server_dir(lead) / layout.LOOKS)
+    assert record["stopped"] == looks.TIME and measured(events) == list(range(record["repeats"])) and \
+        record["repeats"] < 8
+    assert record["why"] == f"the time budget of 3 min was spent at repeat {record['repeats']}"
+    assert {r["verdict"] for r in record["comparisons"].values()} == {"unresolved"}
+    assert residency.group_pending(g, lead) == []                   # the rest are not needed, not failed
+    f = g.study_files("v")
+    summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
+    from specsweep import table
+    rows = [r for r in table.read(f.summary) if r["method"] != "none"]
+    assert {(r["verdict"], r["stopped"]) for r in rows} == {("unresolved", looks.TIME)}
