@@ -71,7 +71,15 @@ def test_the_27b_preset_finds_its_replicas_and_passes_the_pair_checks(tmp_path, 
     shaped.write(shape, tmp_path / "models" / f"{pair}-shaped", with_tokenizer=False)
     [cfg] = compose_jobs(["experiment=gpu_27b_hybrid", "server=vllm_gpu", f"results_dir={tmp_path}",
                           f"pair={pair}"])
-    assert cfg["study"] == f"{pair}-shaped" and "--language-model-only" in cfg["server"]["extra_args"]
+    assert cfg["study"] == f"{pair}-shaped"
+    # no flag by hand: the launch adds what the replica's shape and a Python without FlashInfer call for
+    assert not {"--language-model-only", "--gdn-prefill-backend"} & set(cfg["server"]["extra_args"])
+    from specsweep import model_shape
+    from specsweep.backends.vllm import launch
+
+    plan = launch.kernel_plan(cfg["server"] | {"device": "cuda"}, {"flashinfer": None},
+                              model_shape.shape(cfg["pair"]["target"]))
+    assert "--language-model-only" in plan.argv and plan.argv[plan.argv.index("--gdn-prefill-backend") + 1] == "triton"
     for check in (checks.check_pair_paths, checks.check_drafter, checks.check_thinking, checks.check_max_tokens,
                   checks.check_num_speculative_tokens, vllm_checks.check_kv_cache):
         c = check(cfg, {})

@@ -1,7 +1,7 @@
 #!/bin/bash
 # A B A B A B: auto (+A/A) and the 10-repeat default, each its own results_dir
-cd /work/wt/verdict-w
-T=/work/main/results/models/tiny
+cd "$(dirname "$0")/../../../.."   # the repository root
+T=$PWD/results/models/tiny       # a trained tiny pair
 PAIR="pair.target=$T/target pair.drafter=$T/drafter pair.built_by_workflow=false"
 for i in 1 2 3; do
   for arm in a b; do

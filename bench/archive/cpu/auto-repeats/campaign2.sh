@@ -1,6 +1,6 @@
 #!/bin/bash
-cd /work/wt/verdict-w
-T=/work/main/results/models/tiny
+cd "$(dirname "$0")/../../../.."   # the repository root
+T=$PWD/results/models/tiny       # a trained tiny pair
 PAIR="pair.target=$T/target pair.drafter=$T/drafter pair.built_by_workflow=false"
 # finish a2 (its group job failed after its bench cells, in record_acceptance, fixed since)
 echo "a2-finish start $(date -u +%FT%TZ) $(cat /proc/loadavg)" >> /tmp/vw/campaign.log
