@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from helpers import make_random_pair
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -75,17 +74,6 @@ def test_cross_hardware_smoke():
 
 def test_engine_speed_smoke():
     assert "speedup_vs_block1" in smoke("engine_speed.py")
-
-
-@pytest.mark.server
-def test_start_side_by_side_smoke(tmp_path):
-    """The smoke study's group (a baseline and one DFlash cell) started two at once against one after the other,
-    once each, on an untrained pair."""
-    models = make_random_pair(tmp_path)
-    overrides = f"study=smoke sweep=smoke pair.target={models / 'target'} pair.drafter={models / 'drafter'} " \
-                f"pair.built_by_workflow=false results_dir={tmp_path / 'results'}"
-    out = smoke("start_side_by_side.py", "--overrides", overrides, "--width", "2", timeout=600)
-    assert "2 at once / one at a time" in out
 
 
 @pytest.mark.server
