@@ -46,16 +46,23 @@ from specsweep.config import compose_jobs  # noqa: E402
 from specsweep.results import atomic_write_json, atomic_write_text  # noqa: E402
 
 
-def one_start(overrides: list[str], width: int, results: Path) -> dict:
-    grid = expand(compose_jobs([f"results_dir={results}", "tracking=off", *overrides]))
-    members = residency.group(grid, residency.leads(grid)[0])
-    launches = {s: dataclasses.replace(launch, start_at_once=width) for s, launch in residency.plan(grid, members).items()}
+def start_group(grid, members: list[str], launches: dict) -> tuple[float, dict]:
+    """Start the group's members as `launches` say, every one up, then stop them: (seconds until all were up,
+    each member's launch record)."""
     t0 = time.monotonic()
     with runner.Members(grid, launches, progress=False) as group:
         group.start(members)
         all_up = time.monotonic() - t0
         assert not group.broken, group.broken
         info = {s: group.sessions[s][1].srv.info for s in members}
+    return all_up, info
+
+
+def one_start(overrides: list[str], width: int, results: Path) -> dict:
+    grid = expand(compose_jobs([f"results_dir={results}", "tracking=off", *overrides]))
+    members = residency.group(grid, residency.leads(grid)[0])
+    launches = {s: dataclasses.replace(launch, start_at_once=width) for s, launch in residency.plan(grid, members).items()}
+    all_up, info = start_group(grid, members, launches)
     return {"width": width, "all_up_s": round(all_up, 1), "ready_s": {s: i["ready_s"] for s, i in info.items()},
             "engine_init_s": {s: i.get("engine_init_s") for s, i in info.items()},
             "kv_cache_tokens": {s: i.get("kv_cache_tokens") for s, i in info.items()},
@@ -110,12 +117,7 @@ def gpu_start(overrides: list[str], width: int | None, results: Path, cache: Pat
     try:
         plan = residency.plan(grid, members, ids)
         launches = {s: dataclasses.replace(p, start_at_once=width or p.start_at_once) for s, p in plan.items()}
-        t0 = time.monotonic()
-        with runner.Members(grid, launches, progress=False) as group:
-            group.start(members)
-            all_up = time.monotonic() - t0
-            assert not group.broken, group.broken
-            info = {s: group.sessions[s][1].srv.info for s in members}
+        all_up, info = start_group(grid, members, launches)
     finally:
         for claim in claims:
             claim.release()
