@@ -247,19 +247,31 @@ def test_preflight_says_how_each_group_will_run_and_warns_of_a_fallback(tmp_path
 
     g = gpu_grid(tmp_path)
     cfg = g.configs[residency.leads(g)[0]]
-    fits = checks.check_residency(cfg, {"gpus": [{"index": "0", "memory_total_mib": 143771}]})
+    fits = checks.check_residency([cfg], {"gpus": [{"index": "0", "memory_total_mib": 143771}]})
     assert fits.status == "pass" and "3 server(s) of group" in fits.message and "GPU memory shares" in fits.message
-    small = checks.check_residency(cfg, {"gpus": [{"index": "0", "memory_total_mib": 40960}]})
+    small = checks.check_residency([cfg], {"gpus": [{"index": "0", "memory_total_mib": 40960}]})
     assert small.status == "warn" and "sleep (the group's servers need 76.9 GiB together" in small.message
     one = grid("sweep.start_at_once=1")
-    cpu = checks.check_residency(one.configs[residency.leads(one)[0]], {"gpus": []})
+    cpu = checks.check_residency([one.configs[residency.leads(one)[0]]], {"gpus": []})
     assert cpu.status == "pass" and cpu.message.endswith("coresident, idle ones paused")
     idle = grid("sweep.pause_idle=false", "sweep.start_at_once=1")
-    assert checks.check_residency(idle.configs[residency.leads(idle)[0]], {"gpus": []}).message.endswith(
+    assert checks.check_residency([idle.configs[residency.leads(idle)[0]]], {"gpus": []}).message.endswith(
         "coresident, idle ones left running")
     two = grid("sweep.start_at_once=2")
-    assert checks.check_residency(two.configs[residency.leads(two)[0]], {"gpus": []}).message.endswith(
+    assert checks.check_residency([two.configs[residency.leads(two)[0]]], {"gpus": []}).message.endswith(
         "coresident, idle ones paused, started 2 at a time")
+
+
+def test_preflight_plans_a_group_across_the_studys_jobs(tmp_path, big_host):
+    """Two Hydra jobs that share a baseline (`--also`) are one group of three in the DAG; preflight plans that
+    group, not each job's two (on the H200, 2026-12-04, it said 138.0 and 139.3 GiB for a group of 219.7)."""
+    from specsweep import checks
+
+    one = compose_jobs(["results_dir=" + str(tmp_path), "sweep.num_speculative_tokens=[3]"])
+    two = compose_jobs(["results_dir=" + str(tmp_path), "sweep.num_speculative_tokens=[7]"])
+    both = checks.check_residency(one + two, {"gpus": []})
+    assert "3 server(s) of group" in both.message and both.message.count("server(s) of group") == 1
+    assert "2 server(s) of group" in checks.check_residency(one, {"gpus": []}).message
 
 
 def test_the_local_engine_on_a_gpu_is_coresident_in_its_process(tmp_path):
@@ -268,7 +280,7 @@ def test_the_local_engine_on_a_gpu_is_coresident_in_its_process(tmp_path):
     plan = residency.plan(g, lead_members(g), ["0"])
     assert {p.residency for p in plan.values()} == {"coresident"} and all(p.gpu_ids == ("0",) for p in plan.values())
     from specsweep import checks
-    assert checks.check_residency(g.configs[residency.leads(g)[0]], {"gpus": []}).status == "pass"
+    assert checks.check_residency([g.configs[residency.leads(g)[0]]], {"gpus": []}).status == "pass"
 
 
 def test_a_nested_hybrid_target_is_counted_as_vllm_counts_it(tmp_path, big_host):

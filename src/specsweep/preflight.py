@@ -58,17 +58,17 @@ def _version(name):
 
 def run_checks(configs: list[dict], env: dict) -> list[Check]:
     """Every check of its backend, and the refusals of what it lacks, on every job config of a study; identical
-    results are reported once."""
+    results are reported once. The residency plan is one check on all the configs: a group spans jobs."""
     seen, out = set(), []
     for cfg in configs:
         backend = cfg["server"]["backend"]
-        for check in [*parts.checks(backend).CHECKS, *refusals(backend), check_residency]:
+        for check in [*parts.checks(backend).CHECKS, *refusals(backend)]:
             result = check(cfg, env)
             key = (result.name, result.status, result.message)
             if key not in seen:
                 seen.add(key)
                 out.append(result)
-    return out
+    return out + [check_residency(configs, env)]
 
 
 def assess(configs: list[dict], extra: tuple = ()) -> tuple[dict, list[Check]]:
