@@ -134,3 +134,30 @@ def test_two_27b_launches_on_the_h200_as_their_own_logs_say(log, drafter, k):
     pool = model_shape.pool(target, draft, k)
     assert pool.block_size == logged["block"]
     assert pool.tokens(8 * 2 ** 30, 4096) == logged["tokens"]
+
+
+@pytest.mark.parametrize("member, drafter", [
+    ("base-target-78ec3b14d7", None),
+    ("qwen3.5-27b-dflash-dflash-k15-al6-be294b12be", False),
+    ("qwen3.6-27b-dflash-dflash-k15-al6-e4d848403a", True),
+])
+def test_the_27b_groups_launches_through_the_dag_as_their_logs_say(member, drafter):
+    """Issue 44's study on the H200 (bench/archive/h200/vllm/qwen3.6-27b-hybrid, vLLM 0.26, each member relaunched
+    alone at 0.85, KV memory profiled, not fixed): the weights within 1%, the block size exactly, and the KV tokens
+    of the KV memory vLLM logged (rounded to 0.01 GiB) within 0.1%."""
+    import re
+    from pathlib import Path
+
+    logs = Path(__file__).parents[1] / "bench/archive/h200/vllm/qwen3.6-27b-hybrid" / member / "logs"
+    text = next(logs.glob("server-*.log")).read_text()
+    weights = float(re.search(r"Model loading took ([\d.]+) GiB", text).group(1))
+    block = int(re.search(r"attention block size to (\d+) tokens", text).group(1))
+    kv_gib = float(re.search(r"Available KV cache memory: ([\d.]+) GiB", text).group(1))
+    tokens = int(re.search(r"GPU KV cache size: ([\d,]+) tokens", text).group(1).replace(",", ""))
+    target = model_shape.shape(shaped.qwen35_27b_target())
+    draft = None if drafter is None else model_shape.shape(shaped.qwen35_27b_drafter(sliding=drafter))
+    mine = target.weights_bytes(2) + (draft.weights_bytes(2) if draft else 0)
+    assert mine / 2 ** 30 == pytest.approx(weights, rel=0.01)
+    pool = model_shape.pool(target, draft, 15 if draft else 0)
+    assert pool.block_size == block
+    assert pool.tokens(int(kv_gib * 2 ** 30), 4096) == pytest.approx(tokens, rel=0.001)
