@@ -27,6 +27,8 @@
 #                the baseline and K=15 at a set acceptance length of 6.0 for both z-lab drafter layouts (four sliding
 #                layers and one full; all full) as one group of three, concurrency 1 and 8, 2 repeats (PROMPTS=N
 #                sets dataset.num_prompts);  27b-one  the same with the sliding-window layout alone (two members)
+#   27b-greedy   the same study (after 27b-group: its cells are kept) plus K=15 with real acceptance, sliding-window
+#                layout: one more launch (~6 min cold), the greedy-agreement check against the baseline's answers
 #   coresidency  bench/coresidency.py on the 8B-shaped pair (baseline and K=15, concurrency 8, 32 prompts, 2 rounds),
 #                each server launched as its study's group would launch it (residency.plan: its memory share of
 #                the group's GPU; 2026-12-02's run wrapped the script for it, which it now does itself)
@@ -99,6 +101,10 @@ print('mask token id ->', eot, doctor(Path(sys.argv[1] + '/drafter'), Path(sys.a
   27b-group) study qwen3.6-27b-hybrid experiment=gpu_27b_hybrid pair=qwen3.6-27b-dflash server=vllm_gpu_bundle \
                results_dir=$RES study=qwen3.6-27b-hybrid ${PROMPTS:+dataset.num_prompts=$PROMPTS} \
                --also "pair=qwen3.5-27b-dflash pair.target=$RES/models/qwen3.6-27b-dflash-shaped/target" ;;
+  27b-greedy) study qwen3.6-27b-hybrid experiment=gpu_27b_hybrid pair=qwen3.6-27b-dflash server=vllm_gpu_bundle \
+                results_dir=$RES study=qwen3.6-27b-hybrid ${PROMPTS:+dataset.num_prompts=$PROMPTS} \
+                "sweep.set_acceptance=[null,6.0]" \
+                --also "pair=qwen3.5-27b-dflash pair.target=$RES/models/qwen3.6-27b-dflash-shaped/target sweep.set_acceptance=[6.0]" ;;
   coresidency)
     python3 bench/coresidency.py --overrides "experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES \
 sweep.num_speculative_tokens=[15] sweep.concurrency=[8] dataset.num_prompts=${PROMPTS:-32}" \
@@ -121,6 +127,6 @@ server=vllm_gpu_bundle results_dir=$RES sweep.num_speculative_tokens=[7,15] swee
               for name in qwen3-8b-cold qwen3-8b-warm; do
                 study $name experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES study=$name \
                   "sweep.num_speculative_tokens=[7,15]" "sweep.concurrency=[1,8]" sweep.repeats=3; done ;;
-  *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched | tiny-diag | 8b-group | 8b-sleep | tiny-relaunch | modes | coresidency [ROUNDS] | vllm-metrics | bg STEP ... | collect SECS | 8b-starts | 8b-studies | 27b-one | 27b-group" >&2
+  *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched | tiny-diag | 8b-group | 8b-sleep | tiny-relaunch | modes | coresidency [ROUNDS] | vllm-metrics | bg STEP ... | collect SECS | 8b-starts | 8b-studies | 27b-one | 27b-group | 27b-greedy" >&2
      exit 2 ;;
 esac
