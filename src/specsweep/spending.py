@@ -34,10 +34,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .repeats import PLANNED
 from .sequential import ALPHA, ANSWERED, BUDGET, UNRESOLVED
 from .stats import EQUIVALENCE, verdict
 
-PLANNED, EVERY = "planned", "every"      # sweep.looks: this module's rule, or sequential.py's
 FRACTIONS = (0.3, 0.5, 0.7, 1.0)           # the looks, as shares of max_repeats
 MIN_LOOK = 3                               # no look before 3 repeats: a t with 1 degree of freedom says little
 OBF, POCOCK = "obrien-fleming", "pocock"  # spending functions: the rule's, and the one it was compared with
