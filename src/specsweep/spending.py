@@ -83,8 +83,8 @@ def boundaries(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = OBF
 
         def excess(c: float) -> float:
             upper = np.array(out + [c])
-            return multivariate_normal.cdf(upper, np.zeros(k + 1), cov, lower_limit=-upper, abseps=1e-6,
-                                           releps=1e-6, rng=np.random.default_rng(SEED)) - stay
+            return multivariate_normal.cdf(upper, np.zeros(k + 1), cov, lower_limit=-upper, abseps=1e-5,
+                                           releps=1e-5, rng=np.random.default_rng(SEED)) - stay
         out.append(float(brentq(excess, 1.0, 8.0, xtol=1e-4)))
     return tuple(out)
 
@@ -121,8 +121,8 @@ def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = E
     n = len(blocks)
     repeats = n if repeats is None else repeats
     schedule = plan(max_repeats)
-    levels = nominal_levels(schedule, alpha, spending)
-    taken = [(r, p) for r, p in zip(schedule, levels) if r <= repeats]
+    taken = [r for r in schedule if r <= repeats]     # the boundaries (scipy, a second) only once a look is taken
+    taken = list(zip(taken, nominal_levels(schedule, alpha, spending))) if taken else []
     ci, v, answered_at, nominal, used = (None, None), None, None, None, n
     for r, p in taken:
         used, nominal = min(r, n), p
