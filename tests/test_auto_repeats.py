@@ -89,7 +89,7 @@ def measured(events) -> list[int]:
 
 
 def test_a_group_stops_once_answered_and_records_the_rest_as_not_needed(tmp_path, monkeypatch):
-    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=8")
+    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=8", "sweep.looks=every")
     events = []
     timed_backend(monkeypatch, events, k_factor(g, {0: 1.0, 3: 0.7, 7: 0.5}), noise=0.02)
     runner.run_group(g, lead, tmp_path / "marker.done", progress=False)     # no CellError: nothing is missing
@@ -124,7 +124,7 @@ def test_a_group_stops_once_answered_and_records_the_rest_as_not_needed(tmp_path
 
 def test_a_rerun_with_a_larger_budget_goes_on_where_it_stopped(tmp_path, monkeypatch):
     speeds = {0: 1.0, 3: 0.99, 7: 1.01}        # differences under the margin, blocks too noisy for it at 3
-    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=3")
+    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=3", "sweep.looks=every")
     events = []
     timed_backend(monkeypatch, events, k_factor(g, speeds), noise=0.3)
     runner.run_group(g, lead, tmp_path / "m1.done", progress=False)
@@ -132,7 +132,7 @@ def test_a_rerun_with_a_larger_budget_goes_on_where_it_stopped(tmp_path, monkeyp
     record = read_json(g.server_dir(lead) / layout.LOOKS)
     assert record["stopped"] == looks.BUDGET and "unresolved" in {r["verdict"] for r in record["comparisons"].values()}
     # the budget grows: the same ids for repeats 0-2, three more to run; the group goes on from repeat 3
-    g2, _, _ = auto_group(tmp_path, "sweep.max_repeats=6")
+    g2, _, _ = auto_group(tmp_path, "sweep.max_repeats=6", "sweep.looks=every")
     assert all(set(g.benches[s]) < set(g2.benches[s]) for s in members)
     events.clear()
     timed_backend(monkeypatch, events, k_factor(g2, speeds), noise=0.3)
@@ -141,13 +141,13 @@ def test_a_rerun_with_a_larger_budget_goes_on_where_it_stopped(tmp_path, monkeyp
 
 
 def test_not_needed_records_are_keyed_on_the_budget(tmp_path, monkeypatch):
-    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=6")
+    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=6", "sweep.looks=every")
     events = []
     timed_backend(monkeypatch, events, k_factor(g, {0: 1.0, 3: 0.7, 7: 0.5}), noise=0.02)
     runner.run_group(g, lead, tmp_path / "m1.done", progress=False)
     stop = len(measured(events))
     # a larger budget makes them pending again; the group's first look, before any server starts, stops it
-    g2, _, _ = auto_group(tmp_path, "sweep.max_repeats=9")
+    g2, _, _ = auto_group(tmp_path, "sweep.max_repeats=9", "sweep.looks=every")
     assert {b for s, b in residency.group_pending(g2, lead)} == \
         {b for s in members for b, c in g2.benches[s].items() if c.spec["repeat"] >= stop}
     events.clear()
@@ -159,6 +159,38 @@ def test_not_needed_records_are_keyed_on_the_budget(tmp_path, monkeypatch):
                               "pair.target=/nonexistent/target", "pair.drafter=/nonexistent/drafter",
                               "pair.built_by_workflow=false"]))
     assert len(residency.group_pending(g3, lead)) == 3 * (6 - stop)
+
+
+def test_planned_looks_stop_at_a_planned_repeat_and_refuse_a_larger_budget(tmp_path, monkeypatch):
+    """sweep.looks=planned (the default): the group looks at 3, 5, 7, 10 and stops at the first planned look
+    where every comparison is answered; each record says its rule, looks and nominal level; a rerun under
+    another plan is refused in one line, the same budget's rerun starts nothing."""
+    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=10")
+    events = []
+    timed_backend(monkeypatch, events, k_factor(g, {0: 1.0, 3: 0.7, 7: 0.5}), noise=0.02)
+    runner.run_group(g, lead, tmp_path / "m1.done", progress=False)
+    done = len(measured(events))
+    record = read_json(g.server_dir(lead) / layout.LOOKS)
+    assert done in (3, 5, 7) and record["stopped"] == looks.ANSWERED and record["budget"]["looks"] == "planned"
+    rec = next(iter(record["comparisons"].values()))
+    assert (rec["method"], rec["plan"], rec["looks"]) == ("planned", [3, 5, 7, 10], [3, 5, 7, 10].index(done) + 1)
+    assert {r["verdict"] for r in record["comparisons"].values()} == {"faster"} and 0 < rec["nominal"] < 0.05
+    assert read_json(g.server_dir(lead) / layout.LOOK_PLAN)["plan"] == [3, 5, 7, 10]
+    f = g.study_files("v")
+    summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
+    from specsweep import table
+    rows = [r for r in table.read(f.summary) if r["method"] != "none"]
+    assert {r["verdict"] for r in rows} == {"faster"} and {r["looks"] for r in rows} == {rec["looks"]}
+    events.clear()
+    runner.run_group(g, lead, tmp_path / "m2.done", progress=False)         # the same budget: nothing to run
+    assert events == []
+    g2, _, _ = auto_group(tmp_path, "sweep.max_repeats=12")
+    with pytest.raises(ConfigError, match=r"plan \[3, 5, 7, 10\].*new results_dir") as e:
+        runner.run_group(g2, lead, tmp_path / "m3.done", progress=False)
+    assert "\n" not in str(e.value) and events == []
+    g3, _, _ = auto_group(tmp_path, "sweep.max_repeats=12", "sweep.looks=every")    # nor by switching the rule
+    with pytest.raises(ConfigError, match="keep sweep.looks=planned"):
+        runner.run_group(g3, lead, tmp_path / "m4.done", progress=False)
 
 
 def test_an_aa_cell_is_a_second_baseline_compared_like_any_other(tmp_path, monkeypatch):

@@ -72,6 +72,11 @@ def test_cross_hardware_smoke():
     assert "same text 48/48" in out and "nothing written" in out    # the kept study against itself
 
 
+def test_replay_looks_smoke():
+    out = smoke("replay_looks.py")                   # seeded normal blocks through each rule
+    assert "mean group repeats" in out and "nothing written" in out
+
+
 def test_engine_speed_smoke():
     assert "speedup_vs_block1" in smoke("engine_speed.py")
 

@@ -8,6 +8,11 @@ budget is spent (sweep.max_repeats; sweep.max_minutes, this job's time), it writ
 cell of the repeats left (repeats.py: they count as done) and the group's record (layout.LOOKS, in the lead's
 folder: the budget, why it stopped, each comparison's record), and the job runs no further turn.
 
+Under `sweep.looks: planned` (spending.py) the looks that count are the plan's (3, 5, 7, 10 for max_repeats 10):
+the looks between them change nothing. The plan is fixed by the budget the group first looked by (layout.LOOK_PLAN,
+written at its first planned look): a rerun under another plan, or under sweep.looks=every, is refused, since the
+first budget's alpha is spent by its last look (a new results_dir starts afresh).
+
 The summary reads each comparison again from its finished repeats (sequence_columns), with the same rule.
 """
 from __future__ import annotations
@@ -15,8 +20,9 @@ from __future__ import annotations
 import itertools
 import time
 
-from . import layout, repeats, residency, sequential, stats
+from . import layout, repeats, residency, sequential, spending, stats
 from .cells import Grid, stable_hash
+from .errors import ConfigError
 from .results import atomic_write_json, read_json, read_jsonl
 
 ANSWERED, BUDGET, TIME, FIXED = "answered", "budget", "time", "fixed"   # why a comparison stopped
@@ -58,6 +64,25 @@ def setting_text(spec: dict) -> str:
     return out + (f" prompt={spec['prompt_length']}" if spec.get("prompt_length") is not None else "")
 
 
+def rule(sweep: dict):
+    """The module whose `look` and `comparison` a study's looks go through: spending (planned) or sequential."""
+    return spending if repeats.looks(sweep) == repeats.PLANNED else sequential
+
+
+def check_plan(grid: Grid, lead: str) -> None:
+    """Refuse a group whose first looks were planned by another budget, or under the planned rule where the
+    study now looks after every repeat (module doc), in one line."""
+    path = grid.server_dir(lead) / layout.LOOK_PLAN
+    if not path.exists():
+        return
+    b, first = repeats.budget(grid.configs[lead]["sweep"]), read_json(path)
+    if b.get("looks") != repeats.PLANNED or first["plan"] != list(spending.plan(b["max_repeats"])):
+        raise ConfigError(
+            f"config: group {lead} looked by the plan {first['plan']} of sweep.max_repeats="
+            f"{first['budget']['max_repeats']}, whose last look spent its alpha: keep sweep.looks=planned and that "
+            "sweep.max_repeats, or start a new results_dir (sweep.looks=every: a sequence any budget continues)")
+
+
 def group_record(grid: Grid, lead: str) -> dict | None:
     """The group's last stopping look (layout.LOOKS), or None where it has not stopped under this budget."""
     path = grid.server_dir(lead) / layout.LOOKS
@@ -71,6 +96,8 @@ class Looks:
     def __init__(self, grid: Grid, members: list[str]):
         self.grid, self.members, self.lead = grid, members, residency.group_of(grid, members[0])
         self.budget = repeats.budget(grid.configs[members[0]]["sweep"])
+        self.rule = rule(grid.configs[members[0]]["sweep"])
+        check_plan(grid, self.lead)
         self.started, self.last, self.stopped = time.monotonic(), None, False
         self._rows: dict[tuple[str, str], list[dict]] = {}
         self.cell_of: dict[str, str] = {}           # a comparison's name -> its cell
@@ -121,11 +148,15 @@ class Looks:
     def _look(self, done: int) -> bool:
         b, blocks = self.budget, self.blocks(done)
         checks = {n for n in blocks if self.grid.servers[self.cell_of[n]].spec.get("aa")}
-        stop, records = sequential.look({n: v for n, v in blocks.items() if n not in checks}, b["max_repeats"],
-                                        b["equivalence"], repeats=done)
-        # the A/A check holds no group: it is read wherever the group stops (the sequence holds at any stop)
-        records.update({n: sequential.comparison(blocks[n], b["max_repeats"], b["equivalence"], repeats=done)
+        stop, records = self.rule.look({n: v for n, v in blocks.items() if n not in checks}, b["max_repeats"],
+                                       b["equivalence"], repeats=done)
+        # the A/A check holds no group: it is read wherever the group stops (either rule holds at any stop)
+        records.update({n: self.rule.comparison(blocks[n], b["max_repeats"], b["equivalence"], repeats=done)
                         for n in checks})
+        path = self.grid.server_dir(self.lead) / layout.LOOK_PLAN
+        if self.rule is spending and done in spending.plan(b["max_repeats"]) and not path.exists():
+            atomic_write_json(path, {"plan": list(spending.plan(b["max_repeats"])), "budget": b, "first_look": done,
+                                     "written_at": time.time()})
         late = bool(b["max_minutes"]) and time.monotonic() - self.started > 60 * b["max_minutes"]
         answered = sum(r["verdict"] not in (None, sequential.UNRESOLVED) for r in records.values())
         if not (stop or late):
@@ -167,8 +198,13 @@ def sequence_columns(grid: Grid, sid: str, cell_runs: list[list[dict]], ref_runs
         return {"looks": 1, "stopped": FIXED}
     record = group_record(grid, residency.group_of(grid, sid))
     cap = record["repeats"] if record else b["max_repeats"]      # where the group stopped: each comparison's budget
-    rec = sequential.comparison(sequential.block_log_ratios(cell_runs, ref_runs), cap, b["equivalence"],
-                                repeats=len(cell_runs))
+    blocks = sequential.block_log_ratios(cell_runs, ref_runs)
+    if rule(sweep) is spending:       # the plan stays the budget's; a comparison open at the group's stop is closed
+        rec = spending.comparison(blocks, b["max_repeats"], b["equivalence"], repeats=min(cap, len(cell_runs)))
+        if rec["verdict"] is None:
+            rec.update(verdict=sequential.UNRESOLVED, stopped=BUDGET)
+    else:
+        rec = sequential.comparison(blocks, cap, b["equivalence"], repeats=len(cell_runs))
     stopped = {ANSWERED: f"answered at repeat {rec['answered_at']}", BUDGET: BUDGET}.get(rec["stopped"])
     if rec["stopped"] == BUDGET and record and record["stopped"] != BUDGET:    # the group stopped before its budget
         stopped = TIME if record["stopped"] == TIME else f"{GROUP} at repeat {cap}"

@@ -19,6 +19,7 @@ from .stats import EQUIVALENCE
 
 AUTO = "auto"
 MAX_REPEATS = 10
+PLANNED, EVERY = "planned", "every"     # sweep.looks: spending.py's planned looks, or sequential.py's after every repeat
 
 
 def is_auto(sweep: dict) -> bool:
@@ -40,11 +41,19 @@ def equivalence(sweep: dict) -> float:
     return float(sweep.get("equivalence") or EQUIVALENCE)
 
 
+def looks(sweep: dict) -> str:
+    """sweep.looks: when an `auto` group looks, `planned` (a schedule fixed by max_repeats, alpha spent over it:
+    spending.py) or `every` repeat (the confidence sequence: sequential.py)."""
+    return sweep.get("looks") or PLANNED
+
+
 def budget(sweep: dict) -> dict | None:
-    """What a not-needed record is keyed on: the budget of an `auto` study; None for a fixed one."""
+    """What a not-needed record is keyed on: the budget of an `auto` study, with its look rule where it is
+    `planned` (an `every` budget reads as before the rule was a choice); None for a fixed one."""
     if not is_auto(sweep):
         return None
-    return {"max_repeats": count(sweep), "max_minutes": sweep.get("max_minutes"), "equivalence": equivalence(sweep)}
+    out = {"max_repeats": count(sweep), "max_minutes": sweep.get("max_minutes"), "equivalence": equivalence(sweep)}
+    return out if looks(sweep) == EVERY else {**out, "looks": PLANNED}
 
 
 def check(sweep: dict) -> None:

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import stats
+from .repeats import EVERY      # sweep.looks: this rule's name in a record (spending.py's is `planned`)
 from .stats import EQUIVALENCE, EQUIVALENT, FASTER, SLOWER, UNRESOLVED, verdict
 from .stats import verdict_text as verdict_text  # the vocabulary is stats.py's; sequential.verdict_text names it too
 
@@ -94,7 +95,8 @@ def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = E
     request and gave no block): its verdict on the running interval (`unresolved` once max_repeats repeats are
     in and it is not answered, None while it may go on), the speedup (exp of the blocks' mean) with the interval
     (ratio scale), `repeats`, `blocks`, `looks` (one after each repeat), `answered_at` (the block at which it was
-    first answered, else None), `equivalence` and `stopped` (`answered`, `budget`, or None while it goes on)."""
+    first answered, else None), `equivalence`, `stopped` (`answered`, `budget`, or None while it goes on), `method`
+    (`every`) and `nominal` (alpha: the sequence's level holds at every look)."""
     low, high = -math.inf, math.inf
     answered_at = None
     for t in range(1, len(blocks) + 1):
@@ -108,7 +110,8 @@ def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = E
     v = verdict(*ci, equivalence, at_budget) if ci[0] is not None else (UNRESOLVED if at_budget else None)
     return {"verdict": v, "ratio": math.exp(float(np.mean(blocks))) if n else None, "ci_low": ci[0], "ci_high": ci[1],
             "repeats": repeats, "blocks": n, "looks": repeats, "answered_at": answered_at, "equivalence": equivalence,
-            "stopped": None if v is None else (BUDGET if v == UNRESOLVED else ANSWERED)}
+            "stopped": None if v is None else (BUDGET if v == UNRESOLVED else ANSWERED),
+            "method": EVERY, "nominal": alpha}
 
 
 def look(blocks_by_comparison: dict[str, Sequence[float]], max_repeats: int, equivalence: float = EQUIVALENCE,
