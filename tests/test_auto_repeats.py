@@ -120,6 +120,13 @@ def test_a_group_stops_once_answered_and_records_the_rest_as_not_needed(tmp_path
     assert all(r["speedup_e2e_ci_low"] > 1 for r in rows) and rows[0]["aa_check"] is None
     [k] = table.read(f.k_comparison)
     assert k["statement"].endswith("K=7 faster") and k["resolved"] and k["looks"] == len(done)
+    # compare reads each side against its own baseline as the summary does: the sequence's interval and looks
+    from specsweep import compare
+    for srow in rows:
+        crow = next(r for r in compare.compare(f.dir, f.dir) if r["method"] != "none"
+                    and r["num_speculative_tokens"] == srow["num_speculative_tokens"])
+        assert (crow["a_verdict"], crow["a_looks"], crow["b_stopped"]) == (srow["verdict"], len(done), srow["stopped"])
+        assert crow["a_speedup_e2e_ci_low"] == pytest.approx(srow["speedup_e2e_ci_low"])
 
 
 def test_a_rerun_with_a_larger_budget_goes_on_where_it_stopped(tmp_path, monkeypatch):

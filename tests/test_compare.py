@@ -18,6 +18,7 @@ def test_compare_two_studies(tmp_path):
     assert spec["repeats"] == 2 and spec["a_verdict"] == spec["b_verdict"] == "faster"
     assert spec["b_vs_a_verdict"] == "faster" and spec["b_vs_a_speedup_e2e_geomean"] == pytest.approx(4 / 3, rel=0.05)
     assert spec["b_vs_a_acceptance_ratio"] == pytest.approx(1.0)
+    assert (spec["a_looks"], spec["a_stopped"]) == (1, "fixed")        # a fixed study's verdict: one look
     assert len(list(csv.DictReader(open(tmp_path / "c.csv")))) == 2
     base = next(r for r in rows if r["method"] == "none")       # the two baselines: one configuration, no difference
     assert base["b_vs_a_verdict"] in ("equivalent within ±5%", "unresolved")

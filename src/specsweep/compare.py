@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import labels, layout, phases, stats, summary, table
+from . import labels, layout, looks, phases, stats, summary, table
 from .cells import Grid
 from .datasets import load_prompt_rows, prompts_digest
 from .errors import ConfigError
@@ -21,7 +21,7 @@ from .metrics import median_mad
 from .predictions import predictions, write_predictions
 from .results import atomic_write_text
 from .sides import Side, own_baseline, ratio_text, rounds_of, side_of, two_places
-from .study import KEY, Cell
+from .study import KEY, Cell, lengths_of
 
 # What must match for two cells' requests to be the same requests: (bench spec key, the config key to set).
 SAME_WORK = (("temperature", "sweep.temperature"), ("seed", "sweep.seed"), ("max_tokens", "sweep.max_tokens"),
@@ -121,9 +121,10 @@ def compare(path_a: str | Path, path_b: str | Path, required: bool = True) -> li
             row[f"{name}_output_tok_s"] = median_mad([c.metrics.get("output_tok_s") for c in cells])[0]
             row.update(phase_figures(name, cells))
             vs_base = own_baseline(side, cells)
-            row.update({f"{name}_{figure}": vs_base[figure] for figure in
+            vs_base.update(own_sequence(side, cells, vs_base))
+            row.update({f"{name}_{figure}": vs_base.get(figure) for figure in
                         ("speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "verdict",
-                         "verdict_reason")})
+                         "verdict_reason", "looks", "stopped")})
             # the answers and the streams under the summary's names (table.QUALITY), blank where a cell's check voids
             row.update({f"{name}_{k}": v for k, v in summary.quality_row([c.metrics for c in cells]).items()
                         if not k.endswith(table.MAD)})
@@ -141,6 +142,21 @@ def compare(path_a: str | Path, path_b: str | Path, required: bool = True) -> li
                    b_vs_a_output_tok_s_ci_high=tok["ci_high"])
         out.append(blank_void(row, matched, every_void=row["repeats"] == 0))
     return out
+
+
+def own_sequence(side: Side, cells: list[Cell], paired: dict) -> dict:
+    """A study side's verdict against its own baseline as its summary reads it (summary.sequence): in a
+    `repeats: auto` study the stopping rule's interval and verdict over all the repeats of that grid point, with its
+    looks and why it stopped, so compare and the summary never disagree; else, and for a lone cell, one look
+    (`fixed`). B against A is one look at the repeats both studies ran."""
+    cell = cells[0] if cells else None
+    base = cell.metrics.get("baseline_cell") if cell else None
+    if side.study is None or not base or base == cell.server_cell:
+        return {"looks": 1, "stopped": looks.FIXED}
+    bench = cell.bench
+    key = (cell.server_cell, bench["dataset"]["name"], bench["thinking"], bench["concurrency"], lengths_of(bench))
+    bids = side.study.groups.get(key) or [c.bench_cell for c in cells]
+    return summary.sequence(side.study, cell.server_cell, base, bids, paired)
 
 
 def void_reason(cell: Cell) -> str:
