@@ -65,6 +65,17 @@ def test_comparison_is_read_only_at_planned_looks_and_keeps_its_answer():
     assert (rec["verdict"], rec["stopped"], rec["looks"]) == ("unresolved", "budget", 4)
 
 
+def test_an_answered_comparison_narrows_at_later_looks_and_keeps_its_verdict():
+    """Each planned look's interval holds with the others at once: a comparison answered at 5 reads the
+    intersection of every look the group took, so its interval narrows and its speedup covers the same blocks."""
+    blocks = [0.30, 0.25, 0.35, 0.28, 0.32, 0.31, 0.29, 0.30, 0.33, 0.27]
+    at5, at10 = sp.comparison(blocks[:5], 10), sp.comparison(blocks, 10)
+    assert at5["verdict"] == at10["verdict"] == "faster" and at5["answered_at"] == at10["answered_at"] == 5
+    assert at10["ci_low"] >= at5["ci_low"] and at10["ci_high"] <= at5["ci_high"]
+    assert at10["ci_high"] - at10["ci_low"] < at5["ci_high"] - at5["ci_low"]
+    assert at10["ratio"] == pytest.approx(math.exp(np.mean(blocks))) and at10["looks"] == 4
+
+
 def test_look_stops_at_a_planned_look_once_every_comparison_is_answered():
     clear, flat = [0.3, 0.3001, 0.2999, 0.3, 0.3], [0.0001, -0.0001, 0.00005, 0.0, -0.00005]
     stop, rec = sp.look({"K": clear[:3], "A/A": flat[:3]}, 10)

@@ -77,11 +77,11 @@ def running_interval(blocks: Sequence[float], alpha: float = ALPHA, mixture: flo
     last look's (every look holds mu at once), and never widening."""
     low, high = -math.inf, math.inf
     for t in range(2, len(blocks) + 1):
-        low, high = _intersect((low, high), confidence_sequence(blocks[:t], alpha, mixture))
+        low, high = intersect((low, high), confidence_sequence(blocks[:t], alpha, mixture))
     return low, high
 
 
-def _intersect(running: tuple[float, float], new: tuple[float, float]) -> tuple[float, float]:
+def intersect(running: tuple[float, float], new: tuple[float, float]) -> tuple[float, float]:
     """The running interval narrowed by a look's; where the two do not meet (blocks that drift, so no one mean
     fits them all, a 5% event at most for blocks that do share one), the look's own, which holds on its own."""
     low, high = max(running[0], new[0]), min(running[1], new[1])
@@ -100,7 +100,7 @@ def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = E
     low, high = -math.inf, math.inf
     answered_at = None
     for t in range(1, len(blocks) + 1):
-        low, high = _intersect((low, high), confidence_sequence(blocks[:t], alpha, mixture))
+        low, high = intersect((low, high), confidence_sequence(blocks[:t], alpha, mixture))
         if answered_at is None and verdict(math.exp(low), math.exp(high), equivalence, at_budget=False):
             answered_at = t
     n = len(blocks)

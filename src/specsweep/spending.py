@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .repeats import PLANNED
-from .sequential import ALPHA, ANSWERED, BUDGET, UNRESOLVED
+from .sequential import ALPHA, ANSWERED, BUDGET, UNRESOLVED, intersect
 from .stats import EQUIVALENCE, verdict
 
 FRACTIONS = (0.3, 0.5, 0.7, 1.0)           # the looks, as shares of max_repeats
@@ -115,23 +115,25 @@ def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = E
                alpha: float = ALPHA, repeats: int | None = None, spending: str = OBF) -> dict:
     """The record of one comparison under the plan of max_repeats, at the planned looks taken so far (those at or
     before `repeats`, the group's repeats, default one per block; the look after repeat r reads the first r
-    blocks): sequential.comparison's fields, the interval and verdict of the look at which it was answered (it
-    stops there), else of the last look taken (None before the first, `unresolved` at the budget), plus
-    `method`, `plan` and `nominal`, that look's nominal level."""
+    blocks): sequential.comparison's fields, with the interval the looks' intervals share (each holds with all the
+    others at once, so their intersection does too; where two do not meet, the later one's) and its verdict: once
+    answered (`answered_at`) it only narrows, so `faster` stays `faster` and `equivalent` may become one; None
+    before the first look, `unresolved` at the budget; plus `method`, `plan` and `nominal`, the last look's
+    nominal level. The speedup is the blocks' mean up to that look, as the interval's."""
     n = len(blocks)
     repeats = n if repeats is None else repeats
     schedule = plan(max_repeats)
     taken = [r for r in schedule if r <= repeats]     # the boundaries (scipy, a second) only once a look is taken
     taken = list(zip(taken, nominal_levels(schedule, alpha, spending))) if taken else []
     ci, v, answered_at, nominal, used = (None, None), None, None, None, n
+    low, high = -math.inf, math.inf
     for r, p in taken:
         used, nominal = min(r, n), p
-        low, high = interval(blocks[:used], p)
-        ci = (None, None) if math.isinf(low) else (math.exp(low), math.exp(high))
+        low, high = intersect((low, high), interval(blocks[:used], p))
+        ci = (None, None) if math.isinf(low) or math.isinf(high) else (math.exp(low), math.exp(high))
         v = verdict(*ci, equivalence, at_budget=False)
-        if v:
+        if v and answered_at is None:
             answered_at = r
-            break
     if v is None and repeats >= max_repeats:
         v = UNRESOLVED
     return {"verdict": v, "ratio": math.exp(float(np.mean(blocks[:used]))) if used else None,
