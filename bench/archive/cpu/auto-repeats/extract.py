@@ -1,4 +1,4 @@
-"""(Run from the worktree after campaign.sh and campaign2.sh: python extract.py OUT.) Per study of the campaign: each comparison's verdict, interval, repeats, looks and why it stopped; the A/A
+"""(Run after campaign.sh and campaign2.sh: python extract.py OUT; after planned/campaign3.sh: python extract.py OUT /tmp/vp.) Per study of the campaign: each comparison's verdict, interval, repeats, looks and why it stopped; the A/A
 verdict; wall time and load average from campaign.log. Writes one small JSON per study to argv[1]."""
 import csv
 import json
@@ -6,16 +6,17 @@ import re
 import sys
 from pathlib import Path
 out = Path(sys.argv[1])
+runs = sys.argv[2] if len(sys.argv) > 2 else "/tmp/vw"     # the campaign's results dirs and campaign.log
 out.mkdir(parents=True, exist_ok=True)
 log = {}
-for line in open("/tmp/vw/campaign.log"):
+for line in open(f"{runs}/campaign.log"):
     p = line.split()
     if len(p) > 2 and p[1] in ("start", "end") and not p[0].endswith("-finish"):
         log.setdefault(p[0], {})[p[1]] = {"at": p[2], **({"rc": int(p[3][3:]), "wall_s": int(p[4][7:]),
                                           "loadavg": [float(x) for x in p[5:8]]} if p[1] == "end" else
                                           {"loadavg": [float(x) for x in p[3:6]]})}
 for name in sorted(log):
-    d = Path(f"/tmp/vw/{name}/default")
+    d = Path(f"{runs}/{name}/default")
     if not (d / "summary.csv").exists():
         continue
     rows = list(csv.DictReader(open(d / "summary.csv")))
