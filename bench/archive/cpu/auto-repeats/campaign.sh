@@ -1,5 +1,7 @@
 #!/bin/bash
-# A B A B A B: auto (+A/A) and the 10-repeat default, each its own results_dir
+# A B A B A B: auto (+A/A) and the 10-repeat default, each its own results_dir under DIR (default /tmp/vw;
+# the planned-looks campaign ran this same loop under /tmp/vp: `campaign.sh /tmp/vp`)
+R=${1:-/tmp/vw}
 cd "$(dirname "$0")/../../../.."   # the repository root
 T=$PWD/results/models/tiny       # a trained tiny pair
 PAIR="pair.target=$T/target pair.drafter=$T/drafter pair.built_by_workflow=false"
@@ -8,11 +10,11 @@ for i in 1 2 3; do
     name=$arm$i
     extra=""
     [ $arm = a ] && extra="sweep.repeats=auto sweep.aa=true"
-    echo "$name start $(date -u +%FT%TZ) $(cat /proc/loadavg)" >> /tmp/vw/campaign.log
+    echo "$name start $(date -u +%FT%TZ) $(cat /proc/loadavg)" >> $R/campaign.log
     t0=$(date +%s)
-    PYTHONPATH=$PWD/src OMP_NUM_THREADS=1 .venv/bin/snakemake --cores 2 --config overrides="results_dir=/tmp/vw/$name $PAIR $extra" > /tmp/vw/$name.log 2>&1
+    PYTHONPATH=$PWD/src OMP_NUM_THREADS=1 .venv/bin/snakemake --cores 2 --config overrides="results_dir=$R/$name $PAIR $extra" > $R/$name.log 2>&1
     rc=$?
-    echo "$name end $(date -u +%FT%TZ) rc=$rc wall_s=$(( $(date +%s) - t0 )) $(cat /proc/loadavg)" >> /tmp/vw/campaign.log
+    echo "$name end $(date -u +%FT%TZ) rc=$rc wall_s=$(( $(date +%s) - t0 )) $(cat /proc/loadavg)" >> $R/campaign.log
   done
 done
-echo "campaign done" >> /tmp/vw/campaign.log
+echo "campaign done" >> $R/campaign.log

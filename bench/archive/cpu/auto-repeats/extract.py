@@ -1,4 +1,4 @@
-"""(Run after campaign.sh and campaign2.sh: python extract.py OUT; after planned/campaign3.sh: python extract.py OUT /tmp/vp.) Per study of the campaign: each comparison's verdict, interval, repeats, looks and why it stopped; the A/A
+"""(Run after campaign.sh and campaign2.sh: python extract.py OUT; after campaign.sh /tmp/vp: python extract.py OUT /tmp/vp.) Per study of the campaign: each comparison's verdict, interval, repeats, looks and why it stopped; the A/A
 verdict; wall time and load average from campaign.log. Writes one small JSON per study to argv[1]."""
 import csv
 import json
