@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from bench import harness  # noqa: E402
-from specsweep import sequential, spending  # noqa: E402
+from specsweep import sequential, spending, stats  # noqa: E402
 from specsweep.results import read_json, read_jsonl  # noqa: E402
 
 ROLES = {"base-aa-": "A/A", "base-": "base", "tiny-dflash-k3-": "K=3", "tiny-dflash-k7-": "K=7"}
@@ -68,7 +68,7 @@ def t_interval(blocks, level: float = 1 - ALPHA) -> tuple[float, float]:
 
 def one_record(low: float, high: float, blocks, answered_at) -> dict:
     ci = None if math.isinf(low) else [round(math.exp(low), 4), round(math.exp(high), 4)]
-    v = sequential.verdict(*(ci or (None, None)), at_budget=True) if ci else sequential.UNRESOLVED
+    v = stats.verdict(*(ci or (None, None)), at_budget=True) if ci else stats.UNRESOLVED
     return {"verdict": v, "ratio": round(math.exp(float(np.mean(blocks))), 4), "ci": ci, "answered_at": answered_at}
 
 
@@ -81,7 +81,7 @@ def every_repeat(blocks: dict[str, list[float]], max_repeats: int, interval_of) 
             if name in out or len(b) < min(r, 2):
                 continue
             low, high = interval_of(b[:r])
-            if not math.isinf(low) and sequential.verdict(math.exp(low), math.exp(high), at_budget=False):
+            if not math.isinf(low) and stats.verdict(math.exp(low), math.exp(high), at_budget=False):
                 out[name] = one_record(low, high, b[:r], r)
         if group is None and all(n in out for n in blocks if n != CHECK):
             group = r
@@ -100,7 +100,7 @@ def through(module, blocks: dict[str, list[float]], max_repeats: int, **kw) -> d
             break
     records.update({n: module.comparison(b[:r], max_repeats, repeats=r, **kw) for n, b in checks.items()})
     return {"group_repeats": r, "comparisons": {
-        n: {"verdict": rec["verdict"] or sequential.UNRESOLVED, "ratio": rec["ratio"] and round(rec["ratio"], 4),
+        n: {"verdict": rec["verdict"] or stats.UNRESOLVED, "ratio": rec["ratio"] and round(rec["ratio"], 4),
             "ci": rec["ci_low"] and [round(rec["ci_low"], 4), round(rec["ci_high"], 4)],
             "answered_at": rec["answered_at"], **({"nominal": rec["nominal"]} if "nominal" in rec else {})}
         for n, rec in records.items()}}

@@ -9,23 +9,24 @@ import pytest
 from scipy import stats as sps
 
 from specsweep import sequential as sq
+from specsweep import stats as vocab      # the one vocabulary is stats.py's
 
 AA = json.loads((Path(__file__).parent / "data" / "aa_requests.json").read_text())
 STUDIES, MAX_REPEATS = 1000, 10
 
 
 def test_vocabulary_one_word_per_interval():
-    assert sq.verdict(1.01, 1.2) == "faster"
-    assert sq.verdict(0.8, 0.99) == "slower"
-    assert sq.verdict(0.97, 1.04) == "equivalent"
-    assert sq.verdict(1 / 1.05, 1.05) == "equivalent"          # the margin is symmetric on the log scale
-    assert sq.verdict(0.95, 1.04) == "unresolved"              # 0.95 < 1/1.05
-    assert sq.verdict(0.95, 1.04, at_budget=False) is None
-    assert sq.verdict(1.01, 1.04) == "faster"                  # a shown difference is named, however small
-    assert sq.verdict(0.9, 1.2, equivalence=0.25) == "equivalent"
-    assert sq.verdict(None, 1.0) is None
-    assert sq.verdict_text("equivalent") == "equivalent within ±5%"
-    assert sq.verdict_text(None) == "no CI"
+    assert vocab.verdict(1.01, 1.2) == "faster"
+    assert vocab.verdict(0.8, 0.99) == "slower"
+    assert vocab.verdict(0.97, 1.04) == "equivalent"
+    assert vocab.verdict(1 / 1.05, 1.05) == "equivalent"          # the margin is symmetric on the log scale
+    assert vocab.verdict(0.95, 1.04) == "unresolved"              # 0.95 < 1/1.05
+    assert vocab.verdict(0.95, 1.04, at_budget=False) is None
+    assert vocab.verdict(1.01, 1.04) == "faster"                  # a shown difference is named, however small
+    assert vocab.verdict(0.9, 1.2, equivalence=0.25) == "equivalent"
+    assert vocab.verdict(None, 1.0) is None
+    assert vocab.verdict_text("equivalent") == "equivalent within ±5%"
+    assert vocab.verdict_text(None) == "no CI"
 
 
 def test_block_log_ratios_pairs_prompt_and_turn_per_block():

@@ -189,8 +189,8 @@ class Looks:
 
 
 def sequence_columns(grid: Grid, sid: str, cell_runs: list[list[dict]], ref_runs: list[list[dict]]) -> dict:
-    """A comparison's `looks` and `stopped`, and in an `auto` study its interval and verdict from the confidence
-    sequence over its repeat blocks (cell_runs[r], ref_runs[r]: repeat r of each side, [] where it has none), the
+    """A comparison's `looks` and `stopped`, and in an `auto` study its interval and verdict from its stopping rule
+    (rule: planned looks or the confidence sequence) over its repeat blocks (cell_runs[r], ref_runs[r]: repeat r of each side, [] where it has none), the
     rule its group stopped by; a fixed study's is read once, at its budget (`fixed`)."""
     sweep = grid.configs[sid]["sweep"]
     b = repeats.budget(sweep)

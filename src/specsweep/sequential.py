@@ -33,12 +33,10 @@ import numpy as np
 
 from . import stats
 from .repeats import EVERY      # sweep.looks: this rule's name in a record (spending.py's is `planned`)
-from .stats import EQUIVALENCE, EQUIVALENT, FASTER, SLOWER, UNRESOLVED, verdict
-from .stats import verdict_text as verdict_text  # the vocabulary is stats.py's; sequential.verdict_text names it too
+from .stats import EQUIVALENCE, UNRESOLVED, verdict
 
 ALPHA = 1 - stats.CONFIDENCE
 MIXTURE = 0.03       # the mixture's precision c: the narrowest interval at 3-6 blocks (docs/methods.md)
-VERDICTS = (FASTER, SLOWER, EQUIVALENT, UNRESOLVED)
 ANSWERED, BUDGET = "answered", "budget"     # why a comparison stopped
 
 

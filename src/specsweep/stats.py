@@ -36,7 +36,8 @@ SEED = 0
 MIN_PROMPTS = 5      # below this, no CI: a bootstrap over 2-4 prompts has almost no distinct resamples
 
 # The one vocabulary of verdicts (issue 46, docs/methods.md#looking-after-every-repeat-sequential-verdicts), for any
-# interval of a speedup: the fixed bootstrap's read once at its budget, and the confidence sequence's (sequential.py)
+# interval of a speedup: the fixed bootstrap's read once at its budget, and an `auto` study's stopping rule's
+# (spending.py's planned looks, sequential.py's confidence sequence)
 FASTER, SLOWER, EQUIVALENT, UNRESOLVED = "faster", "slower", "equivalent", "unresolved"
 EQUIVALENCE = 0.05   # sweep.equivalence's default: a speedup inside [1/1.05, 1.05] is `equivalent`
 # The verdict of a pair whose answers degenerate on either side (metrics.answer_figures): a speedup on text that

@@ -219,8 +219,8 @@ def _against_baseline(cells: Study, sid: str, bids: list[str], valid: list[dict]
 
 
 def sequence(study: Study, sid: str, ref: str, bids: list[str], paired: dict) -> dict:
-    """A comparison's `looks` and `stopped`, and in an `auto` study its e2e interval and verdict from the confidence
-    sequence over its repeat blocks (looks.sequence_columns); `degenerate` stays."""
+    """A comparison's `looks` and `stopped`, and in an `auto` study its e2e interval and verdict from its stopping
+    rule over its repeat blocks (looks.sequence_columns); `degenerate` stays."""
     def by_repeat(s: str) -> list[list[dict]]:
         return [study.requests(s, b) if study.valid(s, b) and study.valid(ref if s == sid else sid, b) else []
                 for b in sorted(bids, key=lambda b: study.grid.benches[sid][b].spec["repeat"])]
