@@ -122,7 +122,8 @@ def gpu_start(overrides: list[str], width: int | None, results: Path, cache: Pat
         for claim in claims:
             claim.release()
     keys = ("ready_s", "kv_cache_mib_given", "kv_cache_tokens", "kv_cache_max_concurrency", "gpu_memory_share",
-            "compile_cache", "graphs_compiled", "graphs_from_cache", *startlog.ORDER, "engine_init_s")
+            "compile_cache", "graphs_compiled", "graphs_from_cache", "aot_from_cache", "aot_saved",
+            "compile_cache_load_failure", "vllm_cache_root", *startlog.ORDER, "engine_init_s")
     return {"width": launches[members[0]].start_at_once, "residency": launches[members[0]].residency,
             "all_up_s": round(all_up, 1), "cache": str(cache), "members": {s: {k: i.get(k) for k in keys}
                                                                              for s, i in info.items()}}

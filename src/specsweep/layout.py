@@ -162,7 +162,8 @@ def mlartifacts(results_dir: str | Path) -> Path:
 def vllm_cache() -> Path:
     """vLLM's cache root (VLLM_CACHE_ROOT) for every launch on this host: $SPECSWEEP_VLLM_CACHE, else
     $XDG_CACHE_HOME/specsweep/vllm (~/.cache/specsweep/vllm). One root serves every shape: vLLM keys each compiled
-    graph by a hash of its config, code and compiler (docs/residency.md#the-compile-cache)."""
+    graph by a hash of its config, code and compiler, and each speculative method and K compiles into a folder of its
+    own below it (backends/vllm/session.compile_folder; docs/residency.md#the-compile-cache)."""
     if os.environ.get(VLLM_CACHE_ENV):
         return Path(os.environ[VLLM_CACHE_ENV]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"

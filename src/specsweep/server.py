@@ -115,10 +115,14 @@ class Server:
     kind: str = "server"                     # how messages name it (each backend gives its own)
     record: dict = field(default_factory=dict)   # launch facts (its Python, versions) kept in server.json
     # How the server takes the fresh API key each launch gets (never argv, which `ps` shows to every user): from
-    # this environment variable (vLLM: VLLM_API_KEY), or from a private JSON file (JSON is YAML) that this flag
-    # names (SGLang: --config, as {"api-key": key}). Neither: no key (a stand-in that takes none).
+    # this environment variable (vLLM: SPECSWEEP_API_KEY, which our guard middleware reads), or from a private JSON
+    # file (JSON is YAML) that this flag names (SGLang: --config, as {"api-key": key}). Neither: no key (a stand-in
+    # that takes none).
     key_env: str | None = None
     key_config_flag: str | None = None
+    # Variables the server never gets, from the orchestrator's environment or its own `env` (vLLM: VLLM_API_KEY,
+    # which would switch on vLLM's own key check with a key the client never sends)
+    withheld: tuple[str, ...] = ()
     api_key: str | None = field(default=None, repr=False)   # never printed
     # What the server's own log says about its start-up (read once it is ready, kept in server.json), or None
     log_facts: Callable[[str], dict] | None = None
@@ -153,6 +157,7 @@ class Server:
         argv = self.argv_for(self.port)
         env = {k: v for k, v in os.environ.items() if k not in JOB_THREAD_VARS}
         env.update({k: str(v) for k, v in self.env.items()})
+        env = {k: v for k, v in env.items() if k not in self.withheld}
         argv, env = self._hand_over_key(argv, env)
         # unbuffered: the log shows each request as it is served, and a killed server's last lines survive
         env.setdefault("PYTHONUNBUFFERED", "1")

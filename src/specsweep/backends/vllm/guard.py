@@ -3,20 +3,25 @@
 vLLM 0.32's own API-key check guards only paths under /v1, /v2, /inference and /cohere
 (entrypoints/serve/middleware/authenticate.py): `POST /invocations`, its SageMaker route, serves chat
 completions to anyone (measured: a request without the key ran there). This guards every path but the two
-that readiness and scraping use, with the key vLLM itself takes (VLLM_API_KEY). Standard library only, so
-any vLLM environment can import it.
+that readiness and scraping use, with the launch's key from SPECSWEEP_API_KEY. Standard library only, so any vLLM
+environment can import it.
+
+The key is not handed over as VLLM_API_KEY, which vLLM would also check: vLLM 0.26 hashes every `VLLM_` variable
+it knows, that one included, into its torch.compile cache key (envs.compile_factors; 0.32 leaves it out), so a
+fresh key per launch made every launch a compile-cache miss (docs/residency.md#the-compile-cache).
 """
 import hmac
 import json
 import os
 
 OPEN = ("/health", "/metrics")
+KEY_ENV = "SPECSWEEP_API_KEY"
 
 
 class RequireKey:
     def __init__(self, app):
         self.app = app
-        key = os.environ.get("VLLM_API_KEY", "")
+        key = os.environ.get(KEY_ENV, "")
         self.expected = f"Bearer {key}".encode() if key else None
 
     async def __call__(self, scope, receive, send):

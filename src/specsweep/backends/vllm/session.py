@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import hashlib
+import json
 import re
 import time
 from contextlib import contextmanager
@@ -19,7 +21,7 @@ from ...cells import Grid
 from ...errors import ServerError
 from ...residency import Launch
 from ...server import Server, ServerSession
-from . import engine_death, launch, pinning, promstats, startlog
+from . import engine_death, guard, launch, pinning, promstats, startlog
 
 
 def launched_spec(spec: dict, how: Launch | None) -> dict:
@@ -46,8 +48,9 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | 
     timing = timing_wanted and bool(probe.get("per_request_timing"))
     name = cell.served_name
     env = {**launch.guarded_env(cell.spec["server"]["env"]), **launch.executor_env(cell.spec["server"])}
-    # one compile cache for every launch on this host, set here and not in server.env, which the cell id hashes
-    env.setdefault("VLLM_CACHE_ROOT", str(cache_root()))
+    # the host's compile cache, one folder per speculative shape, set here and not in server.env, which the cell
+    # id hashes
+    env.setdefault("VLLM_CACHE_ROOT", str(cache_root(spec)))
     if sleep:       # vLLM serves /sleep, /wake_up and /collective_rpc only in its dev mode
         env["VLLM_SERVER_DEV_MODE"] = "1"
     kernels = launch.kernel_plan(cell.spec["server"], probe, launch.target_shape(cell.spec["target"]))
@@ -57,7 +60,8 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | 
     extra = list(kernels.argv) + (["--enable-sleep-mode"] if sleep else [])
     return Server(lambda port: launch.build_argv(command, spec, cell.run["host"], port, name, level, timing) + extra,
                   cell.run, log_dir or grid.log_dir(sid), env=env, gpus_needed=cell.gpus, served_name=name,
-                  kind="vLLM", key_env="VLLM_API_KEY", log_facts=startup_facts, on_ready=_pinned(spec["server"]),
+                  kind="vLLM", key_env=guard.KEY_ENV, withheld=("VLLM_API_KEY",), log_facts=startup_facts,
+                  on_ready=_pinned(spec["server"]),
                   gpu_ids=list(how.gpu_ids) if how is not None and how.gpu_ids else None,
                   record={"python": python, "vllm_version": version, "per_request_spec_metrics": level,
                           "per_request_spec_metrics_wanted": wanted, "per_request_timing": timing,
@@ -76,11 +80,26 @@ def _pinned(server: dict):
 
 
 # vLLM's cache root (VLLM_CACHE_ROOT, envs.py: compiled graphs under torch_compile_cache/<hash>/, the hash of the
-# config, the traced code and the compiler, compilation/backends.py; model-architecture inspections under
-# modelinfos/), one per host (layout.vllm_cache), so a relaunch or a later study on this host loads what an earlier
-# one compiled
-def cache_root() -> Path:
-    return layout.vllm_cache().resolve()
+# config, the traced code, the compiler and the `VLLM_` environment, compilation/backends.py; model-architecture
+# inspections under modelinfos/), one per host (layout.vllm_cache), so a relaunch or a later study on this host
+# loads what an earlier one compiled
+def cache_root(spec: dict) -> Path:
+    return layout.vllm_cache().resolve() / compile_folder(spec)
+
+
+def compile_folder(spec: dict) -> str:
+    """The host cache's folder for a server spec's launches. vLLM's hash leaves out K: SpeculativeConfig.compute_hash
+    takes the method's use of hidden states and the drafter's config, not num_speculative_tokens (nor a K schedule),
+    and a DFlash drafter's graph is compiled for its block of K + 1 (vllm-project/vllm#53366: a graph compiled for one
+    K, loaded for another, fails). So each method and K compiles into a folder of its own; the rest of the config
+    (target, dtype, KV layout, kernels) vLLM's hash tells apart within it."""
+    if spec["method"] == "none":
+        return "no-spec"
+    name = f"{spec['method']}-k{spec['num_speculative_tokens']}"
+    if spec.get("k_schedule"):
+        digest = hashlib.sha256(json.dumps(spec["k_schedule"]).encode()).hexdigest()[:10]
+        name += f"-schedule-{digest}"
+    return name
 
 
 def cache_state(root: Path) -> dict:
