@@ -14,8 +14,11 @@ from typing import Callable
 from .errors import SpecsweepError
 
 
-class Terminated(BaseException):
-    """SIGTERM/SIGHUP to a job: unwind like Ctrl-C, so every `with Server` stops what it started."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM/SIGHUP to a job: unwind like Ctrl-C, so every `with Server` stops what it started. A KeyboardInterrupt,
+    since asyncio re-raises only that and SystemExit from a loop callback (events.Handle._run) and logs any other
+    BaseException as "Exception in callback", and the loop goes on: a signal that lands while a response stream is
+    read there would otherwise leave the cell running to its end."""
 
 
 def _raise_terminated(signum, frame):
