@@ -144,7 +144,13 @@ def main() -> None:
     if args.smoke:
         studies = {"smoke": replay(smoke_blocks(), args.max_repeats)}
     else:
-        studies = {p.name: replay(study_blocks(p, args.max_repeats), args.max_repeats) for p in args.results}
+        blocks = {p.name: study_blocks(p, args.max_repeats) for p in args.results}
+        empty = [str(p) for p in args.results if "K=7 vs K=3" not in blocks[p.name]]
+        if not args.results or empty:
+            sys.exit(f"replay_looks: {', '.join(empty) or 'no folder given'}: no kept default study (a results_dir "
+                     "whose study folder holds the baseline, K=3 and K=7 server cells); name kept results dirs, "
+                     "or --smoke")
+        studies = {name: replay(b, args.max_repeats) for name, b in blocks.items()}
     methods = ("sequence", "planned", "planned_pocock", "naive")
     for name, s in studies.items():
         print(name, " ".join(f"{m}={s[m]['group_repeats']}:{s[m]['comparisons']['K=7 vs K=3']['verdict']}"

@@ -72,9 +72,14 @@ def test_cross_hardware_smoke():
     assert "same text 48/48" in out and "nothing written" in out    # the kept study against itself
 
 
-def test_replay_looks_smoke():
+def test_replay_looks_smoke(tmp_path):
     out = smoke("replay_looks.py")                   # seeded normal blocks through each rule
     assert "mean group repeats" in out and "nothing written" in out
+    # a folder that holds no kept study: one line that names it, no traceback
+    empty = subprocess.run([sys.executable, str(REPO / "bench" / "replay_looks.py"), str(tmp_path)],
+                           capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert empty.returncode == 1 and empty.stderr.startswith(f"replay_looks: {tmp_path}: no kept default study")
+    assert "Traceback" not in empty.stderr and len(empty.stderr.splitlines()) == 1
 
 
 def test_engine_speed_smoke():
