@@ -40,7 +40,8 @@
 #                concurrency 1 and 8): one after another, side by side (KV fixed), side by side warm; about 12 min, so
 #                run it as `bg 8b-starts`, then `collect 560` (twice)
 #   8b-studies   issue #45: the 8b-group study cold (a new host compile cache), then again warm (a new study name,
-#                the same cache): the whole walls; about 15 min, `bg 8b-studies` and `collect`
+#                the same cache): the whole walls; about 15 min, `bg 8b-studies` and `collect`; read back here with
+#                bench/warm_study.py qwen3-8b-cold qwen3-8b-warm --step-out step.out
 # Each run step packs the study as $OUT/<study>.tar.gz (the compile cache left out) and its Snakemake log.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -82,6 +82,15 @@ def test_replay_looks_smoke(tmp_path):
     assert "Traceback" not in empty.stderr and len(empty.stderr.splitlines()) == 1
 
 
+def test_warm_study_smoke_and_a_kept_study_read_against_itself():
+    out = smoke("warm_study.py")                     # two made-up studies, the warm one a hit at 0.6x
+    assert '"worst": 0.6, "met": true' in out and "nothing written" in out
+    kept = REPO / "bench" / "archive" / "h200" / "vllm" / "qwen3.6-27b-hybrid"      # three members, all misses
+    same = subprocess.run([sys.executable, str(REPO / "bench" / "warm_study.py"), str(kept), str(kept)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert same.returncode == 0 and same.stdout.count("| 1.0 | miss |") == 3 and '"met": false' in same.stdout
+
+
 def test_engine_speed_smoke():
     assert "speedup_vs_block1" in smoke("engine_speed.py")
 
