@@ -316,9 +316,11 @@ def test_a_launched_vllm_shares_the_hosts_compile_cache_outside_its_cell_id(tmp_
         srv.proc.wait(timeout=10)
         srv.stop()
         info = last_launch(tmp_path / study / "logs")
-        assert (info["vllm_cache_root"], info["vllm_cache_before"]) == (str(folder), {"compiled_configs": int(warm)})
+        assert (info["vllm_cache_root"], info["vllm_cache_before"]) == \
+            (str(folder), {"compiled_configs": int(warm), "aot_models": int(warm)})
         assert f"cache root: {folder}\n" in srv.log_path.read_text()
-        (folder / "torch_compile_cache" / "abc").mkdir(parents=True, exist_ok=True)   # what a compiling server leaves
+        for left in ("abc", "torch_aot_compile/def"):           # what a compiling server leaves: a config, a model
+            (folder / "torch_compile_cache" / left).mkdir(parents=True, exist_ok=True)
 
 
 def test_every_launch_of_a_cell_hands_vllm_the_same_compile_key_and_each_k_its_own_cache(tmp_path, lock_dir,

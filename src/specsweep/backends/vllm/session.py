@@ -103,11 +103,17 @@ def compile_folder(spec: dict) -> str:
 
 
 def cache_state(root: Path) -> dict:
-    """The compiled graphs an earlier server left in the cache (torch_compile_cache/<hash>/ folders), before this
-    launch: whether one fits this server's config is only known after it (startup_facts: compile_s, cache_hit)."""
-    compiled = root / "torch_compile_cache"
-    folders = sorted(p.name for p in compiled.iterdir()) if compiled.is_dir() else []
-    return {"compiled_configs": len(folders)}
+    """What earlier servers left in this launch's folder of the host cache, before it: compiled configurations
+    (torch_compile_cache/<hash>/) and models in the AOT store (torch_compile_cache/torch_aot_compile/<hash>/).
+    Whether one fits this server's config is only known after it (startlog.compile_cache_facts)."""
+    def hashes(folder: Path) -> int:
+        return sum(1 for p in folder.iterdir() if p.is_dir() and p.name != AOT_STORE) if folder.is_dir() else 0
+
+    return {"compiled_configs": hashes(root / "torch_compile_cache"),
+            "aot_models": hashes(root / "torch_compile_cache" / AOT_STORE)}
+
+
+AOT_STORE = "torch_aot_compile"     # vLLM's AOT store inside torch_compile_cache/ (compilation/decorators.py)
 
 
 # vLLM's start-up lines: 0.26 logs "GPU KV cache size: N tokens" and "Maximum concurrency for M tokens per request:
