@@ -40,8 +40,8 @@
 #                concurrency 1 and 8): one after another, side by side (KV fixed), side by side warm; about 12 min, so
 #                run it as `bg 8b-starts`, then `collect 560` (twice)
 #   8b-studies   issue #45: the 8b-group study cold (a new host compile cache), then again warm (a new study name,
-#                the same cache): the whole walls; about 15 min, `bg 8b-studies` and `collect`; read back here with
-#                bench/warm_study.py qwen3-8b-cold qwen3-8b-warm --step-out step.out
+#                the same cache): the whole walls; about 15 min, `bg 8b-studies` and `collect`; ends with
+#                bench/warm_study.py on the two (warm_study.json beside the studies' packs)
 # Each run step packs the study as $OUT/<study>.tar.gz (the compile cache left out) and its Snakemake log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -125,9 +125,13 @@ sweep.num_speculative_tokens=[15] sweep.concurrency=[8] dataset.num_prompts=${PR
 server=vllm_gpu_bundle results_dir=$RES sweep.num_speculative_tokens=[7,15] sweep.concurrency=[1,8]" 2>&1 \
                | tee "$OUT/8b-starts.log" ;;
   8b-studies) export SPECSWEEP_VLLM_CACHE=/root/vllm-cache-$(date +%s)
-              for name in qwen3-8b-cold qwen3-8b-warm; do
+              walls=()
+              for name in qwen3-8b-cold qwen3-8b-warm; do t0=$SECONDS
                 study $name experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES study=$name \
-                  "sweep.num_speculative_tokens=[7,15]" "sweep.concurrency=[1,8]" sweep.repeats=3; done ;;
+                  "sweep.num_speculative_tokens=[7,15]" "sweep.concurrency=[1,8]" sweep.repeats=3
+                walls+=($((SECONDS - t0))); done
+              python3 bench/warm_study.py $RES/qwen3-8b-cold $RES/qwen3-8b-warm --walls "${walls[@]}" \
+                --out "$OUT/warm_study.json" ;;
   *) echo "h200_vllm.sh: unknown step '$1': recv DIR | install | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched | tiny-diag | 8b-group | 8b-sleep | tiny-relaunch | modes | coresidency [ROUNDS] | vllm-metrics | bg STEP ... | collect SECS | 8b-starts | 8b-studies | 27b-one | 27b-group | 27b-greedy" >&2
      exit 2 ;;
 esac
