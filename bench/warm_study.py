@@ -5,8 +5,8 @@ Issue 45's goals, read from the two kept studies (`bash bench/h200_vllm.sh bg 8b
 qwen3-8b-warm on the same host cache): every warm member a compile-cache hit and at most 0.7x of its cold start, the
 cold study's wall at most 0.65x and the warm one's at most 0.55x of issue 28's 740 s. Members are matched by server
 cell id (a study's name is not part of it); each member's first launch of each study is read (server.json). The
-walls are the studies' own (`study NAME: rc=0 in N s`, what h200_vllm.sh prints after each), given with --walls or
-read from its output with --step-out. Compare the two studies' verdicts with `specsweep compare COLD WARM`.
+walls are the studies' own, the DAG and the packing of its files (`study NAME: rc=0 in N s`, what h200_vllm.sh
+prints after each), given with --walls or read from its output with --step-out. Compare the two studies' verdicts with `specsweep compare COLD WARM`.
 
     python bench/warm_study.py COLD_STUDY_DIR WARM_STUDY_DIR --step-out step.out --out warm_study.json
     python bench/warm_study.py --smoke          # two made-up studies, nothing written

