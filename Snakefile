@@ -10,10 +10,12 @@ from snakemake.utils import min_version
 
 min_version("9.0")
 
-from specsweep import layout, repeats, residency  # residency: the groups' schedule; repeats: auto's records
-from specsweep.cells import expand as expand_cells
-from specsweep.config import jobs_from_snakemake
-from specsweep.errors import ConfigError
+from specsweep.core import layout
+from specsweep.grid import repeats  # auto's records
+from specsweep.plan import residency  # the groups' schedule
+from specsweep.grid.cells import expand as expand_cells
+from specsweep.grid.config import jobs_from_snakemake
+from specsweep.core.errors import ConfigError
 
 try:
     GRID = expand_cells(jobs_from_snakemake(config))

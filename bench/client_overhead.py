@@ -17,7 +17,7 @@ import time
 
 import httpx
 
-from specsweep.client import ChatSettings, run_requests
+from specsweep.run.client import ChatSettings, run_requests
 
 CHUNKS = [{"choices": [{"delta": {"content": f"t{i} "}}]} for i in range(16)] + [
     {"choices": [{"delta": {}, "finish_reason": "length"}]},

@@ -37,14 +37,14 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
 from bench import harness  # noqa: E402
-from specsweep import residency  # noqa: E402
-from specsweep.backends import parts  # noqa: E402
-from specsweep.cells import expand  # noqa: E402
-from specsweep.claims import take_gpus  # noqa: E402
-from specsweep.client import settings_for  # noqa: E402
-from specsweep.config import compose_jobs  # noqa: E402
-from specsweep.datasets import load_prompt_rows, materialise  # noqa: E402
-from specsweep.results import atomic_write_text  # noqa: E402
+from specsweep.core import parts  # noqa: E402
+from specsweep.core.claims import take_gpus  # noqa: E402
+from specsweep.core.results import atomic_write_text  # noqa: E402
+from specsweep.grid.cells import expand  # noqa: E402
+from specsweep.grid.config import compose_jobs  # noqa: E402
+from specsweep.grid.datasets import load_prompt_rows, materialise  # noqa: E402
+from specsweep.plan import residency  # noqa: E402
+from specsweep.run.client import settings_for  # noqa: E402
 
 vllm = parts.session("vllm")        # the backend's session module, through the one door to a backend's parts
 

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from specsweep.study import Study  # noqa: E402
 from specsweep.metrics import BURST_SHARE, is_bursty, token_chunks  # noqa: E402
+from specsweep.read.study import Study  # noqa: E402
 
 
 def first_difference(a: str, b: str) -> int | None:

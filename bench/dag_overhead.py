@@ -43,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
 from bench import harness  # noqa: E402
-from specsweep.results import launches  # noqa: E402
+from specsweep.core.results import launches  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -65,7 +65,7 @@ def study_argv(work: Path, results: Path, pair: Path, ks: list[int], extra: tupl
 def ensure_pair(pair: Path) -> Path:
     """The tiny pair, built (outside any timing) if `pair` does not hold one yet."""
     if not (pair / "drafter" / "config.json").exists():
-        from specsweep.tiny import build_pair
+        from specsweep.models.tiny import build_pair
 
         build_pair(pair)
     return pair
@@ -199,10 +199,10 @@ def script_imports(script: Path) -> str:
 
 def import_cost(script: Path, runs: int = 3) -> dict:
     """Best-of-`runs` wall of a fresh Python that imports what the job's process imports before its work
-    (Snakemake's preamble, specsweep.cells for the pickled grid, the script's imports), against a bare
+    (Snakemake's preamble, specsweep.grid.cells for the pickled grid, the script's imports), against a bare
     `python -c pass`; the three heaviest top-level packages by -X importtime; and what the job imports on
     use, on top of those."""
-    code = f"{PREAMBLE}; import specsweep.cells; {script_imports(script)}"
+    code = f"{PREAMBLE}; import specsweep.grid.cells; {script_imports(script)}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
 
     def wall(argv):
@@ -264,7 +264,7 @@ def floor_snakefile(imports: bool) -> str:
         code = ""
         if imports:
             path = REPO / "workflow" / "scripts" / script
-            code = f"import specsweep.cells; {script_imports(path)}; {LAZY.get(script, '')}".rstrip("; ")
+            code = f"import specsweep.grid.cells; {script_imports(path)}; {LAZY.get(script, '')}".rstrip("; ")
         hold = FLOOR_HOLD_S if rule == "serve_and_bench" else 0.0
         lines += [f'    output: "out/{rule}"', f"    params: code={code!r}, hold={hold}", '    script: "job.py"', ""]
     return "\n".join(lines)

@@ -21,11 +21,11 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from specsweep.datasets import synthetic_rows
-from specsweep.dflash.engine import generate
-from specsweep.dflash.model import DFlashDrafter
-from specsweep.dflash.static import StaticPair
-from specsweep.tiny import chat_ids
+from specsweep.grid.datasets import synthetic_rows
+from specsweep.models.dflash.engine import generate
+from specsweep.models.dflash.model import DFlashDrafter
+from specsweep.models.dflash.static import StaticPair
+from specsweep.models.tiny import chat_ids
 
 
 def main() -> None:

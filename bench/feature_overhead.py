@@ -46,11 +46,12 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
 from bench import harness  # noqa: E402
-from specsweep import client, metrics  # noqa: E402
-from specsweep.backends import parts  # noqa: E402
-from specsweep.cells import expand  # noqa: E402
-from specsweep.config import compose_jobs  # noqa: E402
-from specsweep.datasets import synthetic_rows  # noqa: E402
+from specsweep import metrics  # noqa: E402
+from specsweep.core import parts  # noqa: E402
+from specsweep.grid.cells import expand  # noqa: E402
+from specsweep.grid.config import compose_jobs  # noqa: E402
+from specsweep.grid.datasets import synthetic_rows  # noqa: E402
+from specsweep.run import client
 
 REPO = harness.REPO
 K = 7

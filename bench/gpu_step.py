@@ -23,9 +23,9 @@ import time
 
 import torch
 
-from specsweep.dflash.engine import generate
-from specsweep.dflash.model import DFlashDrafter
-from specsweep.dflash.static import StaticPair
+from specsweep.models.dflash.engine import generate
+from specsweep.models.dflash.model import DFlashDrafter
+from specsweep.models.dflash.static import StaticPair
 
 HBM_BYTES_PER_S = 4.8e12
 PRACTICAL_BYTES_PER_S = 4.18e12       # a large sum's read rate measured on the H200 (issue 12)
@@ -176,7 +176,7 @@ def graph_ms(fn, calls: int = 20) -> float:
 def gemm_rates(rows=(16,)) -> dict:
     """Each Qwen3-8B projection alone at M rows, replayed in a CUDA graph: cuBLAS against the split-K
     kernel, in TB/s of weight read."""
-    from specsweep.dflash import skinny
+    from specsweep.models.dflash import skinny
 
     out = {}
     for name, (n, k) in GEMM_SHAPES.items():

@@ -34,10 +34,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
 from bench import harness  # noqa: E402
 from bench.dag_overhead import BIN, breakdown, ensure_pair, study_argv, timed  # noqa: E402
-from specsweep.backends import parts  # noqa: E402
-from specsweep.cells import expand  # noqa: E402
-from specsweep.config import compose_jobs  # noqa: E402
-from specsweep.results import launches  # noqa: E402
+from specsweep.core import parts  # noqa: E402
+from specsweep.core.results import launches  # noqa: E402
+from specsweep.grid.cells import expand  # noqa: E402
+from specsweep.grid.config import compose_jobs  # noqa: E402
 
 launch = parts.part("vllm", "launch")     # the backend's launch module, through the one door to its parts
 

@@ -83,7 +83,7 @@ case ${1:?step} in
   tiny-sched) study tiny-gpu-sched experiment=gpu_tiny server=vllm_gpu_bundle results_dir=$RES study=tiny-gpu-sched \
                 "sweep.num_speculative_tokens=[3,7]" "sweep.k_schedule=[[1,4,7],[5,64,3]]" "sweep.concurrency=[1,8]" ;;
   tiny-diag) python3 -c "import sys; from pathlib import Path; from transformers import AutoTokenizer
-from specsweep.counterfactuals import doctor
+from specsweep.diagnose.counterfactuals import doctor
 eot = AutoTokenizer.from_pretrained(sys.argv[1] + '/target').convert_tokens_to_ids('<|im_end|>')
 print('mask token id ->', eot, doctor(Path(sys.argv[1] + '/drafter'), Path(sys.argv[2]), {'mask_token_id': eot}))" \
                $RES/models/tiny $RES/models/tiny-badmask/drafter || exit

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from specsweep.results import atomic_write_json
+from specsweep.core.results import atomic_write_json
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -31,8 +31,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from bench import harness  # noqa: E402
-from specsweep import sequential, spending, stats  # noqa: E402
-from specsweep.results import read_json, read_jsonl  # noqa: E402
+from specsweep.core.results import read_json, read_jsonl  # noqa: E402
+from specsweep.verdicts import sequential, spending, stats  # noqa: E402
 
 ROLES = {"base-aa-": "A/A", "base-": "base", "tiny-dflash-k3-": "K=3", "tiny-dflash-k7-": "K=7"}
 COMPARISONS = (("K=3", "base"), ("K=7", "base"), ("K=7", "K=3"), ("A/A", "base"))

@@ -38,12 +38,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
 from bench import harness  # noqa: E402
-from specsweep import layout, residency, runner  # noqa: E402
 from specsweep.backends.vllm import startlog  # noqa: E402
-from specsweep.cells import expand  # noqa: E402
-from specsweep.claims import take_gpus  # noqa: E402
-from specsweep.config import compose_jobs  # noqa: E402
-from specsweep.results import atomic_write_json, atomic_write_text  # noqa: E402
+from specsweep.core import layout
+from specsweep.core.claims import take_gpus  # noqa: E402
+from specsweep.core.results import atomic_write_json, atomic_write_text  # noqa: E402
+from specsweep.grid.cells import expand  # noqa: E402
+from specsweep.grid.config import compose_jobs  # noqa: E402
+from specsweep.plan import residency
+from specsweep.run import runner  # noqa: E402
 
 
 def start_group(grid, members: list[str], launches: dict) -> tuple[float, dict]:

@@ -56,8 +56,8 @@ def pair_overrides(name: str, path: Path) -> list[str]:
 
 
 def grid_of(config: list[str]):
-    from specsweep.cells import expand
-    from specsweep.config import jobs_from_snakemake
+    from specsweep.grid.cells import expand
+    from specsweep.grid.config import jobs_from_snakemake
 
     return expand(jobs_from_snakemake(dict(c.split("=", 1) for c in config)))
 
@@ -183,7 +183,7 @@ def main() -> None:
         print(json.dumps({name: {"seq_s": seq["wall_s"], "par_s": par["wall_s"],
                                  "ratio": info["ratio_par_over_seq"]}}), flush=True)
     (args.out / "two_gpu.json").write_text(json.dumps(report, indent=1))
-    from specsweep.layout import VLLM_CACHE
+    from specsweep.core.layout import VLLM_CACHE
 
     with tarfile.open(args.out / "results.tar.gz", "w:gz") as tar:
         for d in sorted(args.results.iterdir()):

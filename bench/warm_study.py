@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from bench import harness  # noqa: E402
-from specsweep.results import launches  # noqa: E402
+from specsweep.core.results import launches  # noqa: E402
 
 REFERENCE_WALL_S = 740.0       # issue 28's 8B-shaped group study on the H200, members started one after another
 GOALS = {"warm_over_cold_start": 0.7, "cold_wall_over_reference": 0.65, "warm_wall_over_reference": 0.55}
@@ -90,7 +90,7 @@ def table(found: dict) -> str:
 
 def smoke_studies(root: Path) -> tuple[Path, Path]:
     """Two made-up kept studies of two members: the warm one a hit at 0.6x."""
-    from specsweep.results import atomic_write_json as write
+    from specsweep.core.results import atomic_write_json as write
 
     for study, ready, cache in (("cold", (100.0, 150.0), "miss"), ("warm", (60.0, 90.0), "hit")):
         for sid, r in zip(("base-target-0", "tiny-dflash-k7-0"), ready):

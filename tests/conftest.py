@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import BIN, REPO, make_random_pair, raise_on_signals, run, smk_config, snakemake, stop_all, wait_for
 
 BY_FIXTURE = {"tiny_results": ("trained_pair",), "pair_training": ("trained_pair",),
@@ -191,7 +190,7 @@ def lock_dir(tmp_path, monkeypatch):
     the machine's own lock directory, where the other session's servers, Snakemake jobs and SLURM jobs claim too:
     with claims private to each, a server of each session took one free port in the same second (both vLLMs bind it
     with SO_REUSEPORT, and the one whose readiness check saw the other's never became ready)."""
-    import specsweep.claims as claims
+    import specsweep.core.claims as claims
 
     if os.environ.get("SPECSWEEP_TEST_CORE"):
         return claims.LOCK_DIR
@@ -202,7 +201,7 @@ def lock_dir(tmp_path, monkeypatch):
 @pytest.fixture
 def issued_keys(monkeypatch) -> list[str]:
     """Every API key a server launch makes in this test, in order (still random), so a test can look for them."""
-    import specsweep.server as server
+    import specsweep.run.server as server
 
     keys, new = [], server.new_api_key
 

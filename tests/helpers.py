@@ -247,7 +247,7 @@ class ServerlessSession:
 
 def last_launch(log_dir: Path) -> dict:
     """The newest launch record of a server cell's logs/server.json (a list: one entry per launch)."""
-    from specsweep.results import launches
+    from specsweep.core.results import launches
 
     return launches(log_dir)[-1]
 
@@ -259,7 +259,7 @@ def make_random_pair(root: Path, seed: int = 0) -> Path:
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    from specsweep.tiny import TARGET_SHAPE, build_tokenizer, init_drafter
+    from specsweep.models.tiny import TARGET_SHAPE, build_tokenizer, init_drafter
 
     models = Path(root) / "models" / "tiny"
     tok = build_tokenizer(models / "tokenizer", seed)

@@ -5,12 +5,20 @@ import json
 
 import pandas as pd
 import pytest
-
-from specsweep import compare, metrics, stats
-from specsweep.table import K_COMPARISON, read
-from specsweep.metrics import (DEGENERATE_SHARE, STARVED_SHARE, answer_figures, repetition, steady_figures,
-                               stream_figures)
 from test_verdicts import study, summarize
+
+from specsweep import metrics
+from specsweep.core.table import K_COMPARISON, read
+from specsweep.metrics import (
+    DEGENERATE_SHARE,
+    STARVED_SHARE,
+    answer_figures,
+    repetition,
+    steady_figures,
+    stream_figures,
+)
+from specsweep.read import compare
+from specsweep.verdicts import stats
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz"
 
@@ -72,8 +80,8 @@ def test_a_pair_whose_answers_degenerate_gets_no_faster_verdict(cell, base, reas
 def test_text_that_is_no_model_s_answer_is_not_judged(tmp_path):
     """Random weights and a set acceptance loop or babble by construction: their answers are not judged, the row says
     why, and the pair keeps its verdict (here faster) instead of `degenerate`."""
-    from specsweep.cells import expand
-    from specsweep.config import compose_jobs
+    from specsweep.grid.cells import expand
+    from specsweep.grid.config import compose_jobs
 
     why = "random weights (--load-format dummy): the text is no model's answer"
     loops = [{**r, "answer_not_judged": why} for r in records(["and " * 30] * 8)]
@@ -98,9 +106,9 @@ PROSE = [f"Answer {i}: the quick brown fox jumps over the lazy dog, then sleeps 
 def test_requests_kept_before_the_mark_are_not_judged_when_read(tmp_path):
     """A random-weight cell measured before its requests carried `answer_not_judged` (its metrics.json says
     degenerate): read back, its requests are marked from its own server spec and its answers are not judged."""
-    from specsweep import layout
-    from specsweep.results import atomic_write_json, atomic_write_jsonl, atomic_write_yaml
-    from specsweep.study import Cell
+    from specsweep.core import layout
+    from specsweep.core.results import atomic_write_json, atomic_write_jsonl, atomic_write_yaml
+    from specsweep.read.study import Cell
 
     rows = records(["and " * 30] * 8)
     for extra, judged in (([], False), (["--load-format", "dummy"], True)):
@@ -295,9 +303,9 @@ def repeating_target(models, out):
 
 def test_a_target_that_repeats_gets_no_verdict_through_the_local_engine(random_results, tmp_path):
     from specsweep.backends.local.session import LocalPair, decode_rows, engine_timing
-    from specsweep.cells import expand
-    from specsweep.config import compose_jobs
-    from specsweep.datasets import synthetic_rows
+    from specsweep.grid.cells import expand
+    from specsweep.grid.config import compose_jobs
+    from specsweep.grid.datasets import synthetic_rows
 
     models = random_results / "models" / "tiny"
     target = repeating_target(models, tmp_path / "target")

@@ -8,14 +8,20 @@ from contextlib import contextmanager
 
 import pytest
 
-from specsweep import acceptance_checkpoint, layout, looks, metrics, repeats, residency, runner, summary
-from specsweep.bench_cell import Measurement
-from specsweep.cells import AA, expand
-from specsweep.config import compose_jobs
-from specsweep.datasets import materialise
-from specsweep.errors import ConfigError
-from specsweep.results import read_json
-from specsweep.study import Study
+from specsweep import metrics
+from specsweep.core import layout
+from specsweep.core.errors import ConfigError
+from specsweep.core.results import read_json
+from specsweep.diagnose import acceptance_checkpoint
+from specsweep.grid import repeats
+from specsweep.grid.cells import AA, expand
+from specsweep.grid.config import compose_jobs
+from specsweep.grid.datasets import materialise
+from specsweep.plan import residency
+from specsweep.read import summary
+from specsweep.read.study import Study
+from specsweep.run import looks, runner
+from specsweep.run.bench_cell import Measurement
 
 GIB = 1024 ** 3
 
@@ -113,7 +119,7 @@ def test_a_group_stops_once_answered_and_records_the_rest_as_not_needed(tmp_path
     # the summary: the one vocabulary, with the looks and why each stopped
     f = g.study_files("v")
     summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
-    from specsweep import table
+    from specsweep.core import table
     rows = [r for r in table.read(f.summary) if r["method"] != "none"]
     assert {r["verdict"] for r in rows} == {"faster"} and {r["repeats"] for r in rows} == {len(done)}
     assert all(r["looks"] == len(done) and r["stopped"].startswith("answered at repeat") for r in rows)
@@ -121,7 +127,7 @@ def test_a_group_stops_once_answered_and_records_the_rest_as_not_needed(tmp_path
     [k] = table.read(f.k_comparison)
     assert k["statement"].endswith("K=7 faster") and k["resolved"] and k["looks"] == len(done)
     # compare reads each side against its own baseline as the summary does: the sequence's interval and looks
-    from specsweep import compare
+    from specsweep.read import compare
     for srow in rows:
         crow = next(r for r in compare.compare(f.dir, f.dir) if r["method"] != "none"
                     and r["num_speculative_tokens"] == srow["num_speculative_tokens"])
@@ -185,7 +191,7 @@ def test_planned_looks_stop_at_a_planned_repeat_and_refuse_a_larger_budget(tmp_p
     assert read_json(g.server_dir(lead) / layout.LOOK_PLAN)["plan"] == [3, 5, 7, 10]
     f = g.study_files("v")
     summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
-    from specsweep import table
+    from specsweep.core import table
     rows = [r for r in table.read(f.summary) if r["method"] != "none"]
     assert {r["verdict"] for r in rows} == {"faster"} and {r["looks"] for r in rows} == {rec["looks"]}
     events.clear()
@@ -214,7 +220,7 @@ def test_an_aa_cell_is_a_second_baseline_compared_like_any_other(tmp_path, monke
     assert next(r for name, r in comparisons.items() if name.startswith(aa))["verdict"] == "equivalent"
     f = g.study_files("v")
     summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
-    from specsweep import table
+    from specsweep.core import table
     [row] = [r for r in table.read(f.summary) if r["pair"] == AA]
     assert row["verdict"] == "equivalent within ±5%" and row["aa_check"] is None
 
@@ -226,7 +232,7 @@ def test_an_aa_cell_that_differs_warns_that_no_verdict_can_be_trusted(tmp_path, 
     runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
     f = g.study_files("v")
     summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
-    from specsweep import table
+    from specsweep.core import table
     rows = table.read(f.summary)
     assert all(r["aa_check"].startswith("the A/A check failed") and "faster" in r["aa_check"] for r in rows)
     assert "WARNING: the A/A check failed" in capsys.readouterr().out
@@ -252,7 +258,7 @@ def test_the_aa_check_holds_no_group(tmp_path, monkeypatch):
     assert check["verdict"] == "unresolved" and check["stopped"] == looks.GROUP    # read where they stopped
     f = g.study_files("v")
     summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
-    from specsweep import table
+    from specsweep.core import table
     [row] = [r for r in table.read(f.summary) if r["pair"] == AA]
     assert row["verdict"] == "unresolved" and row["stopped"] == f"{looks.GROUP} at repeat {record['repeats']}"
     assert row["aa_check"] is None
@@ -273,6 +279,6 @@ def test_a_time_budget_stops_the_group_and_reads_the_rest_unresolved(tmp_path, m
     assert residency.group_pending(g, lead) == []                   # the rest are not needed, not failed
     f = g.study_files("v")
     summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
-    from specsweep import table
+    from specsweep.core import table
     rows = [r for r in table.read(f.summary) if r["method"] != "none"]
     assert {(r["verdict"], r["stopped"]) for r in rows} == {("unresolved", looks.TIME)}

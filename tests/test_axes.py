@@ -1,17 +1,17 @@
 """The length axes (sweep.max_tokens as a list, sweep.prompt_length) and acceptance by phase in the summary: ids,
 columns, the multirun over output length, the too-long prompt refusal, and prompt lengthening (docs/axes.md)."""
 import pytest
-
 from helpers import DATA, ServerlessSession
-from specsweep import summary
-from specsweep.bench_cell import Measurement, run_bench_cell
-from specsweep.cells import BenchCell, expand
-from specsweep.checks import check_prompt_length
-from specsweep.config import compose_jobs
-from specsweep.datasets import lengthen
+
+from specsweep.core.table import AXES, names
+from specsweep.grid.cells import BenchCell, expand
+from specsweep.grid.config import compose_jobs
+from specsweep.grid.datasets import lengthen
 from specsweep.metrics import acceptance_from_lengths, request_figures
-from specsweep.study import Study
-from specsweep.table import AXES, names
+from specsweep.plan.checks import check_prompt_length
+from specsweep.read import summary
+from specsweep.read.study import Study
+from specsweep.run.bench_cell import Measurement, run_bench_cell
 
 TWO_CATEGORIES = DATA / "two_categories.jsonl"
 
@@ -137,7 +137,7 @@ def test_lengthen_uses_the_datasets_own_text_and_keeps_the_question():
 def test_the_length_and_phase_plots(tmp_path):
     import pandas as pd
 
-    from specsweep.plots import acceptance_by_phase, k_styles, speedup_vs_output_length, speedup_vs_prompt_length
+    from specsweep.read.plots import acceptance_by_phase, k_styles, speedup_vs_output_length, speedup_vs_prompt_length
 
     grid = expand(jobs(tmp_path / "results", "sweep.max_tokens=[16,32,64]", "sweep.thinking=[true]"))
     table = pd.DataFrame(run_study(grid))

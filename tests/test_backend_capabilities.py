@@ -5,24 +5,25 @@ import sys
 import pytest
 import yaml
 
-from specsweep import backends, checks, config, preflight
-from specsweep.backends import parts
-from specsweep.config import compose_jobs
-from specsweep.errors import ConfigError
+from specsweep.core import parts, registry
+from specsweep.core.errors import ConfigError
+from specsweep.grid import config
+from specsweep.grid.config import compose_jobs
+from specsweep.plan import checks, preflight
 
 
 def test_each_backend_claims_only_known_features():
-    assert {n: sorted(backends.capabilities(n)) for n in backends.names()} == {
+    assert {n: sorted(registry.capabilities(n)) for n in registry.names()} == {
         "vllm": ["block_verification", "k_schedule", "set_acceptance"],
         "local": ["block_verification", "set_acceptance"],
         "sglang": []}
-    assert backends.having("k_schedule") == ("vllm",) and backends.having("set_acceptance") == ("vllm", "local")
+    assert registry.having("k_schedule") == ("vllm",) and registry.having("set_acceptance") == ("vllm", "local")
 
 
 def test_a_claim_outside_the_features_is_refused(monkeypatch):
-    monkeypatch.setattr(backends.get("sglang"), "CAPABILITIES", frozenset({"telepathy"}), raising=False)
+    monkeypatch.setattr(registry.get("sglang"), "CAPABILITIES", frozenset({"telepathy"}), raising=False)
     with pytest.raises(ValueError, match="backend 'sglang' claims \\['telepathy'\\]: not one of"):
-        backends.capabilities("sglang")
+        registry.capabilities("sglang")
 
 
 def test_a_backend_gets_the_shared_refusal_of_each_feature_it_lacks_and_no_other():
@@ -30,22 +31,22 @@ def test_a_backend_gets_the_shared_refusal_of_each_feature_it_lacks_and_no_other
     assert checks.refusals("local") == [checks.check_k_schedule]
     assert checks.refusals("sglang") == [checks.check_set_acceptance, checks.check_verification,
                                          checks.check_k_schedule]
-    for name in backends.names():             # nobody lists a shared refusal itself any more
+    for name in registry.names():             # nobody lists a shared refusal itself any more
         assert not set(checks.REFUSALS.values()) & set(parts.checks(name).CHECKS)
 
 
 def test_refusing_follows_the_capability_not_the_name(monkeypatch):
     cfg = compose_jobs(["server=local", "kernel=local_sdpa", "sweep.k_schedule=[[1,4,7],[5,64,3]]"])[0]
     assert checks.check_k_schedule(cfg, {}).status == "fail"
-    monkeypatch.setattr(backends.get("local"), "CAPABILITIES",
-                        backends.capabilities("local") | {"k_schedule"})
+    monkeypatch.setattr(registry.get("local"), "CAPABILITIES",
+                        registry.capabilities("local") | {"k_schedule"})
     assert checks.check_k_schedule(cfg, {}).status == "pass"       # the backend's own check would take over
     assert checks.check_k_schedule not in checks.refusals("local")
     assert "k_schedule" not in [c.name for c in preflight.run_checks([cfg], {"server_env": {}})]
 
 
 def test_a_feature_nobody_has_says_so(monkeypatch):
-    monkeypatch.setattr(backends.get("vllm"), "CAPABILITIES", frozenset({"set_acceptance", "block_verification"}))
+    monkeypatch.setattr(registry.get("vllm"), "CAPABILITIES", frozenset({"set_acceptance", "block_verification"}))
     cfg = compose_jobs(["server=sglang", f"server.python={sys.executable}", "sweep.k_schedule=[[1,4,7],[5,64,3]]"])[0]
     assert checks.check_k_schedule(cfg, {}).message.endswith(
         "run these cells on a backend that has it (no backend implements it yet), or drop sweep.k_schedule")
@@ -53,19 +54,19 @@ def test_a_feature_nobody_has_says_so(monkeypatch):
 
 def test_the_schemas_backend_list_is_the_registrys(monkeypatch):
     schema = config.schema()
-    assert schema["properties"]["server"]["properties"]["backend"] == {"enum": list(backends.names())}
+    assert schema["properties"]["server"]["properties"]["backend"] == {"enum": list(registry.names())}
     written = yaml.safe_load(config.SCHEMA.read_text())["properties"]["server"]["properties"]["backend"]
     assert written == {"type": "string"}                                      # no backend is spelt in the file
     with pytest.raises(ConfigError) as e:
         compose_jobs(["server.backend=tgi"])
     assert str(e.value).startswith("config: server.backend: 'tgi' is not one of ['vllm', 'local', 'sglang']")
-    monkeypatch.setitem(backends.BACKENDS, "tgi", "specsweep.backends.sglang")   # a registry line is enough
+    monkeypatch.setitem(registry.BACKENDS, "tgi", "specsweep.backends.sglang")   # a registry line is enough
     assert "tgi" in config.schema()["properties"]["server"]["properties"]["backend"]["enum"]
 
 
 def test_each_backends_fragment_applies_where_it_is_named():
     fragments = [s["then"] for s in config.schema()["allOf"]]
-    assert fragments == [backends.schema_fragment(n) for n in backends.names()]
-    assert "executable" in backends.schema_fragment("vllm")["properties"]["server"]["required"]
+    assert fragments == [registry.schema_fragment(n) for n in registry.names()]
+    assert "executable" in registry.schema_fragment("vllm")["properties"]["server"]["required"]
     with pytest.raises(ConfigError, match="config: server: 'executable' is a required property"):
         compose_jobs(["server=sglang", "server.python=python3", "server.backend=vllm", "kernel=cpu"])

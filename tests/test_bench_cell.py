@@ -3,13 +3,13 @@ acceptance comes from, its exactness against the counters, validity, and the out
 import json
 
 import pytest
+from test_metrics import rec, vllm_spec
 
 from specsweep import metrics
-from specsweep.bench_cell import Measurement, run_bench_cell
-from specsweep.cells import expand
-from specsweep.config import compose_jobs
-from specsweep.datasets import materialise
-from test_metrics import rec, vllm_spec
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
+from specsweep.grid.datasets import materialise
+from specsweep.run.bench_cell import Measurement, run_bench_cell
 
 STEPS = [[3, 3, 0], [1, 0, 0, 2]]        # accepted drafts per verify step of two requests, K = 3
 

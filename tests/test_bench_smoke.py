@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -140,7 +139,7 @@ def test_gpu_step_builds_its_pair_and_decodes_on_the_cpu():
     torch = pytest.importorskip("torch")
     sys.path.insert(0, str(REPO))
     from bench import gpu_step
-    from specsweep.dflash.static import StaticPair
+    from specsweep.models.dflash.static import StaticPair
 
     target, drafter, dcfg = gpu_step.build(dict(gpu_step.SMALL, vocab_size=512), 2, 8, "cpu", torch.float32)
     assert dcfg["dflash_config"]["target_layer_ids"] == [1, 3]         # 1 + i * (6 - 4) / (2 - 1)

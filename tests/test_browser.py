@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from helpers import BIN, popen_group, snakemake, wait_for
-from specsweep.server import stop_group
+
+from specsweep.run.server import stop_group
 
 pytestmark = pytest.mark.browser
 
@@ -163,8 +163,8 @@ def verdict_store(tmp_path):
     summarised and ingested into its own SQLite store: no server, and figures the compare view can show."""
     from test_verdicts import ingest_args, study, summarize
 
-    from specsweep import tracking
-    from specsweep.study import Study
+    from specsweep.read import tracking
+    from specsweep.read.study import Study
 
     results = tmp_path / "results"
     grid = study(results, {0: 1.0, 3: 1.4, 7: 1.8})
@@ -213,7 +213,7 @@ def test_mlflow_ui_opens_on_one_run_per_configuration_and_compares_k3_with_k7(ve
 
     from mlflow.tracking import MlflowClient
 
-    from specsweep import tracking
+    from specsweep.read import tracking
 
     db, out = verdict_store
     rows = list(csv.DictReader(open(out / "summary.csv")))

@@ -3,7 +3,7 @@ on it. Pure rows in and out; the H200 curve these came from is bench/archive/h20
 
 import pytest
 
-from specsweep import ceiling
+from specsweep.read import ceiling
 
 
 def row(al, speedup, set_=None, conc=1, lo=None, hi=None, k=15, valid=True):

@@ -5,8 +5,8 @@ A deliberate new study design (a new default) gets new pins; the old design stay
 overrides equal to its old values, so its results stay addressable."""
 import pytest
 
-from specsweep.cells import expand
-from specsweep.config import compose_jobs
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
 
 T0C4 = ["synthetic-t0-c4-r0-920133dd"]
 # The default since the verdicts: 10 repeats (r0 is the old default's cell, unchanged).

@@ -1,9 +1,9 @@
 from dataclasses import replace
 
-import specsweep.cells as cells
-from specsweep.cells import BenchCell, expand
+import specsweep.grid.cells as cells
 from specsweep.cli import expand_multirun
-from specsweep.config import compose_jobs, jobs_from_snakemake
+from specsweep.grid.cells import BenchCell, expand
+from specsweep.grid.config import compose_jobs, jobs_from_snakemake
 
 
 def ids(grid):

@@ -3,13 +3,11 @@ import asyncio
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 from pathlib import Path
 
 import pytest
 
-from specsweep.client import ChatSettings, run_requests
-
+from specsweep.run.client import ChatSettings, run_requests
 
 DATA = Path(__file__).parent / "data"
 

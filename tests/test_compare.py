@@ -4,10 +4,10 @@ import csv
 import sys
 
 import pytest
-
 from helpers import run
-from specsweep import compare
 from test_verdicts import study
+
+from specsweep.read import compare
 
 
 def test_compare_two_studies(tmp_path):

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from specsweep.config import compose_jobs, format_override_value, overrides_from_snakemake
-from specsweep.errors import ConfigError
+from specsweep.core.errors import ConfigError
+from specsweep.grid.config import compose_jobs, format_override_value, overrides_from_snakemake
 
 
 def test_default_composes_the_tiny_pair_on_vllm_cpu():
@@ -94,7 +94,7 @@ def test_a_malformed_defaults_list_is_one_line(tmp_path, monkeypatch):
     """YAML reads `override /tracking: off` as a boolean, which Hydra refuses with a ValueError of its own."""
     import shutil
 
-    import specsweep.config as config
+    import specsweep.grid.config as config
 
     conf = tmp_path / "conf"
     shutil.copytree(config.CONF_DIR, conf)
@@ -182,7 +182,7 @@ def test_a_composition_is_kept_and_read_back_only_while_its_inputs_are_the_same(
     overrides and files read it back (equal to a fresh compose); a changed conf/ file is a new composition."""
     import shutil
 
-    import specsweep.config as config
+    import specsweep.grid.config as config
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     conf = tmp_path / "conf"
@@ -213,7 +213,7 @@ def test_a_composition_is_kept_and_read_back_only_while_its_inputs_are_the_same(
 def test_a_kept_composition_reads_back_with_its_key_types_and_one_json_lacks_is_not_kept(tmp_path):
     """JSON objects take only string keys: a dict with other keys (or whose one key is the marker of such a dict)
     is kept as its pairs; a value JSON would change (a tuple would read back a list) is not kept at all."""
-    import specsweep.config as config
+    import specsweep.grid.config as config
 
     jobs = [{"a": {1: [5], 2.5: None, "x": {True: "t"}}, "b": {config._PAIRS: 1}, "c": [{"d": 1.0}], "e": ""}]
     path = tmp_path / "kept.json"

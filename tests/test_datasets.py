@@ -4,11 +4,11 @@ import os
 
 import pytest
 
-from specsweep import checks
-from specsweep.config import compose_jobs
-from specsweep.errors import ConfigError
-from specsweep.datasets import jsonl_rows, load_prompt_rows, materialise, synthetic_rows
-from specsweep.results import atomic_write_text
+from specsweep.core.errors import ConfigError
+from specsweep.core.results import atomic_write_text
+from specsweep.grid.config import compose_jobs
+from specsweep.grid.datasets import jsonl_rows, load_prompt_rows, materialise, synthetic_rows
+from specsweep.plan import checks
 
 
 def write(tmp_path, data: bytes):

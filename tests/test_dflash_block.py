@@ -14,14 +14,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import test_dflash_sampling as sampling_harness
 import torch
 from scipy.stats import chisquare
+from test_dflash_sampling import ALPHA, PROMPT, ROWS, B, baseline, marginal_proposer, p_values, random_pair  # noqa: F401 (fixtures)
 
-import test_dflash_sampling as sampling_harness
-from specsweep.dflash import engine, sampling
-from specsweep.dflash.engine import generate
-from test_dflash_sampling import (ALPHA, B, PROMPT, ROWS, baseline, marginal_proposer, p_values,  # noqa: F401 (fixtures)
-                                  random_pair)
+from specsweep.models.dflash import engine, sampling
+from specsweep.models.dflash.engine import generate
 
 # ---- block_verify on known distributions ---------------------------------------------------------------------
 V, G, N = 3, 3, 200_000

@@ -5,11 +5,11 @@ import re
 
 import pytest
 import torch
+from near_ties import assert_oracle_acceptance, assert_same_greedy, oracle, reference
 from transformers import AutoModelForCausalLM
 
-from near_ties import assert_oracle_acceptance, assert_same_greedy, oracle, reference
-from specsweep.dflash.engine import generate
-from specsweep.dflash.model import DFlashDrafter
+from specsweep.models.dflash.engine import generate
+from specsweep.models.dflash.model import DFlashDrafter
 
 PROMPTS = [[5, 17, 42, 99, 23, 8], [61, 7, 7, 300], [12, 250, 33, 90, 4, 71, 18, 240, 9]]
 N = 24
@@ -77,7 +77,7 @@ def untrained_pair(tmp_path_factory):
     unlike the trained target's, which is nearly deterministic whatever the seed."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from specsweep.tiny import init_drafter
+    from specsweep.models.tiny import init_drafter
 
     torch.manual_seed(0)
     cfg = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

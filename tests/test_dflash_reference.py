@@ -6,13 +6,13 @@ import warnings
 
 import pytest
 import torch
+from near_ties import MARGIN, assert_same_greedy
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from near_ties import MARGIN, assert_same_greedy
-from specsweep.datasets import synthetic_rows
-from specsweep.dflash.engine import generate
-from specsweep.dflash.model import DFlashDrafter
-from specsweep.tiny import chat_ids
+from specsweep.grid.datasets import synthetic_rows
+from specsweep.models.dflash.engine import generate
+from specsweep.models.dflash.model import DFlashDrafter
+from specsweep.models.tiny import chat_ids
 
 reference = pytest.importorskip("dflash.model", reason="the reference `dflash` package is not installed")
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 from scipy.stats import chi2_contingency
 
-from specsweep.dflash import engine, sampling
-from specsweep.dflash.engine import generate
-from specsweep.dflash.model import DFlashDrafter
+from specsweep.models.dflash import engine, sampling
+from specsweep.models.dflash.engine import generate
+from specsweep.models.dflash.model import DFlashDrafter
 
 PROMPT, ROWS, B, VOCAB = [1, 2, 3], 3000, 4, 16
 ALPHA = 1e-3          # per position; the seeds are fixed, so a pass is a pass every run
@@ -23,7 +23,7 @@ ALPHA = 1e-3          # per position; the seeds are fixed, so a pass is a pass e
 def random_pair(tmp_path_factory):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from specsweep.tiny import init_drafter
+    from specsweep.models.tiny import init_drafter
 
     torch.manual_seed(0)
     cfg = Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

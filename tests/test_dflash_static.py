@@ -2,13 +2,13 @@
 the target's first near-tie (near_ties.py)."""
 import pytest
 import torch
+from near_ties import assert_oracle_acceptance, assert_same_greedy, oracle, reference
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from near_ties import assert_oracle_acceptance, assert_same_greedy, oracle, reference
-from specsweep.datasets import synthetic_rows
-from specsweep.dflash.model import DFlashDrafter
-from specsweep.dflash.static import StaticPair
-from specsweep.tiny import chat_ids
+from specsweep.grid.datasets import synthetic_rows
+from specsweep.models.dflash.model import DFlashDrafter
+from specsweep.models.dflash.static import StaticPair
+from specsweep.models.tiny import chat_ids
 
 
 @pytest.fixture(scope="module")

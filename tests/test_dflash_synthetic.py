@@ -14,9 +14,9 @@ import math
 import pytest
 import torch
 
-from specsweep.dflash import sampling
-from specsweep.dflash.engine import generate
-from specsweep.dflash.model import DFlashDrafter
+from specsweep.models.dflash import sampling
+from specsweep.models.dflash.engine import generate
+from specsweep.models.dflash.model import DFlashDrafter
 
 VOCAB, PROMPT = 16, [1, 2, 3]
 SIGMAS = 5.0
@@ -26,7 +26,7 @@ SIGMAS = 5.0
 def random_pair(tmp_path_factory):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from specsweep.tiny import init_drafter
+    from specsweep.models.tiny import init_drafter
 
     torch.manual_seed(0)
     cfg = Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

@@ -3,13 +3,13 @@ pair: on an untrained pair of the tiny pair's shapes (the fast tier's `random_re
 outcome."""
 import pytest
 import torch
+from near_ties import assert_same_greedy
 from transformers import AutoModelForCausalLM
 
-from near_ties import assert_same_greedy
-from specsweep.dflash.engine import generate
-from specsweep.dflash.model import DFlashDrafter
-from specsweep.dflash.train import block_hidden, drafter_loss, slot_weights, target_pass, train_drafter
-from specsweep.tiny import init_drafter
+from specsweep.models.dflash.engine import generate
+from specsweep.models.dflash.model import DFlashDrafter
+from specsweep.models.dflash.train import block_hidden, drafter_loss, slot_weights, target_pass, train_drafter
+from specsweep.models.tiny import init_drafter
 
 
 def load(results):

@@ -8,19 +8,21 @@ import types
 from pathlib import Path
 
 import pytest
-
 from helpers import DATA, ServerlessSession, run
-from specsweep import acceptance_checkpoint, counterfactuals, diagnosis, layout, pages, residency, summary
-from specsweep.backends import parts
-from specsweep.bench_cell import Measurement
-from specsweep.cells import expand
-from specsweep.config import compose_jobs
-from specsweep.errors import ConfigError
+
+from specsweep.core import layout, parts
+from specsweep.core.errors import ConfigError
+from specsweep.core.results import read_json
+from specsweep.core.table import read
+from specsweep.diagnose import acceptance_checkpoint, counterfactuals, diagnosis
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
 from specsweep.metrics import acceptance_from_lengths, request_figures
-from specsweep.results import read_json
-from specsweep.study import Study
-from specsweep.mlflow_runs import row_tags
-from specsweep.table import read
+from specsweep.plan import residency
+from specsweep.read import pages, summary
+from specsweep.read.mlflow_runs import row_tags
+from specsweep.read.study import Study
+from specsweep.run.bench_cell import Measurement
 
 
 # ---- the statistic ------------------------------------------------------------------------------------------
@@ -137,7 +139,7 @@ def fake_backend(monkeypatch, random_results):
 
 
 def measured(results, drafter, models, *extra):
-    from specsweep import runner
+    from specsweep.run import runner
 
     grid = expand(compose_jobs([f"results_dir={results}", "study=d", "server=local", "kernel=local_sdpa",
                                 "dataset=jsonl", f"dataset.path={DATA / 'two_categories.jsonl'}",
@@ -239,7 +241,7 @@ def test_a_cell_served_with_random_weights_gets_no_diagnosis_and_its_row_says_wh
     """An 8B-shaped pair from config files alone (--load-format dummy): its drafter accepts nothing, and no
     counterfactual could find a cause, so no diagnosis runs (four more launches, on the H200, of about 125 s each),
     and the row says why; preflight does not wait for weights to download."""
-    from specsweep import checks
+    from specsweep.plan import checks
 
     dummy = ["+server.extra_args=[--load-format,dummy]"]
     grid = expand(compose_jobs([f"results_dir={tmp_path}", *dummy]))

@@ -7,11 +7,12 @@ import json
 
 import pytest
 import yaml
-
 from helpers import snakemake
-from specsweep import counterfactuals, diagnosis, layout
-from specsweep.config import compose_jobs
-from specsweep.results import read_json
+
+from specsweep.core import layout
+from specsweep.core.results import read_json
+from specsweep.diagnose import counterfactuals, diagnosis
+from specsweep.grid.config import compose_jobs
 
 SWEEP = ["study=diag", "server=local", "kernel=local_sdpa", "sweep.num_speculative_tokens=[7]", "sweep.concurrency=[1]",
          "sweep.thinking=[false]", "sweep.repeats=1", "sweep.rounds=1", "dataset.num_prompts=8", "sweep.max_tokens=48",
@@ -26,7 +27,7 @@ def doctored(tiny_results, tmp_path) -> dict[str, str]:
     embedding, is no test: the trained drafter accepts as much with it), and an untrained one."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from specsweep.tiny import init_drafter
+    from specsweep.models.tiny import init_drafter
 
     models = tiny_results / "models" / "tiny"
     cfg = json.loads((models / "drafter" / "config.json").read_text())["dflash_config"]

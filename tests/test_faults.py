@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import cell_files, last_launch, popen_group, prebuilt_pair, run, snakemake_argv, wait_for
-from specsweep.claims import port_is_free
-from specsweep.server import group_alive
+
+from specsweep.core.claims import port_is_free
+from specsweep.run.server import group_alive
 
 pytestmark = pytest.mark.server
 
@@ -148,7 +148,7 @@ def test_two_studies_at_once_do_not_collide_and_an_invalid_cell_is_marked(tiny_r
         runs = client.search_runs([client.get_experiment_by_name("specsweep").experiment_id])
         cells = [r for r in runs if r.data.tags.get("specsweep.kind") == "configuration"]
         assert len(cells) == 1 and cells[0].data.tags["valid"] == valid
-        assert {r.data.tags["specsweep.study"] for r in runs} == {study}
+        assert {r.data.tags["specsweep.read.study"] for r in runs} == {study}
 
 
 # 7. load ---------------------------------------------------------------------------------------------------
@@ -156,10 +156,10 @@ def test_concurrency_64_and_256_account_for_every_request(tiny_results, tmp_path
     import asyncio
 
     from specsweep.backends.vllm import session as vllm_session
-    from specsweep.cells import expand
-    from specsweep.client import ChatSettings
-    from specsweep.config import compose_jobs
-    from specsweep.datasets import synthetic_rows
+    from specsweep.grid.cells import expand
+    from specsweep.grid.config import compose_jobs
+    from specsweep.grid.datasets import synthetic_rows
+    from specsweep.run.client import ChatSettings
 
     grid = expand(compose_jobs([f"results_dir={tiny_results}", "pair.method=none", "server.max_model_len=256"]))
     [sid] = grid.servers
@@ -192,9 +192,9 @@ def fake_server(tmp_path) -> Path:
 @pytest.mark.parametrize("ours", [True, False])
 def test_a_leftover_server_is_stopped_only_when_provably_ours(tmp_path, lock_dir, ours):
     from specsweep.backends.vllm import session as vllm_session
-    from specsweep.cells import expand
-    from specsweep.config import compose_jobs
-    from specsweep.server import reap_leftover
+    from specsweep.grid.cells import expand
+    from specsweep.grid.config import compose_jobs
+    from specsweep.run.server import reap_leftover
 
     grid = expand(compose_jobs([f"results_dir={tmp_path}", "pair.method=none",
                                 f"server.executable={fake_server(tmp_path)}", "server.stop_grace_s=5"]))

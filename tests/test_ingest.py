@@ -2,7 +2,6 @@
 import shutil
 
 import pytest
-
 from helpers import BIN, run
 
 pytestmark = pytest.mark.server
@@ -34,7 +33,7 @@ def test_a_copied_study_is_ingested_once_and_an_unfinished_one_is_refused(smoke,
     old = f"sqlite:///{tmp_path / 'old.db'}"
     old_client = MlflowClient(tracking_uri=old)
     old_client.create_run(old_client.create_experiment("specsweep"),
-                          tags={"specsweep.kind": "bench_cell", "specsweep.study": "smoke"})
+                          tags={"specsweep.kind": "bench_cell", "specsweep.read.study": "smoke"})
     refused = run([str(BIN / "specsweep"), "ingest", str(copied), "--uri", old])
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     [line] = [x for x in refused.stderr.splitlines() if x.startswith("specsweep:")]

@@ -5,14 +5,15 @@ import json
 
 import pytest
 
-from specsweep import checks, labels, summary
-from specsweep.backends import parts
 from specsweep.backends.vllm import checks as vllm_checks
 from specsweep.backends.vllm import launch as vllm_cmd
-from specsweep.cells import expand
-from specsweep.config import compose_jobs
-from specsweep.errors import ConfigError
-from specsweep.study import Study
+from specsweep.core import labels, parts
+from specsweep.core.errors import ConfigError
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
+from specsweep.plan import checks
+from specsweep.read import summary
+from specsweep.read.study import Study
 
 SCHEDULE = "sweep.k_schedule=[[5,64,3],[1,4,7]]"
 

@@ -16,8 +16,9 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_of(path: Path) -> set[str]:
-    """Every specsweep module a file imports, anywhere in it (a `from . import x` counts x when it is a module)."""
+def imports_of(path: Path, by_name: bool = True) -> set[str]:
+    """Every specsweep module a file imports, anywhere in it (a `from . import x` counts x when it is a module), and
+    with `by_name` what the registry imports by name."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     known = {module_name(p) for p in PKG.rglob("*.py")}
@@ -36,19 +37,18 @@ def imports_of(path: Path) -> set[str]:
                 continue
             subs = {f"{mod}.{a.name}" for a in node.names} & known
             out |= subs or {mod}
-    return {m for m in out | registry_imports(name) if m in known and m != name}
+    return {m for m in out | (registry_imports(name) if by_name else set()) if m in known and m != name}
 
 
 def registry_imports(name: str) -> set[str]:
-    """What the registry imports by name (importlib): backends -> each backend package, backends.parts -> each
+    """What the registry imports by name (importlib): registry -> each backend package's facts, parts -> each
     package's parts."""
-    from specsweep import backends
-    from specsweep.backends import parts
+    from specsweep.core import parts, registry
 
-    if name == "specsweep.backends":
-        return set(backends.BACKENDS.values())
-    if name == "specsweep.backends.parts":
-        return {f"{package}.{part}" for package in backends.BACKENDS.values() for part in parts.PARTS}
+    if name == "specsweep.core.registry":
+        return set(registry.BACKENDS.values())
+    if name == "specsweep.core.parts":
+        return {f"{package}.{part}" for package in registry.BACKENDS.values() for part in parts.PARTS}
     return set()
 
 
@@ -56,12 +56,42 @@ def backend_of(module: str) -> str | None:
     """The backend package a module belongs to (specsweep.backends.vllm.launch: specsweep.backends.vllm), or None
     for the registry and everything outside backends/."""
     parts = module.split(".")
-    return ".".join(parts[:3]) if parts[:2] == ["specsweep", "backends"] and len(parts) > 2 \
-        and parts[2] != "parts" else None
+    return ".".join(parts[:3]) if parts[:2] == ["specsweep", "backends"] and len(parts) > 2 else None
 
 
-def graph() -> dict[str, set[str]]:
-    return {module_name(p): imports_of(p) for p in PKG.rglob("*.py")}
+def graph(by_name: bool = True) -> dict[str, set[str]]:
+    return {module_name(p): imports_of(p, by_name) for p in PKG.rglob("*.py")}
+
+
+# The floors of the house, lowest first (docs/development.md's module tour): a package imports only its own floor
+# and those below it. The registry's imports by name (a backend's facts and parts, loaded on use) are its plug-ins,
+# not arrows.
+FLOORS = ("core", "metrics", "verdicts", "grid", "models", "plan", "run", "diagnose", "backends", "read", "cli")
+ENTRY_MODULES = {"snakejob"}     # besides the packages, src/specsweep's top level holds these (three at most)
+
+
+def floor(module: str) -> int:
+    """A module's floor: its package's place in FLOORS; an entry module stands above them all."""
+    top = module.split(".")[1]
+    return len(FLOORS) if top in ENTRY_MODULES else FLOORS.index(top)
+
+
+def test_the_top_level_holds_only_packages_and_entry_modules():
+    modules = {p.stem for p in PKG.glob("*.py")} - {"__init__"}
+    packages = {p.name for p in PKG.iterdir() if (p / "__init__.py").exists()}
+    assert modules == ENTRY_MODULES and len(ENTRY_MODULES) <= 3, f"top-level modules {sorted(modules)}: move them"
+    assert packages == set(FLOORS), f"packages {sorted(packages)} against the floors {FLOORS}"
+
+
+def test_each_package_imports_only_its_floor_and_those_below():
+    up = sorted(f"{m} -> {d}" for m, deps in graph(by_name=False).items() if m != "specsweep"
+                for d in deps if floor(d) > floor(m))
+    assert not up, "imports that run up a floor (FLOORS): " + "; ".join(up)
+
+
+def test_the_floor_check_finds_an_arrow_up():
+    assert floor("specsweep.core.table") < floor("specsweep.read.summary") < floor("specsweep.snakejob")
+    assert floor("specsweep.grid.cells") > floor("specsweep.verdicts.stats")
 
 
 def test_the_import_graph_has_no_cycle():
@@ -86,7 +116,7 @@ def test_the_import_graph_has_no_cycle():
 def collapsed(g: dict[str, set[str]]) -> dict[str, set[str]]:
     """The graph with each backend package's modules (backends/vllm, backends/sglang, backends/local) as one node,
     `specsweep.backends.vllm.*`. A package's facts (its `__init__`, standard library only: see
-    test_a_backends_facts_are_standard_library_only) stay a node of their own: the registry's `backends.get`
+    test_a_backends_facts_are_standard_library_only) stay a node of their own: the registry's `registry.get`
     imports them and nothing else of the package, so cells and checks reading a backend's facts is no cycle."""
     def node(m):
         own = backend_of(m)
@@ -128,17 +158,17 @@ def test_only_entry_points_import_config():
     """config composes jobs and asks the registry about every backend: it sits above the rest. `aslist` lives in
     nested, `ConfigError` in errors, REPO and user_cache in paths, so a module below config never imports it
     (once cells, checks, datasets, tracking and two backend files did: config -> backends -> vllm -> config)."""
-    bad = sorted(m for m, deps in graph().items() if "specsweep.config" in deps
+    bad = sorted(m for m, deps in graph().items() if "specsweep.grid.config" in deps
                  and m != "specsweep.cli" and not m.startswith("specsweep.cli."))     # the CLI: the one entry point
-    assert not bad, f"{bad} import specsweep.config: take aslist from nested, ConfigError from errors"
+    assert not bad, f"{bad} import specsweep.grid.config: take aslist from nested, ConfigError from errors"
 
 
 def test_the_collapsed_check_finds_a_cycle():
-    assert cycle_in(collapsed({"specsweep.config": {"specsweep.backends.vllm.launch"},
-                               "specsweep.backends.vllm.known_issues": {"specsweep.config"}})) == \
-        ["specsweep.backends.vllm.*", "specsweep.config", "specsweep.backends.vllm.*"]
-    assert cycle_in(collapsed({"specsweep.cells": {"specsweep.backends.vllm"},
-                               "specsweep.backends.vllm.session": {"specsweep.cells"}})) is None
+    assert cycle_in(collapsed({"specsweep.grid.config": {"specsweep.backends.vllm.launch"},
+                               "specsweep.backends.vllm.known_issues": {"specsweep.grid.config"}})) == \
+        ["specsweep.backends.vllm.*", "specsweep.grid.config", "specsweep.backends.vllm.*"]
+    assert cycle_in(collapsed({"specsweep.grid.cells": {"specsweep.backends.vllm"},
+                               "specsweep.backends.vllm.session": {"specsweep.grid.cells"}})) is None
     assert cycle_in(collapsed({"specsweep.a": {"specsweep.b"}, "specsweep.b": set()})) is None
 
 
@@ -146,32 +176,32 @@ def test_the_graph_sees_imports_inside_functions():
     """The check is only worth something if it reads lazy imports (config asks the registry inside a function)
     and the registry's names: the runner reaches a backend's session through them."""
     g = graph()
-    assert "specsweep.backends" in g["specsweep.config"]
-    assert "specsweep.backends.vllm" in g["specsweep.backends"]
-    assert "specsweep.backends.vllm.session" in g["specsweep.backends.parts"]
-    assert "specsweep.backends.parts" in g["specsweep.runner"]
+    assert "specsweep.core.registry" in g["specsweep.grid.config"]
+    assert "specsweep.backends.vllm" in g["specsweep.core.registry"]
+    assert "specsweep.backends.vllm.session" in g["specsweep.core.parts"]
+    assert "specsweep.core.parts" in g["specsweep.run.runner"]
 
 
 def test_backends_import_only_neutral_modules():
     """A backend knows no other backend, nor the registry, the CLI, the Snakemake glue, the runner or preflight."""
-    forbidden = ("specsweep.backends.parts", "specsweep.cli", "specsweep.snakejob", "specsweep.runner",
-                 "specsweep.preflight")
+    forbidden = ("specsweep.core.registry", "specsweep.core.parts", "specsweep.cli", "specsweep.snakejob", "specsweep.run.runner",
+                 "specsweep.plan.preflight")
     for module, deps in graph().items():
         own = backend_of(module)
         if own is None:
             continue
-        bad = {m for m in deps if m == "specsweep.backends" or m in forbidden or m.startswith("specsweep.cli.")
+        bad = {m for m in deps if m in forbidden or m.startswith("specsweep.cli.")
                or backend_of(m) not in (None, own)}
         assert not bad, f"{module} imports {sorted(bad)}"
 
 
 def test_nothing_outside_backends_imports_a_backend():
-    """Everything else asks the registry (backends.get for a backend's facts, backends.parts for its session and
-    checks); the workflow's scripts too."""
+    """Everything else asks the registry (registry.get for a backend's facts, parts.session and
+    parts.checks for its parts); the workflow's scripts too."""
     for module, deps in graph().items():
-        if backend_of(module) is None and module not in ("specsweep.backends", "specsweep.backends.parts"):
+        if backend_of(module) is None and module not in ("specsweep.core.registry", "specsweep.core.parts"):
             bad = sorted(m for m in deps if backend_of(m))
-            assert not bad, f"{module} imports {bad}: ask the registry (specsweep.backends)"
+            assert not bad, f"{module} imports {bad}: ask the registry (specsweep.core.registry)"
     for script in (PKG.parents[1] / "workflow" / "scripts").glob("*.py"):
         for node in ast.walk(ast.parse(script.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
@@ -182,9 +212,9 @@ def test_nothing_outside_backends_imports_a_backend():
 def test_a_backends_facts_are_standard_library_only():
     """config and cells read them, and vLLM's own process imports the guard through them: each package's
     __init__ imports nothing but the standard library."""
-    from specsweep import backends
+    from specsweep.core import registry
 
-    for package in backends.BACKENDS.values():
+    for package in registry.BACKENDS.values():
         init = PKG.parent.joinpath(*package.split(".")) / "__init__.py"
         for node in ast.walk(ast.parse(init.read_text())):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -208,7 +238,7 @@ def test_the_vllm_guard_imports_only_the_standard_library():
 
 def test_a_vllm_job_imports_no_torch():
     """The registry is lazy: a vLLM server cell's job reaches vLLM's session and checks without torch."""
-    code = ("import sys; from specsweep import cells, preflight, runner; from specsweep.backends import parts; "
+    code = ("import sys; from specsweep.grid import cells; from specsweep.plan import preflight; from specsweep.run import runner; from specsweep.core import parts; "
             "parts.session('vllm'); parts.checks('vllm'); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PKG.parent)})
@@ -247,7 +277,7 @@ def _strings(tree: ast.AST):
 def spelled_names(text: str, in_join: bool) -> set[str]:
     """The results tree's names a string spells: a file name anywhere in it, a folder name as a part of a path
     (`a/plots/`, or the right side of a join), or a marker's, plot's or log's suffix (`{todo}.done`)."""
-    from specsweep import layout
+    from specsweep.core import layout
 
     out = {n for n in layout.FILE_NAMES if re.search(rf"(?<![\w.-]){re.escape(n)}(?![\w-])", text)}
     out |= {n for n in layout.DIR_NAMES if (in_join and text == n) or re.search(rf"(^|/){re.escape(n)}/|/{re.escape(n)}($|/)", text)}
@@ -295,8 +325,8 @@ def test_the_name_check_reads_paths_joins_and_rules():
 
 
 def test_no_results_file_name_is_spelled_outside_layout():
-    """Every file and folder under results/ is named by specsweep.layout; the library, the rules and the scripts
+    """Every file and folder under results/ is named by specsweep.core.layout; the library, the rules and the scripts
     ask it (tests may spell the names, to check what is on disk)."""
     found = [f"{path}:{line}: {sorted(names)} in {text!r}" for path, strings in workflow_code()
              for line, text, joined in strings if (names := spelled_names(text, joined))]
-    assert not found, "results/ names spelled outside specsweep.layout:\n" + "\n".join(found)
+    assert not found, "results/ names spelled outside specsweep.core.layout:\n" + "\n".join(found)

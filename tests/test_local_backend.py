@@ -5,10 +5,10 @@ import json
 
 import pytest
 import yaml
-
 from helpers import run, snakemake_argv
 from near_ties import assert_same_greedy, clear_steps
-from specsweep.datasets import synthetic_rows
+
+from specsweep.grid.datasets import synthetic_rows
 
 SWEEP = ["kernel=local_sdpa", "sweep.num_speculative_tokens=[3,7]", "sweep.thinking=[false,true]",
          "sweep.concurrency=[1]", "dataset.num_prompts=6", "sweep.max_tokens=96", "tracking.experiment=local"]
@@ -20,7 +20,7 @@ def tiny_engine(models):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from specsweep.dflash.model import DFlashDrafter
+    from specsweep.models.dflash.model import DFlashDrafter
 
     return (AutoTokenizer.from_pretrained(models / "target"),
             AutoModelForCausalLM.from_pretrained(models / "target", dtype=torch.float32).eval(),
@@ -34,8 +34,8 @@ def engine_decode(tiny_results, question, block_size, thinking, max_tokens):
     prompt's ids and the engine's output."""
     import torch
 
-    from specsweep.dflash.engine import generate
-    from specsweep.tiny import chat_ids
+    from specsweep.models.dflash.engine import generate
+    from specsweep.models.tiny import chat_ids
 
     tok, target, drafter = tiny_engine(tiny_results / "models" / "tiny")
     ids, threads = chat_ids(tok, question, thinking), torch.get_num_threads()
@@ -129,10 +129,10 @@ def test_local_preflight_names_a_missing_gpu(tiny_results, tmp_path):
 def test_the_static_step_decodes_like_the_hf_cache_engine(random_results):
     """The kernel choice that selects the static-cache step (CUDA graphs on a GPU) gives the same tokens;
     here on CPU without the graph, a short last batch padded to the fixed batch shape."""
-    from specsweep.config import compose_jobs
-    from specsweep.cells import expand
-    from specsweep.datasets import synthetic_rows
     from specsweep.backends.local.session import LocalPair
+    from specsweep.grid.cells import expand
+    from specsweep.grid.config import compose_jobs
+    from specsweep.grid.datasets import synthetic_rows
 
     grid = expand(compose_jobs([f"results_dir={random_results}", "server=local", "kernel=local_sdpa",
                                 "sweep.num_speculative_tokens=7", "sweep.baseline=false"]))
@@ -174,7 +174,7 @@ def test_a_local_set_acceptance_curve_gives_the_break_even_and_places_the_drafte
     assert [p[1] for p in points] == pytest.approx([float(by_set[str(x)]["speedup_e2e_geomean"]) for x in lengths],
                                                   abs=1e-4)        # the points are rounded to 4 places
     # the break-even is where the line between the points crosses 1, or empty with the reason
-    from specsweep import ceiling
+    from specsweep.read import ceiling
 
     expected = ceiling.length_for([tuple(p[:2]) for p in points], 1.0)
     if expected is None:

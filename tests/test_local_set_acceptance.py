@@ -2,8 +2,8 @@
 dflash.engine.generate as vLLM's synthetic and block methods."""
 import pytest
 
-from specsweep.cells import expand
-from specsweep.config import compose_jobs
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
 
 
 def grid_of(results, *overrides):
@@ -14,7 +14,7 @@ def grid_of(results, *overrides):
 @pytest.mark.trained_pair
 def test_a_block_cell_verifies_by_block_verification(tiny_results, monkeypatch):
     from specsweep.backends.local.session import LocalPair
-    from specsweep.dflash import engine
+    from specsweep.models.dflash import engine
 
     grid = grid_of(tiny_results, "sweep.verification=[block]", "sweep.temperature=0.8", "sweep.max_tokens=16")
     [(sid, cell)] = [(s, c) for s, c in grid.servers.items() if not c.is_baseline]

@@ -5,8 +5,8 @@ import tempfile
 
 import pytest
 
-from specsweep import claims
-from specsweep.errors import ServerError
+from specsweep.core import claims
+from specsweep.core.errors import ServerError
 
 
 def test_each_user_has_a_directory_of_their_own(tmp_path, monkeypatch):

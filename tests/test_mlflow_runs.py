@@ -2,8 +2,8 @@
 and artifacts, and what MLflow 3.17's compare view draws of two of them by default; and the new default store (with MLflow)."""
 import pytest
 
-from specsweep import mlflow_runs
-from specsweep.study import Cell
+from specsweep.read import mlflow_runs
+from specsweep.read.study import Cell
 
 JOB = {"sweep": {"num_speculative_tokens": [3, 7], "repeats": 2}, "study": "v"}
 
@@ -98,7 +98,7 @@ def test_a_new_default_store_is_a_copy_of_the_schema_made_once(tmp_path, monkeyp
     copy that MLflow opens without migrating, with its Default experiment made where it is first opened."""
     from mlflow.tracking import MlflowClient
 
-    from specsweep import tracking
+    from specsweep.read import tracking
 
     cache, work = tmp_path / "cache", tmp_path / "work"
     work.mkdir()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specsweep import model_shape, shaped
+from specsweep.models import model_shape, shaped
 
 GIB = 1024 ** 3
 QWEN3_8B_TEXT = {"num_hidden_layers": 36, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,

@@ -7,12 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from specsweep import backends, config, labels, mlflow_runs, preflight, residency, runner
-from specsweep.cells import expand
-from specsweep.config import compose_jobs
-from specsweep.errors import ConfigError
-from specsweep.datasets import materialise
-from specsweep.results import read_json
+from specsweep.core import labels, registry
+from specsweep.core.errors import ConfigError
+from specsweep.core.results import read_json
+from specsweep.grid import config
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
+from specsweep.grid.datasets import materialise
+from specsweep.plan import preflight, residency
+from specsweep.read import mlflow_runs
+from specsweep.run import runner
 
 HERE = Path(__file__).resolve().parent
 SERVER_ENTRY = """\
@@ -32,7 +36,7 @@ def echo(tmp_path, monkeypatch):
     (conf / "server" / "echo.yaml").write_text(SERVER_ENTRY)                  # its conf/server/ entry
     monkeypatch.setattr(config, "CONF_DIR", conf)
     monkeypatch.syspath_prepend(str(HERE))
-    monkeypatch.setitem(backends.BACKENDS, "echo", "echo_backend")           # its registry line
+    monkeypatch.setitem(registry.BACKENDS, "echo", "echo_backend")           # its registry line
 
     def jobs(*overrides):
         return compose_jobs([f"results_dir={tmp_path / 'results'}", "server=echo", "sweep.num_speculative_tokens=[3]",
@@ -57,7 +61,7 @@ def test_a_fourth_backend_is_its_package_a_registry_line_and_a_server_entry(echo
     [refused] = [c for c in preflight.run_checks(echo("sweep.set_acceptance=[3.0]"), env) if c.status == "fail"]
     assert refused.message == ("sweep.set_acceptance [3.0] is not implemented on the echo backend: run these cells "
                                "on a backend that has it (server.backend vllm or local), or drop sweep.set_acceptance")
-    assert backends.get("echo").describe(env) == "echo 1.0"
+    assert registry.get("echo").describe(env) == "echo 1.0"
 
     bench = next(iter(grid.benches[spec].values())).spec                                          # its session
     materialise(bench["dataset"], grid.dataset_file(bench["dataset"]))

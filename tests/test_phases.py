@@ -1,7 +1,7 @@
 """Acceptance by phase (phases.py) on constructed step sequences: exact figures, and the blank-with-reason paths."""
 import pytest
 
-from specsweep import phases
+from specsweep.metrics import phases
 
 
 def test_split_at_think_end_exact():
@@ -89,7 +89,7 @@ def test_pooled_token_weighted_with_ci():
 
 def test_the_local_engine_records_its_own_steps():
     from specsweep.backends.local.session import phase_fields
-    from specsweep.dflash.engine import Output, Step
+    from specsweep.models.dflash.engine import Output, Step
 
     # two rows, block 4: row 1 stops after step 0; the last step's drafts were cut to 2 at the budget edge
     steps = [Step(drafted=[[5, 6, 7], [5, 6, 7]], target=[[]] * 2, accepted=[3, 1], committed=[4, 2], live=[0, 1]),
@@ -104,8 +104,8 @@ def test_the_local_engine_records_its_own_steps():
 
 
 def test_vllm_rows_get_the_think_end_from_their_token_ids(monkeypatch):
-    from specsweep import client
     from specsweep.backends.vllm import session
+    from specsweep.run import client
 
     monkeypatch.setattr(session, "_think_id", lambda tokenizer: 42)
     rows = [{"token_ids": [1, 42, 3]}, {"token_ids": [1, 2]}, {"token_ids": None}, {}]

@@ -1,7 +1,7 @@
 """The plots: one colour and label per K across every plot of a study, the registry, the one filter."""
 import pandas as pd
 
-from specsweep.plots import BASELINE_COLOUR, k_styles
+from specsweep.read.plots import BASELINE_COLOUR, k_styles
 
 
 def test_each_k_has_one_colour_and_the_baseline_is_black():
@@ -21,7 +21,7 @@ def test_a_set_acceptance_cell_is_its_own_curve_never_its_ks_real_one(tmp_path):
     draws no line from a real cell to a set one."""
     import matplotlib.pyplot as plt
 
-    from specsweep.plots import _by_k
+    from specsweep.read.plots import _by_k
 
     table = pd.DataFrame({"method": ["none", "dflash", "dflash", "dflash"], "num_speculative_tokens": [0, 7, 15, 15],
                           "set_acceptance": [None, None, None, 6.54], "valid": True, "dataset": "synthetic",
@@ -41,7 +41,7 @@ def test_a_set_acceptance_cell_is_its_own_curve_never_its_ks_real_one(tmp_path):
 def test_the_speedup_plot_draws_the_streamed_tpot_only_where_it_passed_its_check_and_says_why_not(tmp_path):
     import matplotlib.pyplot as plt
 
-    from specsweep.plots import _streamed_tpot, speedup_vs_k
+    from specsweep.read.plots import _streamed_tpot, speedup_vs_k
 
     why = "this cell repeat 1 of 2: 4 of 4 streams arrived in a burst (first to last chunk within 10% of e2e), ..."
     table = pd.DataFrame({"method": ["none", "dflash", "dflash"], "num_speculative_tokens": [0, 3, 7],
@@ -64,7 +64,7 @@ def test_the_speedup_plot_draws_the_streamed_tpot_only_where_it_passed_its_check
 
 def test_each_plot_is_one_registered_function_whose_name_is_its_file():
     """A new plot is one function with @plot(name): no second list to keep in step (plot_study draws PLOTS)."""
-    from specsweep import plots
+    from specsweep.read import plots
 
     assert [p.name for p in plots.PLOTS] == ["speedup_vs_k", "acceptance_vs_k", "acceptance_length_histogram",
                                              "throughput_vs_concurrency", "pareto", "speedup_vs_acceptance",
@@ -80,8 +80,8 @@ def test_the_ceiling_plot_draws_the_curve_and_the_drafter_only_where_a_study_has
     study without set acceptance gets no file (plot_study leaves it out)."""
     import matplotlib.pyplot as plt
 
-    from specsweep import ceiling
-    from specsweep.plots import speedup_vs_acceptance
+    from specsweep.read import ceiling
+    from specsweep.read.plots import speedup_vs_acceptance
 
     rows = [{"method": "none", "pair": "baseline", "num_speculative_tokens": 0, "set_acceptance": None},
             *({"method": "dflash", "pair": "p", "num_speculative_tokens": 7, "set_acceptance": s,

@@ -7,13 +7,13 @@ import sys
 
 import pytest
 import yaml
-
 from helpers import run
-from specsweep import compare, predictions, sides
-from specsweep.bench_cell import run_bench_cell
-from specsweep.cells import expand
-from specsweep.config import compose_jobs
 from test_verdicts import TWO_CATEGORIES, FakeSession
+
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
+from specsweep.read import compare, predictions, sides
+from specsweep.run.bench_cell import run_bench_cell
 
 # the fake session's K=3 drafter: 10 steps of length 4 per turn of the six one-turn (even) prompts, 10 of length 2
 # per turn of the six two-turn ones; so 60 of its 180 steps accept 3 drafts, all accept 1 (rounded as rates_from)

@@ -9,13 +9,13 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
 from helpers import BIN, REPO, run
-from specsweep import checks, preflight
-from specsweep.backends import parts
+
 from specsweep.backends.local import checks as local_checks
 from specsweep.backends.vllm import checks as vllm_checks
-from specsweep.config import compose_jobs
+from specsweep.core import parts
+from specsweep.grid.config import compose_jobs
+from specsweep.plan import checks, preflight
 
 H200 = {"index": "0", "name": "NVIDIA H200", "compute_capability": "9.0", "memory_total_mib": 143771,
         "memory_free_mib": 143000}
@@ -492,7 +492,7 @@ def test_kv_cache_mib_against_the_studys_largest_concurrency(tmp_path):
 @pytest.fixture
 def hybrid_pair(tmp_path):
     """Qwen3.5-27B's shape as shipped: nothing of the text model at the top level (issue 44's KeyError)."""
-    from specsweep import shaped
+    from specsweep.models import shaped
 
     models = shaped.write("qwen3.5-27b", tmp_path / "m", with_tokenizer=False)
     return models, ["pair=qwen3.5-27b-dflash", f"pair.target={models / 'target'}",
@@ -511,7 +511,7 @@ def test_the_drafter_check_reads_a_nested_target(hybrid_pair):
 
 
 def test_drafter_inference_reads_a_nested_target(hybrid_pair):
-    from specsweep import drafter_config, model_shape
+    from specsweep.models import drafter_config, model_shape
 
     models, _ = hybrid_pair
     shapes = {"fc.weight": (5120, 5 * 5120), "layers.0.self_attn.q_proj.weight": (4096, 5120),

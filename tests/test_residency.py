@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from specsweep import residency, sleep_plan
-from specsweep.cells import expand
-from specsweep.config import compose_jobs
-from specsweep.errors import ConfigError
+from specsweep.core.errors import ConfigError
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
+from specsweep.plan import residency, sleep_plan
 
 GIB = 1024 ** 3
 
@@ -243,7 +243,7 @@ def test_an_unknown_residency_is_one_line():
 
 
 def test_preflight_says_how_each_group_will_run_and_warns_of_a_fallback(tmp_path, big_host):
-    from specsweep import checks
+    from specsweep.plan import checks
 
     g = gpu_grid(tmp_path)
     cfg = g.configs[residency.leads(g)[0]]
@@ -265,7 +265,7 @@ def test_preflight_says_how_each_group_will_run_and_warns_of_a_fallback(tmp_path
 def test_preflight_plans_a_group_across_the_studys_jobs(tmp_path, big_host):
     """Two Hydra jobs that share a baseline (`--also`) are one group of three in the DAG; preflight plans that
     group, not each job's two (on the H200, 2026-12-04, it said 138.0 and 139.3 GiB for a group of 219.7)."""
-    from specsweep import checks
+    from specsweep.plan import checks
 
     one = compose_jobs(["results_dir=" + str(tmp_path), "sweep.num_speculative_tokens=[3]"])
     two = compose_jobs(["results_dir=" + str(tmp_path), "sweep.num_speculative_tokens=[7]"])
@@ -279,7 +279,7 @@ def test_the_local_engine_on_a_gpu_is_coresident_in_its_process(tmp_path):
     g = grid(f"results_dir={tmp_path}", "server=local_cuda")
     plan = residency.plan(g, lead_members(g), ["0"])
     assert {p.residency for p in plan.values()} == {"coresident"} and all(p.gpu_ids == ("0",) for p in plan.values())
-    from specsweep import checks
+    from specsweep.plan import checks
     assert checks.check_residency([g.configs[residency.leads(g)[0]]], {"gpus": []}).status == "pass"
 
 
@@ -287,7 +287,7 @@ def test_a_nested_hybrid_target_is_counted_as_vllm_counts_it(tmp_path, big_host)
     """The 27B-shaped hybrid inside its multimodal wrapper (specsweep shape qwen3.6-27b): weights of the text model
     (vLLM logged 50.2 GiB, 53.5 with the drafter), KV in its 16 full-attention layers only, each sequence's context
     rounded up to vLLM's attention block (784 tokens, 864 at K=15), and 48 GDN layers' state a sequence."""
-    from specsweep import model_shape, shaped
+    from specsweep.models import model_shape, shaped
 
     models = shaped.write("qwen3.6-27b", tmp_path / "m", with_tokenizer=False)
     g = grid(f"results_dir={tmp_path / 'r'}", "server=vllm_gpu", "pair=qwen3.5-27b-dflash",
@@ -316,7 +316,7 @@ def test_random_weights_that_do_not_fit_the_host_are_relaunched_not_slept_at_lev
     """Two 27B-shaped members with random weights on the H200's 125 GiB host: level 1 would back up 103.7 GiB (both
     engines died so), and level 2 cannot restore dummy weights (vLLM 0.26: "Model reloading with `dummy` format"
     is not implemented): relaunched, saying why. Real weights there sleep at level 2 (reloaded from disk)."""
-    from specsweep import shaped
+    from specsweep.models import shaped
 
     models = shaped.write("qwen3.5-27b", tmp_path / "m", with_tokenizer=False)
     common = [f"pair.target={models / 'target'}", f"pair.drafter={models / 'drafter'}", "server=vllm_gpu",

@@ -4,7 +4,7 @@ import stat
 
 import pytest
 
-from specsweep.results import atomic_write_text
+from specsweep.core.results import atomic_write_text
 
 
 def test_an_atomic_write_leaves_no_temp_file_and_takes_the_umask_not_0600(tmp_path):

@@ -10,15 +10,14 @@ import time
 
 import numpy as np
 import pytest
-
-from specsweep import residency, stats
-from specsweep.cells import Grid, expand
-from specsweep.config import compose_jobs
-from specsweep.results import launches as launch_records
-
 from helpers import run_bounded, snakemake_argv, standin_k, standin_study
 from test_stats import baseline, rows
 
+from specsweep.core.results import launches as launch_records
+from specsweep.grid.cells import Grid, expand
+from specsweep.grid.config import compose_jobs
+from specsweep.plan import residency
+from specsweep.verdicts import stats
 
 # where a grid's overrides give no results_dir: an empty one of this module's (its ids name the pair's paths under
 # it), so that no study left in this checkout's results/ counts as finished

@@ -8,16 +8,17 @@ import types
 from contextlib import contextmanager
 
 import pytest
-
-from specsweep import metrics, residency, runner
-from specsweep.bench_cell import Measurement
-from specsweep.cells import expand
-from specsweep.config import compose_jobs
-from specsweep.datasets import materialise
-from specsweep.errors import CellError, ServerError
-from specsweep.results import read_json
-
 from helpers import MODELS_SERVER
+
+from specsweep import metrics
+from specsweep.core.errors import CellError, ServerError
+from specsweep.core.results import read_json
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
+from specsweep.grid.datasets import materialise
+from specsweep.plan import residency
+from specsweep.run import runner
+from specsweep.run.bench_cell import Measurement
 
 GIB = 1024 ** 3
 
@@ -211,7 +212,7 @@ class LowAcceptanceSession(FakeSession):
 def test_a_thinking_cell_s_counterfactual_without_thinking_runs_on_its_own_server(tmp_path, monkeypatch):
     """Thinking off is a bench setting: a low thinking-on cell's `nothink` counterfactual is served by the cell's own
     server before the group's servers stop, and the diagnose job then finds it done and launches nothing for it."""
-    from specsweep import counterfactuals
+    from specsweep.diagnose import counterfactuals
 
     g = expand(compose_jobs([f"results_dir={tmp_path}", "sweep.repeats=1", "dataset.num_prompts=6",
                              "sweep.thinking=true", "sweep.num_speculative_tokens=[3]", "sweep.diagnose.prompts=2"]))
@@ -236,7 +237,7 @@ def test_a_thinking_cell_s_counterfactual_without_thinking_runs_on_its_own_serve
 
 
 def test_a_thinking_off_cell_s_group_serves_no_counterfactual(group, monkeypatch, tmp_path):
-    from specsweep import counterfactuals
+    from specsweep.diagnose import counterfactuals
 
     g, lead, (base, k3, k7) = group
     events = []
@@ -248,10 +249,10 @@ def test_a_thinking_off_cell_s_group_serves_no_counterfactual(group, monkeypatch
 
 def process_backend(monkeypatch, tmp_path, events, startup_s):
     """Sessions whose servers are real processes (helpers.MODELS_SERVER, ready after `startup_s`, through
-    specsweep.server.Server), so that starting them side by side runs the real launch, readiness and stop."""
+    specsweep.run.server.Server), so that starting them side by side runs the real launch, readiness and stop."""
     import sys
 
-    from specsweep.server import Server, ServerSession, group_alive
+    from specsweep.run.server import Server, ServerSession, group_alive
 
     script = tmp_path / "models_server.py"
     script.write_text(MODELS_SERVER)

@@ -1,4 +1,4 @@
-"""The sequential verdicts (specsweep.sequential): the vocabulary, the interval, the stopping rule, and the A/A
+"""The sequential verdicts (specsweep.verdicts.sequential): the vocabulary, the interval, the stopping rule, and the A/A
 simulation on recorded requests of one server configuration launched twice or more (issue 46's Done-when)."""
 import json
 import math
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from specsweep import sequential as sq
-from specsweep import stats as vocab      # the one vocabulary is stats.py's
+from specsweep.verdicts import sequential as sq
+from specsweep.verdicts import stats as vocab  # the one vocabulary is stats.py's
 
 AA = json.loads((Path(__file__).parent / "data" / "aa_requests.json").read_text())
 STUDIES, MAX_REPEATS = 1000, 10

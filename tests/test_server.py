@@ -8,19 +8,18 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from helpers import MODELS_SERVER, files_holding, last_launch
+from test_stream_timing import assert_dflash_chunks
 
 from specsweep import metrics
 from specsweep.backends.vllm import promstats
 from specsweep.backends.vllm import session as vllm_session
-from specsweep.cells import expand
-from specsweep.claims import port_is_free
-from specsweep.client import ChatSettings
-from specsweep.config import compose_jobs
-from specsweep.errors import ServerError
-from specsweep.server import group_alive
-
-from helpers import MODELS_SERVER, files_holding, last_launch
-from test_stream_timing import assert_dflash_chunks
+from specsweep.core.claims import port_is_free
+from specsweep.core.errors import ServerError
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
+from specsweep.run.client import ChatSettings
+from specsweep.run.server import group_alive
 
 
 def cell(results, *overrides, baseline=False):
@@ -38,9 +37,9 @@ def engine_acceptance(tiny_results, prompts, block_size, max_new_tokens) -> floa
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from specsweep.dflash.engine import generate
-    from specsweep.dflash.model import DFlashDrafter
-    from specsweep.tiny import chat_ids
+    from specsweep.models.dflash.engine import generate
+    from specsweep.models.dflash.model import DFlashDrafter
+    from specsweep.models.tiny import chat_ids
 
     models = tiny_results / "models" / "tiny"
     tok = AutoTokenizer.from_pretrained(models / "target")
@@ -138,9 +137,9 @@ def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(t
 @pytest.mark.server
 def test_ngram_cell_per_request_figures_equal_the_counters_and_ignore_eos_decodes_max_tokens(tiny_results, lock_dir):
     """The whole bench-cell path on a method with variable drafts: warm-up excluded, metrics.json valid."""
-    from specsweep.bench_cell import run_bench_cell
-    from specsweep.datasets import materialise
-    from specsweep.results import read_jsonl
+    from specsweep.core.results import read_jsonl
+    from specsweep.grid.datasets import materialise
+    from specsweep.run.bench_cell import run_bench_cell
 
     grid = expand(compose_jobs([f"results_dir={tiny_results}", "study=perreq", "pair=tiny-ngram",
                                 "sweep.num_speculative_tokens=3", "sweep.baseline=false", "sweep.ignore_eos=true",
@@ -204,7 +203,7 @@ def test_a_pinned_port_held_by_another_process_is_a_clear_error(tmp_path, lock_d
 
 
 def test_port_range_skips_taken_ports(tmp_path, lock_dir):
-    from specsweep.claims import claim_port
+    from specsweep.core.claims import claim_port
 
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
@@ -240,7 +239,7 @@ def test_a_port_shared_through_so_reuseport_is_not_ready(tmp_path, lock_dir, our
     import sys
     import threading
 
-    from specsweep.server import Server
+    from specsweep.run.server import Server
 
     script = tmp_path / "shared_port_server.py"
     script.write_text(MODELS_SERVER)
@@ -297,7 +296,7 @@ def test_a_launched_vllm_shares_the_hosts_compile_cache_outside_its_cell_id(tmp_
     compiled configs earlier servers left there (whether this one's was among them, its own log says: startlog)."""
     import json
 
-    from specsweep import layout
+    from specsweep.core import layout
 
     monkeypatch.delenv(layout.VLLM_CACHE_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -329,7 +328,7 @@ def test_every_launch_of_a_cell_hands_vllm_the_same_compile_key_and_each_k_its_o
     VLLM_API_KEY out), so the launch's fresh key travels as SPECSWEEP_API_KEY, which the guard reads, and a caller's
     own VLLM_API_KEY, or one in server.env, is withheld: two launches of one cell see the same `VLLM_` environment.
     vLLM's key leaves out K (vllm-project/vllm#53366), so each K's launches compile into a folder of their own."""
-    from specsweep import layout
+    from specsweep.core import layout
 
     root = (tmp_path / "host-cache").resolve()
     monkeypatch.setenv(layout.VLLM_CACHE_ENV, str(root))
@@ -367,8 +366,8 @@ def test_a_compiled_relaunch_looks_up_what_the_first_launch_stored(tiny_results,
     works (vLLM 0.26 on a GPU), the same lookup is a hit."""
     import re
 
-    from specsweep import layout
-    from specsweep.results import launches
+    from specsweep.core import layout
+    from specsweep.core.results import launches
 
     monkeypatch.setenv(layout.VLLM_CACHE_ENV, str(tmp_path / "host-cache"))
     c = cell(tiny_results, "kernel.cuda_graphs=true", baseline=True)

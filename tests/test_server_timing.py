@@ -9,21 +9,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-
 from helpers import DATA
-from specsweep import metrics, stats, summary
+from test_bench_cell import FixedSession, cells, grid  # noqa: F401  (grid: a fixture)
+from test_metrics import rec, vllm_spec
+from test_verdicts import FakeSession, summarize
+
+from specsweep import metrics
 from specsweep.backends.local.session import engine_timing
 from specsweep.backends.sglang import session as sglang
 from specsweep.backends.vllm import launch
 from specsweep.backends.vllm import session as vllm
-from specsweep.bench_cell import run_bench_cell
-from specsweep.cells import expand
-from specsweep.client import ChatSettings
-from specsweep.config import compose_jobs
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
 from specsweep.metrics import request_figures
-from test_bench_cell import FixedSession, cells, grid  # noqa: F401  (grid: a fixture)
-from test_metrics import rec, vllm_spec
-from test_verdicts import FakeSession, summarize
+from specsweep.read import summary
+from specsweep.run.bench_cell import run_bench_cell
+from specsweep.run.client import ChatSettings
+from specsweep.verdicts import stats
 
 VLLM032 = Path(__file__).parent / "data" / "vllm032"
 
@@ -194,9 +196,9 @@ def test_a_bursty_cell_shows_the_servers_tpot_and_its_paired_speedup_in_the_summ
     assert k3["speedup_server_tpot_ci_low"] > 1 and k3["speedup_streamed_tpot_na"].startswith("this cell repeat 1")
     assert table.loc[0, "server_tpot_ms"] > table.loc[7, "server_tpot_ms"]
     summary.assert_consistent(table.reset_index())
-    from specsweep import table as columns
-    from specsweep.mlflow_runs import row_tags
-    from specsweep.pages import summary_page
+    from specsweep.core import table as columns
+    from specsweep.read.mlflow_runs import row_tags
+    from specsweep.read.pages import summary_page
 
     results = tmp_path / "results" / "v"
     summary_page(results / "summary.csv", results / "k_comparison.csv", tmp_path / "summary.html")
@@ -224,7 +226,7 @@ def test_a_speculative_cell_with_zero_drafts_counted_and_per_request_is_invalid(
 
 
 def test_the_three_tables_carry_the_paired_server_tpot_and_the_summary_its_server_timed_medians():
-    from specsweep import table
+    from specsweep.core import table
 
     paired = {"speedup_server_tpot_geomean", "speedup_server_tpot_ci_low", "speedup_server_tpot_ci_high",
               "speedup_server_tpot_na"}

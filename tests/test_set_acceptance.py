@@ -5,18 +5,18 @@ import json
 import sys
 
 import pytest
-
 from helpers import run
-from specsweep import summary
-from specsweep.backends.vllm import launch
-from specsweep.bench_cell import run_bench_cell
-from specsweep.cells import expand
-from specsweep.config import compose_jobs
-from specsweep.errors import ConfigError
-from specsweep.datasets import materialise
-from specsweep.study import Study
 from test_bench_cell import STEPS, FixedSession, counters, rows
 from test_metrics import rec
+
+from specsweep.backends.vllm import launch
+from specsweep.core.errors import ConfigError
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
+from specsweep.grid.datasets import materialise
+from specsweep.read import summary
+from specsweep.read.study import Study
+from specsweep.run.bench_cell import run_bench_cell
 
 SETS = "sweep.set_acceptance=[null,3,[0.9,0.7,0.5]]"
 

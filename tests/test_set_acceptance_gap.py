@@ -5,15 +5,17 @@ import json
 import math
 
 import pytest
-
 from helpers import ServerlessSession
-from specsweep import client, compare, metrics
-from specsweep.bench_cell import Measurement, run_bench_cell
-from specsweep.cells import expand
-from specsweep.config import compose_jobs
-from specsweep.dflash.sampling import length_to_rates
-from specsweep.metrics import acceptance_from_lengths, request_figures
 from test_verdicts import TWO_CATEGORIES, study, summarize
+
+from specsweep import metrics
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
+from specsweep.metrics import acceptance_from_lengths, request_figures
+from specsweep.models.dflash.sampling import length_to_rates
+from specsweep.read import compare
+from specsweep.run import client
+from specsweep.run.bench_cell import Measurement, run_bench_cell
 
 
 # ---- the expectation and its noise ---------------------------------------------------------------------------

@@ -13,18 +13,17 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from helpers import files_holding, last_launch, standin_site
 
-from specsweep import preflight, runner
 from specsweep.backends.sglang import checks as sglang_checks
 from specsweep.backends.sglang import launch, session
-from specsweep.cells import expand
-from specsweep.claims import port_is_free
-from specsweep.config import _spec_flag_fix, compose_jobs
-from specsweep.errors import ConfigError
-from specsweep.datasets import materialise
-from specsweep.errors import CellError
-
-from helpers import files_holding, last_launch, standin_site
+from specsweep.core.claims import port_is_free
+from specsweep.core.errors import CellError, ConfigError
+from specsweep.grid.cells import expand
+from specsweep.grid.config import _spec_flag_fix, compose_jobs
+from specsweep.grid.datasets import materialise
+from specsweep.plan import preflight
+from specsweep.run import runner
 
 FAKE = Path(__file__).parent / "fake_sglang"
 DATA = Path(__file__).parent / "data" / "sglang0517"
@@ -98,7 +97,7 @@ def test_argv_maps_every_setting_to_sglangs_flag():
     (["+pair.speculative_extra.draft_tensor_parallel_size=1"], "keys ['draft_tensor_parallel_size'] are not SGLang"),
 ])
 def test_argv_refuses_what_sglang_would_not_run_as_recorded(overrides, message):
-    from specsweep.errors import ServerError
+    from specsweep.core.errors import ServerError
 
     grid = expand(compose_jobs(["results_dir=results", *SGLANG, "sweep.num_speculative_tokens=3", *overrides]))
     spec = next(c.spec for c in grid.servers.values() if not c.is_baseline)
@@ -284,8 +283,9 @@ def test_a_baseline_whose_chunks_come_in_one_burst_is_flagged_and_no_contradicti
     streamed figure that the check rejects reaches metrics.json, summary.csv, the K table, compare or tune."""
     import pandas as pd
 
-    from specsweep import compare, metrics, summary, tune
-    from specsweep.study import Study
+    from specsweep import metrics
+    from specsweep.read import compare, summary, tune
+    from specsweep.read.study import Study
 
     step_s = 0.06        # a step well above a loaded machine's jitter: the K=3 streams must not look bursty
     grid, base, spec = fake("+server.env.STANDIN_BURST_K0=1", f"+server.env.STANDIN_STEP_S={step_s}",
@@ -364,7 +364,7 @@ def test_a_port_taken_between_its_claim_and_the_bind_is_launched_again_on_anothe
     and the cell launches it again on the next free port instead of failing."""
     import socket
 
-    import specsweep.claims as claims
+    import specsweep.core.claims as claims
 
     grid, _, spec = fake()
     taken = next(p for p in range(18900, 19000) if port_is_free("127.0.0.1", p))

@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from specsweep import cli, model_shape, shaped
-from specsweep.errors import SpecsweepError
+from specsweep import cli
+from specsweep.core.errors import SpecsweepError
+from specsweep.models import model_shape, shaped
 
 
 @pytest.mark.parametrize("name, layer_types", [
@@ -64,9 +65,9 @@ def test_an_unknown_shape_is_one_line(tmp_path, capsys):
 @pytest.mark.parametrize("pair, shape", [("qwen3.5-27b-dflash", "qwen3.5-27b"), ("qwen3.6-27b-dflash", "qwen3.6-27b")])
 def test_the_27b_preset_finds_its_replicas_and_passes_the_pair_checks(tmp_path, pair, shape):
     """experiment=gpu_27b_hybrid, as bench/h200_vllm.sh's install step lays the replicas out."""
-    from specsweep import checks
     from specsweep.backends.vllm import checks as vllm_checks
-    from specsweep.config import compose_jobs
+    from specsweep.grid.config import compose_jobs
+    from specsweep.plan import checks
 
     shaped.write(shape, tmp_path / "models" / f"{pair}-shaped", with_tokenizer=False)
     [cfg] = compose_jobs(["experiment=gpu_27b_hybrid", "server=vllm_gpu", f"results_dir={tmp_path}",
@@ -74,8 +75,8 @@ def test_the_27b_preset_finds_its_replicas_and_passes_the_pair_checks(tmp_path, 
     assert cfg["study"] == f"{pair}-shaped"
     # no flag by hand: the launch adds what the replica's shape and a Python without FlashInfer call for
     assert not {"--language-model-only", "--gdn-prefill-backend"} & set(cfg["server"]["extra_args"])
-    from specsweep import model_shape
     from specsweep.backends.vllm import launch
+    from specsweep.models import model_shape
 
     plan = launch.kernel_plan(cfg["server"] | {"device": "cuda"}, {"flashinfer": None},
                               model_shape.shape(cfg["pair"]["target"]))

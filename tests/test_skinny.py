@@ -11,7 +11,7 @@ pytest.importorskip("triton")
 
 SCRIPT = """
 import json, torch
-from specsweep.dflash import skinny
+from specsweep.models.dflash import skinny
 torch.manual_seed(0)
 x, w = torch.randn(16, 512), torch.randn(96, 512)
 ref = x.double() @ w.double().T

@@ -5,7 +5,7 @@ import signal
 import pytest
 
 from specsweep import snakejob
-from specsweep.errors import CellError
+from specsweep.core.errors import CellError
 
 
 def test_a_failed_cell_shows_one_line_without_a_dangling_last_lines_and_the_log_keeps_them(tmp_path, capsys):

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from specsweep import datasets
-from specsweep.config import compose_jobs
-from specsweep.errors import ConfigError
+from specsweep.core.errors import ConfigError
+from specsweep.grid import datasets
+from specsweep.grid.config import compose_jobs
 
 # the dataset card's features of the qualitative config, in its order
 ROWS = [

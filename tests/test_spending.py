@@ -1,4 +1,4 @@
-"""The planned look schedule with alpha spending (specsweep.spending): the plan, the boundaries against published
+"""The planned look schedule with alpha spending (specsweep.verdicts.spending): the plan, the boundaries against published
 values, the t interval at a look's nominal level, the record, and the A/A simulation of tests/test_sequential.py
 through this rule (issue 46's Done-when)."""
 import math
@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 from scipy import stats as sps
-
-from specsweep import spending as sp
 from test_sequential import AA, MAX_REPEATS, _null_blocks
+
+from specsweep.verdicts import spending as sp
 
 
 def test_plan_is_fixed_by_the_budget():

@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from specsweep import stats
+from specsweep.verdicts import stats
 
 
 def rows(latencies, turns=1, ttft=0.05, tokens=20):

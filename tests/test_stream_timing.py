@@ -8,9 +8,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from specsweep import metrics, stats
+from specsweep import metrics
 from specsweep.backends.vllm import session as vllm_session
-from specsweep.client import ChatSettings
+from specsweep.run.client import ChatSettings
+from specsweep.verdicts import stats
 
 
 def row(times, tokens, e2e, ok=True):
@@ -212,8 +213,8 @@ def assert_dflash_chunks(rows, fig) -> None:
 # ---- the local engine: its steps as chunks ----------------------------------------------------------------
 def test_the_local_engine_records_its_steps_as_chunks(random_results):
     from specsweep.backends.local.session import LocalPair, decode_rows
-    from specsweep.cells import expand
-    from specsweep.config import compose_jobs
+    from specsweep.grid.cells import expand
+    from specsweep.grid.config import compose_jobs
 
     grid = expand(compose_jobs([f"results_dir={random_results}", "server=local", "kernel=local_sdpa",
                                 "sweep.num_speculative_tokens=3", "sweep.baseline=false"]))

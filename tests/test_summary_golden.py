@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from helpers import REPO
-from specsweep.study import Study
-from specsweep.summary import write_summary
+
+from specsweep.read.study import Study
+from specsweep.read.summary import write_summary
 
 ARCHIVE = REPO / "bench" / "archive" / "h200" / "vllm"
 GOLDEN = REPO / "tests" / "data" / "golden"

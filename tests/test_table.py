@@ -1,9 +1,9 @@
 """The study tables as data (table.py): each column declared once, one writer, one typed reader that undoes it."""
 import pytest
 
-from specsweep import table
-from specsweep.errors import ConfigError
-from specsweep.table import BOOL, FIGURE, ID, INT, JSON, SETTING, TEXT, Column
+from specsweep.core import table
+from specsweep.core.errors import ConfigError
+from specsweep.core.table import BOOL, FIGURE, ID, INT, JSON, SETTING, TEXT, Column
 
 SMALL = (Column("id", ID, encoding=TEXT), Column("k", SETTING, encoding=INT), Column("x", FIGURE, median=True),
          Column("flag", FIGURE, encoding=BOOL), Column("rates", SETTING, encoding=JSON))
@@ -43,7 +43,7 @@ def test_the_reader_undoes_the_writer(tmp_path):
 
 
 def test_a_row_with_an_undeclared_column_is_refused(tmp_path):
-    with pytest.raises(ValueError, match=r"undeclared \['new'\].*declare each column once in specsweep/table.py"):
+    with pytest.raises(ValueError, match=r"undeclared \['new'\].*declare each column once in specsweep/core/table.py"):
         table.write(SMALL, [{"id": "a", "k": 1, "x": 1.0, "x_mad": 0.0, "flag": True, "rates": None, "new": 1}],
                     tmp_path / "t.csv")
     assert not (tmp_path / "t.csv").exists()
@@ -65,8 +65,8 @@ def test_older_and_newer_files_read_what_they_hold(tmp_path):
 def test_the_summary_reads_back_as_summary_rows_made_it(tmp_path):
     from test_verdicts import study
 
-    from specsweep import summary
-    from specsweep.study import Study
+    from specsweep.read import summary
+    from specsweep.read.study import Study
 
     grid = study(tmp_path / "results", {0: 1.0, 3: 1.5}, extra=["sweep.set_acceptance=[null,2.0,[0.9,0.6,0.5]]"])
     files = grid.study_files("v")

@@ -1,9 +1,8 @@
 import json
 
+from helpers import BIN, REPO, run
 from safetensors import safe_open
 from transformers import AutoTokenizer
-
-from helpers import BIN, REPO, run
 
 
 def test_tiny_pair_is_in_the_published_dflash_format(tiny_results):
@@ -52,7 +51,7 @@ def test_the_training_reports_hold_for_any_pair(tiny_results):
     last, and the held-out figures are measured on the stated prompts and within their ranges (a share of right
     answers in [0, 1], a mean acceptance length in [1, block size] at the drafter's block size). How high they
     are is a training outcome, which another CPU may move, and is not asserted."""
-    from specsweep.tiny import BLOCK_SIZE, EVAL_PROMPTS
+    from specsweep.models.tiny import BLOCK_SIZE, EVAL_PROMPTS
 
     models = tiny_results / "models" / "tiny"
     target = json.loads((models / "target" / "train.json").read_text())
@@ -68,7 +67,7 @@ def test_the_training_reports_hold_for_any_pair(tiny_results):
 
 
 def test_held_out_prompts_never_appear_in_training(tiny_results):
-    from specsweep.tiny import TRAIN_SEED, examples, held_out
+    from specsweep.models.tiny import TRAIN_SEED, examples, held_out
 
     tok = AutoTokenizer.from_pretrained(tiny_results / "models" / "tiny" / "target")
     held = held_out()

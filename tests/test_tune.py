@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 import yaml
 
-from specsweep import layout, metrics, tune
-from specsweep.cells import expand
+from specsweep import metrics
 from specsweep.cli import main
-from specsweep.config import compose_jobs
-from specsweep.errors import ConfigError
+from specsweep.core import layout
+from specsweep.core.errors import ConfigError
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
+from specsweep.read import tune
 
 
 def test_position_rates_and_al_from_a_histogram():

@@ -8,14 +8,14 @@ import random
 
 import pandas as pd
 import pytest
-
 from helpers import DATA, ServerlessSession
-from specsweep import summary
-from specsweep.bench_cell import Measurement, run_bench_cell
-from specsweep.cells import expand
-from specsweep.config import compose_jobs
+
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
 from specsweep.metrics import acceptance_from_lengths, request_figures
-from specsweep.study import Study
+from specsweep.read import summary
+from specsweep.read.study import Study
+from specsweep.run.bench_cell import Measurement, run_bench_cell
 
 TWO_CATEGORIES = DATA / "two_categories.jsonl"
 
@@ -137,7 +137,7 @@ def test_a_cell_of_bursty_streams_has_no_streamed_figures_in_its_metrics_or_the_
     assert k["speedup_streamed_tpot_geomean"] is None and k["speedup_streamed_tpot_na"].startswith("K=3 repeat 1")
     summary.assert_consistent(table.reset_index())
     # the pages put the paired streamed TPOT beside the verdict, and the reason where it is blank
-    from specsweep.pages import summary_page
+    from specsweep.read.pages import summary_page
 
     summary_page(tmp_path / "results" / "v" / "summary.csv", tmp_path / "results" / "v" / "k_comparison.csv",
                  tmp_path / "summary.html")
@@ -145,8 +145,8 @@ def test_a_cell_of_bursty_streams_has_no_streamed_figures_in_its_metrics_or_the_
     assert "<th>speedup_streamed_tpot_geomean</th>" in first and "<th>speedup_streamed_tpot_na</th>" in first
     assert "this cell repeat 1 of 2: 18 of 18 streams arrived in a burst" in first
     # MLflow's configuration runs, tagged from the summary rows: the streamed TPOT for K=7, the reason for K=3
-    from specsweep import table as tables
-    from specsweep.mlflow_runs import row_tags
+    from specsweep.core import table as tables
+    from specsweep.read.mlflow_runs import row_tags
 
     by_k = {r["num_speculative_tokens"]: row_tags(r) for r in tables.read(tmp_path / "results" / "v" / "summary.csv")}
     assert "speedup_streamed_tpot" not in by_k[3] and \
@@ -185,7 +185,7 @@ def test_per_category_acceptance_and_speedup(verdict_study):
 
 
 def test_plots_include_the_category_heatmap(verdict_study):
-    from specsweep.plots import plot_study
+    from specsweep.read.plots import plot_study
 
     _, _, out = verdict_study
     paths = plot_study(out / "summary.csv", out / "summary_by_category.csv", out / "plots")
@@ -199,9 +199,9 @@ def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_st
 
     from mlflow.tracking import MlflowClient
 
-    from specsweep import table as tables
-    from specsweep import tracking
-    from specsweep.errors import TrackingError
+    from specsweep.core import table as tables
+    from specsweep.core.errors import TrackingError
+    from specsweep.read import tracking
 
     grid, _, out = verdict_study
     (out / "env.json").write_text("{}")
@@ -251,7 +251,7 @@ def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_st
     assert client.get_run(moved["configurations"][f"{k3['server_cell']}/jsonl-t0-c4"]).data.metrics[
         "speedup_e2e_ci_high"] == 1.99
 
-    client.create_run(exp.experiment_id, tags={"specsweep.kind": "bench_cell", "specsweep.study": "old"})
+    client.create_run(exp.experiment_id, tags={"specsweep.kind": "bench_cell", "specsweep.read.study": "old"})
     with pytest.raises(TrackingError) as refused:
         tracking.ingest(Study.load(out, grid), *args)
     message = str(refused.value)
@@ -260,7 +260,7 @@ def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_st
 
 
 def test_configuration_run_names_read_like_the_configuration():
-    from specsweep.labels import config_id, label
+    from specsweep.core.labels import config_id, label
 
     row = {"pair": "tiny", "method": "dflash", "num_speculative_tokens": 7, "set_acceptance": None, "backend": "vllm",
            "dataset": "synthetic", "thinking": False, "concurrency": 4, "server_cell": "tiny-dflash-k7-ab12"}

@@ -5,11 +5,12 @@ import json
 
 import pytest
 
-from specsweep import labels, mlflow_runs
 from specsweep.backends.vllm import launch
-from specsweep.cells import expand
-from specsweep.config import compose_jobs
-from specsweep.errors import ConfigError
+from specsweep.core import labels
+from specsweep.core.errors import ConfigError
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
+from specsweep.read import mlflow_runs
 
 
 def expanded(*overrides):

@@ -12,8 +12,8 @@ import pytest
 
 from specsweep.backends.vllm import launch
 from specsweep.backends.vllm import session as vllm_session
-from specsweep.cells import expand
-from specsweep.config import compose_jobs
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 PAIRS = sorted(p.stem for p in (CONF / "pair").glob("*.yaml"))
@@ -122,8 +122,8 @@ def test_set_acceptance_refuses_what_vllm_refuses(value):
     """specsweep's check mirrors vLLM's, so a bad value stops at the config, not minutes later in the server."""
     from vllm.config.speculative import SpeculativeConfig
 
-    from specsweep.errors import ConfigError
-    from specsweep.replay_rates import resolve_set_acceptance
+    from specsweep.core.errors import ConfigError
+    from specsweep.grid.replay_rates import resolve_set_acceptance
 
     rates, length = (value, None) if isinstance(value, list) else (None, value)
     with pytest.raises(ValueError):

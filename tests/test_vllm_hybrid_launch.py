@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from specsweep import model_shape, residency
 from specsweep.backends.vllm import checks as vllm_checks
 from specsweep.backends.vllm import engine_death, launch
 from specsweep.backends.vllm import session as vllm_session
-from specsweep.cells import expand, spec_hash
-from specsweep.config import compose_jobs
-from specsweep.errors import ConfigError, ServerError
-from specsweep.server import Server
+from specsweep.core.errors import ConfigError, ServerError
+from specsweep.grid.cells import expand, spec_hash
+from specsweep.grid.config import compose_jobs
+from specsweep.models import model_shape
+from specsweep.plan import residency
+from specsweep.run.server import Server
 
 GIB = 1024 ** 3
 NO_FLASHINFER = {"executable": sys.executable, "vllm": "0.26.0", "dflash_module": True, "flashinfer": None,
@@ -39,7 +40,7 @@ class StandInShape:
 
 @pytest.fixture
 def shapes(monkeypatch):
-    """specsweep.model_shape.shape stood in: a config.json's `_test_shape` entry is its shape."""
+    """specsweep.models.model_shape.shape stood in: a config.json's `_test_shape` entry is its shape."""
     def shape(path):
         try:
             got = json.loads((Path(path) / "config.json").read_text()).get("_test_shape")
@@ -301,7 +302,7 @@ def test_prefix_caching_is_off_by_default_outside_the_id_and_recorded(tmp_path, 
 
 
 def test_a_hybrid_targets_greedy_cells_keep_the_greedy_agreement_check(tmp_path, shapes):
-    from specsweep.bench_cell import greedy_agreement_na
+    from specsweep.run.bench_cell import greedy_agreement_na
 
     g = gpu_grid(tmp_path, "sweep.temperature=0")
     sid = next(s for s, c in g.servers.items() if not c.is_baseline)

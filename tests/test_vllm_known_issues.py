@@ -4,9 +4,10 @@ vLLM's source (a fake vLLM site holding only the files it reads), else a probe r
 import json
 
 from test_preflight import H200, env_for, job, vllm_site
-from specsweep import checks, preflight
+
 from specsweep.backends.vllm import checks as vllm_checks
 from specsweep.backends.vllm.known_issues import ROWS
+from specsweep.plan import checks, preflight
 
 ROW = {r.name: vllm_checks.known_issue_check(r) for r in ROWS}
 TARGET = {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096, "vocab_size": 151936}
@@ -135,7 +136,7 @@ def test_preflight_runs_every_row_for_vllm_only(monkeypatch):
 
 def test_a_hybrid_inside_a_multimodal_wrapper_warns_too(tmp_path):
     """Qwen3.5/3.6-27B as shipped: the layer types sit in text_config (specsweep shape writes it so)."""
-    from specsweep import shaped
+    from specsweep.models import shaped
 
     models = shaped.write("qwen3.5-27b", tmp_path / "m", with_tokenizer=False)
     overrides = [f"pair.target={models / 'target'}", f"pair.drafter={models / 'drafter'}",

@@ -96,7 +96,7 @@ def test_a_log_without_its_lines_says_nothing():
 def test_the_launch_page_shows_where_each_start_up_went(tmp_path):
     import types
 
-    from specsweep import pages
+    from specsweep.read import pages
 
     log = (DATA / "vllm026_h200_dflash_startup_log.txt").read_text()
     records = [{"argv": ["vllm", "serve"], "ready_s": 78.4, "start_at_once": 3, **startlog.phases(log)},

@@ -4,7 +4,6 @@ import json
 
 import pytest
 import yaml
-
 from helpers import BIN, SMOKE, last_launch, run, smk_config, snakemake
 
 pytestmark = [pytest.mark.server, pytest.mark.dag]
@@ -15,11 +14,11 @@ def clear_answers_agree(results_dir, study) -> bool:
     near-tie (transformers' here): the two vLLM cells sum in different orders (near_ties.py). True when no
     answer had one, so that every answer must agree."""
     import torch
+    from near_ties import clear_steps, reference
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from near_ties import clear_steps, reference
-    from specsweep.datasets import synthetic_rows
-    from specsweep.tiny import chat_ids
+    from specsweep.grid.datasets import synthetic_rows
+    from specsweep.models.tiny import chat_ids
 
     models = results_dir / "models" / "tiny"
     tok = AutoTokenizer.from_pretrained(models / "target")
@@ -95,7 +94,7 @@ def test_smoke_study_writes_summary_plots_and_mlflow(smoke):
     [dataset] = child.inputs.dataset_inputs
     import hashlib
 
-    from specsweep.cells import stable_hash
+    from specsweep.grid.cells import stable_hash
 
     spec = yaml.safe_load((results / server_cell / bench_ids[0] / "config.yaml").read_text())
     prompts = work.parent / "results" / "datasets" / f"synthetic-{stable_hash(spec['bench_spec']['dataset'])[:8]}.jsonl"
@@ -114,7 +113,8 @@ def test_the_smoke_summarys_figures_agree_and_none_is_shown_that_its_check_rejec
     the figures are the ones metrics.py defines, as tune reads them too."""
     import pandas as pd
 
-    from specsweep import metrics, summary, tune
+    from specsweep import metrics
+    from specsweep.read import summary, tune
 
     results = smoke[0].parent / "results" / "smoke"
     table = pd.read_csv(results / "summary.csv")

@@ -11,7 +11,7 @@ import signal
 import sys
 from typing import Callable
 
-from .errors import SpecsweepError
+from specsweep.core.errors import SpecsweepError
 
 
 class Terminated(KeyboardInterrupt):

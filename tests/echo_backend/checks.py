@@ -1,6 +1,6 @@
 """The echo backend's checks: a shared one and its own (preflight adds the refusals of what it lacks: all of
 backends.FEATURES, since it claims no CAPABILITIES)."""
-from specsweep.checks import check_dataset, ok
+from specsweep.plan.checks import check_dataset, ok
 
 from . import VERSION
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from specsweep import metrics
-from specsweep.bench_cell import Measurement
+from specsweep.run.bench_cell import Measurement
 
 from . import VERSION
 

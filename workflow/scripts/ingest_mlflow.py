@@ -1,8 +1,9 @@
 import json
 import sys
 
-from specsweep import snakejob, tracking
-from specsweep.study import Study
+from specsweep import snakejob
+from specsweep.read import tracking
+from specsweep.read.study import Study
 
 snakejob.run(snakemake.log[0], lambda: tracking.ingest(
     Study.load(snakemake.params.dir, snakemake.params.grid), snakemake.input.summary, snakemake.input.k_comparison,

@@ -1,5 +1,6 @@
-from specsweep import pages, snakejob
-from specsweep.study import Study
+from specsweep.read import pages
+from specsweep import snakejob
+from specsweep.read.study import Study
 
 snakejob.run(snakemake.log[0], lambda: pages.write_pages(
     Study.load(snakemake.params.dir, snakemake.params.grid), snakemake.input.summary, snakemake.input.k_comparison,

@@ -1,4 +1,7 @@
-from specsweep import acceptance_checkpoint, counterfactuals, residency, runner, snakejob
+from specsweep.diagnose import acceptance_checkpoint, counterfactuals
+from specsweep.plan import residency
+from specsweep.run import runner
+from specsweep import snakejob
 
 
 def run_group():

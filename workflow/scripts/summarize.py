@@ -1,8 +1,9 @@
 import sys
 from pathlib import Path
 
-from specsweep import plots, snakejob, summary
-from specsweep.study import Study
+from specsweep.read import plots, summary
+from specsweep import snakejob
+from specsweep.read.study import Study
 
 
 def summarize_and_plot():

@@ -1,3 +1,4 @@
-from specsweep import snakejob, tiny
+from specsweep import snakejob
+from specsweep.models import tiny
 
 snakejob.run(snakemake.log[0], lambda: print(tiny.train_drafter_for(snakemake.params.target, snakemake.params.out)))

@@ -1,3 +1,4 @@
-from specsweep import snakejob, tiny
+from specsweep import snakejob
+from specsweep.models import tiny
 
 snakejob.run(snakemake.log[0], lambda: print(tiny.train_target(snakemake.params.tokenizer, snakemake.params.out)))

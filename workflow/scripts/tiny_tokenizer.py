@@ -1,3 +1,4 @@
-from specsweep import snakejob, tiny
+from specsweep import snakejob
+from specsweep.models import tiny
 
 snakejob.run(snakemake.log[0], lambda: tiny.build_tokenizer(snakemake.params.out))

@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import SpecsweepError
-from . import bench, cells, compare, doctor, drafter, ingest, shape, sweep, trace, tune
-from .runs import expand_multirun, override_runs, run_jobs  # noqa: F401 - the grid's runs, for callers and tests
+from specsweep.cli import bench, cells, compare, doctor, drafter, ingest, shape, sweep, trace, tune
+from specsweep.cli.runs import expand_multirun, override_runs, run_jobs  # noqa: F401 - the grid's runs, for callers and tests
+from specsweep.core.errors import SpecsweepError
 
 COMMANDS = (sweep, cells, bench, ingest, compare, tune, doctor, trace, shape, drafter)   # in `specsweep --help`'s order
 

@@ -1,6 +1,6 @@
 """`python -m specsweep.cli`, as the `specsweep` script."""
 import sys
 
-from . import main
+from specsweep.cli import main
 
 sys.exit(main())

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import backends, layout
-from ..errors import ConfigError
+from specsweep.core import layout, registry
+from specsweep.core.errors import ConfigError
 
 
 def add(sub) -> None:
@@ -21,17 +21,17 @@ def add(sub) -> None:
     b.add_argument("--warmup", type=int, default=1)
     b.add_argument("--timeout", type=float, default=120.0)
     b.add_argument("--out", default="results/bench")
-    b.add_argument("--backend", default="vllm", choices=backends.names(), help="the server's backend, which says how to read its "
+    b.add_argument("--backend", default="vllm", choices=registry.names(), help="the server's backend, which says how to read its "
                    "spec-decode figures (its /metrics, its responses): one whose session has bench_server (vllm)")
     b.set_defaults(fn=main)
 
 
 def main(args) -> int:
     """Benchmark a server the user already runs; writes requests.jsonl and metrics.json to --out."""
-    from ..backends import parts
-    from ..client import ChatSettings
-    from ..datasets import jsonl_rows, synthetic_rows
-    from ..results import atomic_write_json, atomic_write_jsonl
+    from specsweep.core import parts
+    from specsweep.core.results import atomic_write_json, atomic_write_jsonl
+    from specsweep.grid.datasets import jsonl_rows, synthetic_rows
+    from specsweep.run.client import ChatSettings
 
     if args.dataset == "synthetic":
         prompts = [r["turns"] for r in synthetic_rows(args.num_prompts, 0)]
@@ -40,7 +40,7 @@ def main(args) -> int:
         prompts = [r["turns"] for r in rows[: args.num_prompts]]
     if not prompts:
         raise ConfigError(f"bench: {args.dataset} has no usable prompts: give a JSONL with 'prompt' or 'turns'")
-    from ..checks import check_base_url
+    from specsweep.plan.checks import check_base_url
 
     session = parts.session(args.backend)
     if not hasattr(session, "bench_server"):

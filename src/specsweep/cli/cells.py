@@ -1,8 +1,8 @@
 """`specsweep cells`: list the grid's server and bench cells, and which are done."""
 from __future__ import annotations
 
-from ..config import compose_jobs
-from .runs import override_runs
+from specsweep.cli.runs import override_runs
+from specsweep.grid.config import compose_jobs
 
 
 def add(sub) -> None:
@@ -14,8 +14,8 @@ def add(sub) -> None:
 
 
 def main(args) -> int:
-    from .. import repeats
-    from ..cells import expand
+    from specsweep.grid import repeats
+    from specsweep.grid.cells import expand
 
     grid = expand([job for ov in override_runs(args) for job in compose_jobs(ov)])
     for sid, cell in grid.servers.items():

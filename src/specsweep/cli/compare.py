@@ -17,7 +17,7 @@ def add(sub) -> None:
 
 def main(args) -> int:
     """Two studies or two bench cells side by side, paired by prompt and turn; refuses pairs that differ."""
-    from ..compare import write_comparison
+    from specsweep.read.compare import write_comparison
 
     write_comparison(args.a, args.b, args.out, args.predicted_out)
     return 0

@@ -1,8 +1,8 @@
 """`specsweep doctor`: every preflight check on a composed config and this machine."""
 from __future__ import annotations
 
-from .. import backends, layout
-from ..config import compose_jobs
+from specsweep.core import layout, registry
+from specsweep.grid.config import compose_jobs
 
 
 def add(sub) -> None:
@@ -15,9 +15,9 @@ def add(sub) -> None:
 
 def main(args) -> int:
     """Every preflight check on the composed config and this machine; env.json is written either way."""
-    from .. import preflight
-    from ..checks import check_base_url
-    from ..results import atomic_write_json
+    from specsweep.core.results import atomic_write_json
+    from specsweep.plan import preflight
+    from specsweep.plan.checks import check_base_url
 
     jobs = compose_jobs(args.overrides)
     extra = (check_base_url(args.base_url, args.model or "model"),) if args.base_url else ()
@@ -28,7 +28,7 @@ def main(args) -> int:
                      f"{g.get('memory_free_mib', '?')} MiB free" for g in env["gpus"])
     print(f"python {env['python']}  torch {env['torch']}  cuda {env['cuda']}  transformers {env['transformers']}  "
           f"flash-attn {env['flash_attn']}")
-    print(backends.get(jobs[0]["server"]["backend"]).describe(env))
+    print(registry.get(jobs[0]["server"]["backend"]).describe(env))
     print(f"GPUs: {gpus or 'none'}  CUDA_VISIBLE_DEVICES={env['cuda_visible_devices']}")
     print(f"wrote {out}")
     return 1 if any(c.status == "fail" for c in checks) else 0

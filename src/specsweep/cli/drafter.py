@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import ConfigError
+from specsweep.core.errors import ConfigError
 
 
 def add(sub) -> None:
@@ -18,8 +18,9 @@ def add(sub) -> None:
 
 def main(args) -> int:
     """What a drafter checkpoint is: shapes, its config or the one they imply, and its fit to a target."""
-    from .. import checks, drafter_config, model_shape
-    from ..results import atomic_write_json
+    from specsweep.core.results import atomic_write_json
+    from specsweep.models import drafter_config, model_shape
+    from specsweep.plan import checks
 
     path = Path(args.path)
     if not path.is_dir():

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import layout
-from ..errors import ConfigError
+from specsweep.core import layout
+from specsweep.core.errors import ConfigError
 
 
 def add(sub) -> None:
@@ -19,8 +19,8 @@ def add(sub) -> None:
 def main(args) -> int:
     """Log finished studies into MLflow that ran elsewhere (a GPU host with tracking=off), copied here whole:
     each bench cell's config.yaml holds the composed job it came from, so Study.load rebuilds the grid from them."""
-    from ..study import Study
-    from ..tracking import ingest
+    from specsweep.read.study import Study
+    from specsweep.read.tracking import ingest
 
     for study_dir in map(Path, args.study_dirs):
         results = Study.load(study_dir)

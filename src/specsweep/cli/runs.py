@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .. import layout
-from ..errors import ConfigError
-from ..paths import REPO
+from specsweep.core import layout
+from specsweep.core.errors import ConfigError
+from specsweep.core.paths import REPO
 
 
 def expand_multirun(overrides: list[str]) -> list[list[str]]:
@@ -35,8 +35,8 @@ def override_runs(args) -> list[list[str]]:
 
 def run_jobs(jobs: list[dict], cores: int, snakemake_args: list[str], what: str) -> int:
     """Resolved study configs through the Snakemake DAG, by way of a jobs file."""
-    from ..cells import expand, stable_hash
-    from ..results import atomic_write_yaml
+    from specsweep.core.results import atomic_write_yaml
+    from specsweep.grid.cells import expand, stable_hash
 
     grid = expand(jobs)   # validates the whole grid before Snakemake starts
     jobs_file = layout.jobs_file(grid.results_dir, stable_hash(jobs)[:12])

@@ -11,7 +11,7 @@ def add(sub) -> None:
 
 
 def main(args) -> int:
-    from .. import shaped
+    from specsweep.models import shaped
 
     out = shaped.write(args.name, args.dest)
     print(f"wrote {out}/target and {out}/drafter (config only: serve with --load-format dummy)")

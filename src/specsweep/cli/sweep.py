@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..config import compose_jobs
-from .runs import override_runs, run_jobs
+from specsweep.cli.runs import override_runs, run_jobs
+from specsweep.grid.config import compose_jobs
 
 
 def add(sub) -> None:

@@ -1,7 +1,7 @@
 """`specsweep trace`: one prompt, block by block: drafted tokens against the target's."""
 from __future__ import annotations
 
-from .. import layout
+from specsweep.core import layout
 
 
 def add(sub) -> None:
@@ -20,8 +20,8 @@ def main(args) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..dflash.engine import generate
-    from ..dflash.model import DFlashDrafter
+    from specsweep.models.dflash.engine import generate
+    from specsweep.models.dflash.model import DFlashDrafter
 
     torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(args.target)

@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import layout
-from ..errors import ConfigError
-from .runs import run_jobs
+from specsweep.cli.runs import run_jobs
+from specsweep.core import layout
+from specsweep.core.errors import ConfigError
 
 
 def add(sub) -> None:
@@ -46,8 +46,8 @@ def main(args) -> int:
     """Predict AL, TPOT and speedup for every K up to a study's largest, recommend K per concurrency, verify."""
     import pandas as pd
 
-    from .. import tune
-    from ..results import atomic_write_text
+    from specsweep.core.results import atomic_write_text
+    from specsweep.read import tune
 
     study = Path(args.study)
     files = layout.StudyFiles(study)

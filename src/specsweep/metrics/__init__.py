@@ -22,17 +22,68 @@ Of the answers and the streams (quality_figures):
 One module a family: `distributions`, `client_timing`, `server_timing`, `answers` (answers, streams, steady
 state), `throughput` (request figures), `spec_decode` (acceptance) and `set_acceptance`. Every public name is
 re-exported here, so callers write `metrics.x`."""
-from .distributions import (dist, quantiles)
-from .client_timing import (BURST_SHARE, MAX_BURSTY_SHARE, is_bursty, output_length, per_token_itl, request_tpot,
-                            streamed_figures, streamed_invalid, streamed_tpot, token_chunks)
-from .server_timing import (SPAN_SLACK_S, TPOT_AGREEMENT, burst_attribution, request_server_tpot, server_bursty,
-                            server_figures, server_invalid, server_itl, timing_figures, tpot_agreement)
-from .answers import (DEGENERATE_REPETITION, DEGENERATE_SHARE, REPEAT_MIN_CHARS, REPEAT_NGRAM, STARVED_SHARE,
-                      STEADY_MIN_CHUNKS, answer_figures, degenerate_reason, quality_figures, repetition,
-                      request_acceptance_length, request_decode_tok_s, steady_figures, stream_figures)
-from .throughput import (e2e_ms_per_output_token, request_figures)
-from .spec_decode import (acceptance, acceptance_from_lengths, counters_dict, greedy_agreement, length_mismatch,
-                          length_shares, median_mad, never_drafted, per_request_acceptance, request_spec,
-                          spec_mismatch, SpecCounters, speedup_output_tok_s)
-from .set_acceptance import (SET_ACCEPTANCE_Z, distinct_step_sequences, set_acceptance_check, set_acceptance_rates,
-                             set_step_moments, steps_by_drafts)
+from specsweep.metrics.answers import (
+                            DEGENERATE_REPETITION,
+                            DEGENERATE_SHARE,
+                            REPEAT_MIN_CHARS,
+                            REPEAT_NGRAM,
+                            STARVED_SHARE,
+                            STEADY_MIN_CHUNKS,
+                            answer_figures,
+                            degenerate_reason,
+                            quality_figures,
+                            repetition,
+                            request_acceptance_length,
+                            request_decode_tok_s,
+                            steady_figures,
+                            stream_figures,
+)
+from specsweep.metrics.client_timing import (
+                            BURST_SHARE,
+                            MAX_BURSTY_SHARE,
+                            is_bursty,
+                            output_length,
+                            per_token_itl,
+                            request_tpot,
+                            streamed_figures,
+                            streamed_invalid,
+                            streamed_tpot,
+                            token_chunks,
+)
+from specsweep.metrics.distributions import dist, quantiles
+from specsweep.metrics.server_timing import (
+                            SPAN_SLACK_S,
+                            TPOT_AGREEMENT,
+                            burst_attribution,
+                            request_server_tpot,
+                            server_bursty,
+                            server_figures,
+                            server_invalid,
+                            server_itl,
+                            timing_figures,
+                            tpot_agreement,
+)
+from specsweep.metrics.set_acceptance import (
+                            SET_ACCEPTANCE_Z,
+                            distinct_step_sequences,
+                            set_acceptance_check,
+                            set_acceptance_rates,
+                            set_step_moments,
+                            steps_by_drafts,
+)
+from specsweep.metrics.spec_decode import (
+                            SpecCounters,
+                            acceptance,
+                            acceptance_from_lengths,
+                            counters_dict,
+                            greedy_agreement,
+                            length_mismatch,
+                            length_shares,
+                            median_mad,
+                            never_drafted,
+                            per_request_acceptance,
+                            request_spec,
+                            spec_mismatch,
+                            speedup_output_tok_s,
+)
+from specsweep.metrics.throughput import e2e_ms_per_output_token, request_figures

@@ -6,10 +6,10 @@ import re
 
 import numpy as np
 
-from .client_timing import streamed_invalid, token_chunks, request_tpot
-from .distributions import quantiles
-from .server_timing import request_server_tpot, server_invalid
-from .spec_decode import request_spec
+from specsweep.metrics.client_timing import request_tpot, streamed_invalid, token_chunks
+from specsweep.metrics.distributions import quantiles
+from specsweep.metrics.server_timing import request_server_tpot, server_invalid
+from specsweep.metrics.spec_decode import request_spec
 
 REPEAT_NGRAM = 16          # characters: the n-gram whose repeats the repetition figure counts
 REPEAT_MIN_CHARS = 2 * REPEAT_NGRAM   # a shorter answer cannot hold an n-gram twice without it covering most of it

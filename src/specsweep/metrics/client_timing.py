@@ -5,8 +5,7 @@ The streamed figures are undefined for bursty streams and a whole cell's are voi
 them (`streamed_invalid`)."""
 from __future__ import annotations
 
-
-from .distributions import dist, quantiles
+from specsweep.metrics.distributions import dist, quantiles
 
 
 def output_length(records: list[dict]) -> dict:

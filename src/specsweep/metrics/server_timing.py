@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .client_timing import BURST_SHARE, MAX_BURSTY_SHARE, is_bursty, per_token_itl, request_tpot, streamed_invalid, token_chunks
-from .distributions import dist
+from specsweep.metrics.client_timing import (
+    BURST_SHARE,
+    MAX_BURSTY_SHARE,
+    is_bursty,
+    per_token_itl,
+    request_tpot,
+    streamed_invalid,
+    token_chunks,
+)
+from specsweep.metrics.distributions import dist
 
 TPOT_AGREEMENT = 0.3      # where both exist and streams are smooth, client / server TPOT within 1 / 1.3 .. 1.3 (docs/timing.md)
 SPAN_SLACK_S = 0.005      # the server's decode may exceed the client's e2e by this much (two clocks' rounding)

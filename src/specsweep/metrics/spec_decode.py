@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from .distributions import quantiles
+from specsweep.metrics.distributions import quantiles
 
 
 @dataclass

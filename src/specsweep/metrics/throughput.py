@@ -2,9 +2,9 @@
 server's timing figures among them."""
 from __future__ import annotations
 
-from .client_timing import output_length, streamed_figures
-from .distributions import dist
-from .server_timing import timing_figures
+from specsweep.metrics.client_timing import output_length, streamed_figures
+from specsweep.metrics.distributions import dist
+from specsweep.metrics.server_timing import timing_figures
 
 
 def e2e_ms_per_output_token(records: list[dict]) -> float | None:

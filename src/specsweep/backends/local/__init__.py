@@ -1,4 +1,4 @@
-"""The local engine: bench cells decoded in-process by the DFlash engine (src/specsweep/dflash/), no server.
+"""The local engine: bench cells decoded in-process by the DFlash engine (src/specsweep/models/dflash/), no server.
 Its session (session) and its preflight checks (checks).
 
 This file holds the backend's facts (backends/__init__.py) and imports nothing but the standard library:

@@ -2,8 +2,19 @@
 nothing more about another one (environment)."""
 from __future__ import annotations
 
-from ...checks import (check_dataset, check_drafter, check_pair_paths, check_max_tokens, check_memory, check_num_speculative_tokens,
-                       check_prompt_length, check_thinking, fail, ok, warn)
+from specsweep.plan.checks import (
+    check_dataset,
+    check_drafter,
+    check_max_tokens,
+    check_memory,
+    check_num_speculative_tokens,
+    check_pair_paths,
+    check_prompt_length,
+    check_thinking,
+    fail,
+    ok,
+    warn,
+)
 
 
 def environment(server_run: dict) -> dict:

@@ -12,13 +12,13 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from ... import metrics
-from ...bench_cell import Measurement
-from ...cells import Grid
-from ...claims import take_gpus
-from ...errors import ServerError
-from ...phases import think_end_position, think_token_id
-from ...residency import Launch
+from specsweep import metrics
+from specsweep.core.claims import take_gpus
+from specsweep.core.errors import ServerError
+from specsweep.grid.cells import Grid
+from specsweep.metrics.phases import think_end_position, think_token_id
+from specsweep.plan.residency import Launch
+from specsweep.run.bench_cell import Measurement
 
 
 class LocalPair:
@@ -28,7 +28,7 @@ class LocalPair:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from ...dflash.model import DFlashDrafter
+        from specsweep.models.dflash.model import DFlashDrafter
 
         server, kernel = spec["server"], spec["kernel"]
         self.device = server["device"]
@@ -69,14 +69,14 @@ class LocalPair:
                                     else "synthetic_acceptance_length"): acceptance}
 
     def decode(self, prompts: list[list[int]], bench: dict, seed: int):
-        from ...dflash.engine import generate
+        from specsweep.models.dflash.engine import generate
 
         stop_ids = set() if bench["ignore_eos"] else self.stop_ids     # ignore_eos: exactly max_tokens, as vLLM's
         if not self.static or bench["temperature"] > 0 or self.synthetic:    # the static step: greedy only
             return generate(self.target, self.drafter, prompts, self.block_size, bench["max_tokens"], stop_ids,
                             bench["temperature"], self.pad_id, seed=seed, sampler=self.sampler,
                             **(self.synthetic or {"method": self.method}))
-        from ...dflash.static import StaticPair
+        from specsweep.models.dflash.static import StaticPair
 
         batch = bench["concurrency"]
         padded = prompts + [prompts[-1]] * (batch - len(prompts))      # a short last batch: fixed shapes
@@ -119,7 +119,7 @@ def decode_rows(pair: LocalPair, prompts: list[list[str]], bench: dict, progress
                 t0: float | None = None) -> list[dict]:
     """Every turn of every prompt, `concurrency` conversations per batch; one record per (prompt, turn), with
     `start_s`, its batch's start in seconds since t0 (default: this call's start), as the HTTP client's records."""
-    from ...progress import progress_bar
+    from specsweep.core.progress import progress_bar
 
     t0 = time.perf_counter() if t0 is None else t0
     history: list[list[dict]] = [[] for _ in prompts]

@@ -2,14 +2,37 @@
 (environment). The refusals its argv makes too are written once, in launch.py."""
 from __future__ import annotations
 
-from ... import drafter_config, model_shape
-from ...checks import (_tokenizer_ids, check_dataset, check_drafter, check_pair_paths, check_max_tokens, check_memory,
-                       check_num_speculative_tokens, check_parallel, check_port, check_prompt_length, check_thinking, fail, local_dir, ok,
-                       warn)
-from ...nested import aslist
-from ...errors import ServerError
-from .launch import (DRAFT_ATTENTION, TESTED_VERSION, compilation_problem, extra_problem, method_problem, probe,
-                     release_of, server_python, unknown_release)
+from specsweep.backends.sglang.launch import (
+    DRAFT_ATTENTION,
+    TESTED_VERSION,
+    compilation_problem,
+    extra_problem,
+    method_problem,
+    probe,
+    release_of,
+    server_python,
+    unknown_release,
+)
+from specsweep.core.errors import ServerError
+from specsweep.core.nested import aslist
+from specsweep.models import drafter_config, model_shape
+from specsweep.plan.checks import (
+    _tokenizer_ids,
+    check_dataset,
+    check_drafter,
+    check_max_tokens,
+    check_memory,
+    check_num_speculative_tokens,
+    check_pair_paths,
+    check_parallel,
+    check_port,
+    check_prompt_length,
+    check_thinking,
+    fail,
+    local_dir,
+    ok,
+    warn,
+)
 
 # Attention backends SGLang 0.5.17 and 0.5.23 take on an NVIDIA GPU (srt/arg_groups/choices.py, ATTENTION_BACKEND_CHOICES)
 SGLANG_ATTENTION = ("fa3", "fa4", "flashinfer", "triton", "torch_native", "flex_attention", "trtllm_mha")

@@ -8,8 +8,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import ServerError
-from ...server import run_probe, shared_argv
+from specsweep.core.errors import ServerError
+from specsweep.run.server import run_probe, shared_argv
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,22 @@ from typing import Iterator
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from ... import client, metrics
-from ...bench_cell import Measurement
-from ...cells import Grid
-from ...errors import ServerError
-from ...residency import Launch
-from ...server import Server, ServerSession
-from .launch import KNOWN, Release, build_argv, launch_release, release_of, server_python, unknown_release
-
+from specsweep import metrics
+from specsweep.backends.sglang.launch import (
+    KNOWN,
+    Release,
+    build_argv,
+    launch_release,
+    release_of,
+    server_python,
+    unknown_release,
+)
+from specsweep.core.errors import ServerError
+from specsweep.grid.cells import Grid
+from specsweep.plan.residency import Launch
+from specsweep.run import client
+from specsweep.run.bench_cell import Measurement
+from specsweep.run.server import Server, ServerSession
 
 SPEC_SOURCE = "per-request sums (SGLang has no counters)"
 COUNTER_SOURCE = ("sglang:spec_verify_calls_total and the requests' tokens (this SGLang streams no per-request "

@@ -6,13 +6,37 @@ import os
 import shutil
 from pathlib import Path
 
-from ... import layout, model_shape, residency
-from ...checks import (Check, check_dataset, check_drafter, check_pair_paths, check_max_tokens, check_prompt_length, check_memory, check_num_speculative_tokens,
-                       check_parallel, check_port, check_thinking, fail, local_dir, ok, warn)
-from ...nested import aslist
-from ...errors import ServerError
-from . import known_issues
-from .launch import executor_env, interpreter_of, kernel_plan, probe_python, server_command, target_shape
+from specsweep.backends.vllm import known_issues
+from specsweep.backends.vllm.launch import (
+    executor_env,
+    interpreter_of,
+    kernel_plan,
+    probe_python,
+    server_command,
+    target_shape,
+)
+from specsweep.core import layout
+from specsweep.core.errors import ServerError
+from specsweep.core.nested import aslist
+from specsweep.models import model_shape
+from specsweep.plan import residency
+from specsweep.plan.checks import (
+    Check,
+    check_dataset,
+    check_drafter,
+    check_max_tokens,
+    check_memory,
+    check_num_speculative_tokens,
+    check_pair_paths,
+    check_parallel,
+    check_port,
+    check_prompt_length,
+    check_thinking,
+    fail,
+    local_dir,
+    ok,
+    warn,
+)
 
 # GPU backends with the non-causal attention DFlash needs (supports_non_causal in vLLM 0.26 and 0.32), and the
 # dtypes each takes (supported_dtypes there): FlashAttention has no float32 kernel.

@@ -13,9 +13,9 @@ from typing import Callable
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from ... import model_shape
-from ...extra_args import flag_value
-from ...nested import aslist
+from specsweep.core.extra_args import flag_value
+from specsweep.core.nested import aslist
+from specsweep.models import model_shape
 
 
 @dataclass(frozen=True)

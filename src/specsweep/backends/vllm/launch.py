@@ -12,9 +12,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...errors import ServerError
-from ...extra_args import flag_value
-from ...server import run_probe, shared_argv
+from specsweep.core.errors import ServerError
+from specsweep.core.extra_args import flag_value
+from specsweep.run.server import run_probe, shared_argv
 
 # The middleware that refuses requests without the launch's API key on every path but /health and /metrics
 # (guard.py says why vLLM's own check is not enough), and the directory its server's Python imports it from
@@ -181,7 +181,7 @@ def build_argv(command: list[str], spec: dict, host: str, port: int, served_name
 # ---- what the target and the server's Python ask of the launch ----------------------------------------------
 def target_shape(path: str | None):
     """The target's shape (model_shape.shape: hybrid, multimodal, weights), or None where its config is not here."""
-    from ...model_shape import shape
+    from specsweep.models.model_shape import shape
 
     return shape(path) if path else None
 

@@ -15,13 +15,16 @@ from typing import Iterator
 
 import httpx
 
-from ... import client, layout, metrics, phases
-from ...bench_cell import Measurement
-from ...cells import Grid
-from ...errors import ServerError
-from ...residency import Launch
-from ...server import Server, ServerSession
-from . import engine_death, guard, launch, pinning, promstats, startlog
+from specsweep import metrics
+from specsweep.backends.vllm import engine_death, guard, launch, pinning, promstats, startlog
+from specsweep.core import layout
+from specsweep.core.errors import ServerError
+from specsweep.grid.cells import Grid
+from specsweep.metrics import phases
+from specsweep.plan.residency import Launch
+from specsweep.run import client
+from specsweep.run.bench_cell import Measurement
+from specsweep.run.server import Server, ServerSession
 
 
 def launched_spec(spec: dict, how: Launch | None) -> dict:

@@ -1,0 +1,148 @@
+"""Config-only replicas of published pairs: study a model's cost before downloading its weights.
+
+vLLM's `--load-format dummy` makes random weights itself, for the target and the drafter, so a model-sized cost
+study needs only each `config.json` and a tokenizer of the model's own vocabulary (word-level, every id, a ChatML
+template). `specsweep shape NAME DEST` writes DEST/target (config, tokenizer, generation config) and
+DEST/drafter/config.json (vLLM 0.26's DFlash format: `DFlashDraftModel`, `dflash_config` with `mask_token_id` and
+`target_layer_ids`, `block_size`, `num_target_layers`). Random weights accept no drafts: such a pair measures the
+cost side, or set acceptance (`sweep.set_acceptance`).
+
+Shapes (../shared/notes/hybrid-models.md): `qwen3-8b` (Qwen3-8B and z-lab/Qwen3-8B-DFlash-b16), `qwen3.5-27b`
+(the Gated DeltaNet hybrid inside its multimodal `Qwen3_5ForConditionalGeneration` wrapper, and a drafter of
+z-lab/Qwen3.5-27B-DFlash's layout: five full_attention layers) and `qwen3.6-27b` (the same target; the drafter of
+z-lab/Qwen3.6-27B-DFlash: four sliding_attention layers of window 2048, then one full_attention).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specsweep.core.errors import SpecsweepError
+
+DRAFT_LAYERS, BLOCK = 5, 16
+CHAT_TEMPLATE = ("{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content']"
+                 " + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}"
+                 "{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+
+
+@dataclass(frozen=True)
+class Family:
+    target: dict                    # the target's config.json
+    drafter: dict                   # the drafter's config.json
+    specials: dict = field(default_factory=dict)      # token -> id in the replica tokenizer
+
+
+def _ids(n: int, k: int = DRAFT_LAYERS) -> list[int]:
+    """The authors' spacing of k tapped layers in n: round(1 + i (n - 4) / (k - 1))."""
+    return [round(1 + i * (n - 4) / (k - 1)) for i in range(k)]
+
+
+def _qwen3_8b() -> Family:
+    specials = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645, "<|MASK|>": 151669}
+    shape = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-6,
+                 rope_theta=1000000.0, max_position_embeddings=40960, tie_word_embeddings=False)
+    n = shape["num_hidden_layers"]
+    common = {**shape, "model_type": "qwen3", "hidden_act": "silu", "attention_bias": False,
+              "attention_dropout": 0.0, "torch_dtype": "bfloat16", "use_sliding_window": False,
+              "sliding_window": None, "bos_token_id": 151643, "eos_token_id": 151645, "pad_token_id": 151643}
+    target = {**common, "architectures": ["Qwen3ForCausalLM"], "max_window_layers": n,
+              "layer_types": ["full_attention"] * n}
+    drafter = {**common, "architectures": ["DFlashDraftModel"], "num_hidden_layers": DRAFT_LAYERS,
+               "layer_types": ["full_attention"] * DRAFT_LAYERS, "block_size": BLOCK, "num_target_layers": n,
+               "dflash_config": {"mask_token_id": specials["<|MASK|>"], "target_layer_ids": _ids(n)}}
+    return Family(target, drafter, specials)
+
+
+QWEN35_SPECIALS = {"<|endoftext|>": 248044, "<|im_start|>": 248045, "<|im_end|>": 248046, "<|MASK|>": 248070}
+
+
+def qwen35_27b_target() -> dict:
+    """Qwen3.5/3.6-27B as shipped: the text model (64 layers, every 4th full_attention with an output gate, the
+    rest Gated DeltaNet) under `text_config`, a vision tower under `vision_config`, nothing of the text model's
+    shape at the top level. Field names are transformers' Qwen3_5Config/Qwen3_5TextConfig, which vLLM 0.26 reads."""
+    n, eos, pad = 64, QWEN35_SPECIALS["<|im_end|>"], QWEN35_SPECIALS["<|endoftext|>"]
+    text = {
+        "model_type": "qwen3_5_text", "vocab_size": 248320, "hidden_size": 5120, "intermediate_size": 17408,
+        "num_hidden_layers": n, "num_attention_heads": 24, "num_key_value_heads": 4, "head_dim": 256,
+        "hidden_act": "silu", "max_position_embeddings": 262144, "rms_norm_eps": 1e-6, "initializer_range": 0.02,
+        "tie_word_embeddings": False, "attention_bias": False, "attention_dropout": 0.0, "attn_output_gate": True,
+        "full_attention_interval": 4,
+        "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(n)],
+        "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+        "linear_num_key_heads": 16, "linear_num_value_heads": 48, "mamba_ssm_dtype": "float32",
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                            "mrope_section": [11, 11, 10], "mrope_interleaved": True},
+        "dtype": "bfloat16", "use_cache": True, "bos_token_id": pad, "eos_token_id": eos, "pad_token_id": pad,
+    }
+    vision = {"model_type": "qwen3_5", "depth": 27, "hidden_size": 1152, "hidden_act": "gelu_pytorch_tanh",
+              "intermediate_size": 4304, "num_heads": 16, "in_channels": 3, "patch_size": 16,
+              "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 5120,
+              "num_position_embeddings": 2304, "initializer_range": 0.02}
+    return {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "dtype": "bfloat16",
+            "text_config": text, "vision_config": vision, "tie_word_embeddings": False,
+            "image_token_id": 248056, "video_token_id": 248057, "vision_start_token_id": 248053,
+            "vision_end_token_id": 248054}
+
+
+def qwen35_27b_drafter(sliding: bool) -> dict:
+    """z-lab's 5-layer DFlash drafter for the 27B (32 heads of 128, 8 KV heads, FFN 17408, taps [1, 16, 31, 46,
+    61]): all full_attention (Qwen3.5-27B-DFlash), or four sliding_attention of window 2048 then one full
+    (Qwen3.6-27B-DFlash, which vLLM runs only on its V2 model runner)."""
+    n = 64
+    types = (["sliding_attention"] * 4 + ["full_attention"]) if sliding else ["full_attention"] * DRAFT_LAYERS
+    return {
+        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "dtype": "bfloat16",
+        "vocab_size": 248320, "hidden_size": 5120, "intermediate_size": 17408, "num_hidden_layers": DRAFT_LAYERS,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "hidden_act": "silu",
+        "rms_norm_eps": 1e-6, "rope_theta": 10000000.0, "max_position_embeddings": 262144,
+        "tie_word_embeddings": False, "attention_bias": False, "attention_dropout": 0.0,
+        "use_sliding_window": sliding, "sliding_window": 2048 if sliding else None,
+        "max_window_layers": 4 if sliding else DRAFT_LAYERS, "layer_types": types,
+        "block_size": BLOCK, "num_target_layers": n,
+        "dflash_config": {"mask_token_id": QWEN35_SPECIALS["<|MASK|>"], "target_layer_ids": _ids(n)},
+        "bos_token_id": QWEN35_SPECIALS["<|endoftext|>"], "eos_token_id": QWEN35_SPECIALS["<|im_end|>"],
+    }
+
+
+SHAPES = {
+    "qwen3-8b": _qwen3_8b,
+    "qwen3.5-27b": lambda: Family(qwen35_27b_target(), qwen35_27b_drafter(False), QWEN35_SPECIALS),
+    "qwen3.6-27b": lambda: Family(qwen35_27b_target(), qwen35_27b_drafter(True), QWEN35_SPECIALS),
+}
+
+
+def tokenizer(out: Path, vocab_size: int, specials: dict, max_length: int) -> None:
+    """A word-level tokenizer with exactly the model's ids: w<i> for every id but the specials."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    by_id = {i: s for s, i in specials.items()}
+    vocab = {by_id.get(i, f"w{i}"): i for i in range(vocab_size)}
+    vocab["[UNK]"] = vocab.pop("w0")
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   unk_token="[UNK]", additional_special_tokens=["<|im_start|>", "<|MASK|>"])
+    fast.chat_template = CHAT_TEMPLATE
+    fast.model_max_length = max_length
+    fast.save_pretrained(out)
+
+
+def write(name: str, dest: str | Path, with_tokenizer: bool = True) -> Path:
+    """DEST/target and DEST/drafter of shape `name` (one of SHAPES); returns DEST."""
+    from specsweep.models.model_shape import text_config
+
+    if name not in SHAPES:
+        raise SpecsweepError(f"shape: no shape {name!r}: pick one of {', '.join(SHAPES)}")
+    fam, out = SHAPES[name](), Path(dest)
+    for part, cfg in (("target", fam.target), ("drafter", fam.drafter)):
+        (out / part).mkdir(parents=True, exist_ok=True)
+        (out / part / "config.json").write_text(json.dumps(cfg, indent=2))
+    text = text_config(fam.target)
+    (out / "target" / "generation_config.json").write_text(json.dumps(
+        {"eos_token_id": text["eos_token_id"], "pad_token_id": text["pad_token_id"]}))
+    if with_tokenizer:
+        tokenizer(out / "target", text["vocab_size"], fam.specials, text["max_position_embeddings"])
+    return out

@@ -1,0 +1,155 @@
+"""Verdicts at a few planned looks with alpha spending (`sweep.looks: planned`; issue 46,
+docs/methods.md#a-planned-look-schedule-alpha-spending): the other stopping rule beside sequential.py's
+confidence sequence, on the same repeat blocks (sequential.block_log_ratios), with the same vocabulary and
+record. Pure: block figures in, records out.
+
+The plan: looks after the repeats `plan(max_repeats)` (3, 5, 7, 10 for 10), fixed by the budget before the first
+look. At look k, with n_k blocks, the statistic Z_k = sqrt(n_k) (mean_k - mu) / sigma is standard normal and
+Z_j, Z_k (j < k) have correlation sqrt(n_j / n_k) (independent blocks, one mean). A Lan-DeMets spending function
+(Lan and DeMets 1983, Biometrika 70:659) says how much of alpha the looks up to information fraction
+t = n_k / n_K may spend; the boundaries c_1..c_K solve, look by look,
+
+    P(|Z_1| < c_1, ..., |Z_k| < c_k) = 1 - spent(t_k)
+
+exactly for these correlated normals (scipy.stats.multivariate_normal's cdf over the box). The intervals
+mean_k +- c_k sigma / sqrt(n_k) then hold mu at every planned look at once with probability 1 - alpha: repeated
+confidence intervals (Jennison and Turnbull 1989, JRSS B 51:305), so `faster`, `slower` and `equivalent`, read at
+any look of the plan, are wrong at most alpha of the time. The spending function is O'Brien-Fleming-type (alpha/2
+a side, 4 - 4 Phi(z_{1 - alpha/4} / sqrt(t)); 4.333, 2.963, 2.359, 2.014 for four equal looks, as published): it
+keeps almost all of alpha for the last looks, so the last look's interval is near a one-look interval's, which is
+what a comparison answered late needs; Pocock-type (alpha ln(1 + (e - 1) t)) spends evenly and widens the last
+look (the CPU replay, bench/replay_looks.py, and docs/methods.md compare the two).
+
+sigma is not known: a look's interval uses the look's nominal level p_k = 2 (1 - Phi(c_k)) with Student's t at
+n_k - 1 degrees of freedom, mean_k +- t_{1 - p_k/2, n_k - 1} s_k / sqrt(n_k) (the significance-level approach,
+Jennison and Turnbull 2000, Group Sequential Methods with Applications to Clinical Trials, section 3.8; Pocock
+1977, Biometrika 64:191), close to the nominal rate for normal blocks; the A/A simulation on recorded requests
+(tests/test_spending.py) checks it without that assumption.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from specsweep.verdicts.sequential import ALPHA, ANSWERED, BUDGET, UNRESOLVED, intersect
+from specsweep.verdicts.stats import EQUIVALENCE, verdict
+
+PLANNED = "planned"   # sweep.looks: this rule's name in a record (sequential.py's is `every`)
+
+FRACTIONS = (0.3, 0.5, 0.7, 1.0)           # the looks, as shares of max_repeats
+MIN_LOOK = 3                               # no look before 3 repeats: a t with 1 degree of freedom says little
+OBF, POCOCK = "obrien-fleming", "pocock"  # spending functions: the rule's, and the one it was compared with
+SEED = 0                                   # the cdf's quasi-Monte Carlo points: a plan's boundaries are fixed
+
+
+def plan(max_repeats: int) -> tuple[int, ...]:
+    """The repeats after which the group looks: FRACTIONS of max_repeats, rounded, none before MIN_LOOK, the last
+    at max_repeats (3, 5, 7, 10 for 10; 4, 6, 8, 12 for 12; one look at the budget below MIN_LOOK)."""
+    looks = {max(MIN_LOOK, round(f * max_repeats)) for f in FRACTIONS[:-1]}
+    return tuple(sorted(r for r in looks if r < max_repeats)) + (max_repeats,)
+
+
+def spent(t: float, alpha: float = ALPHA, spending: str = OBF) -> float:
+    """The alpha the looks up to information fraction t spend: O'Brien-Fleming-type, two-sided as alpha / 2 on
+    each side (gsDesign's sfLDOF, ldbounds), 4 - 4 Phi(z_{1 - alpha/4} / sqrt(t)); or Pocock-type,
+    alpha ln(1 + (e - 1) t)."""
+    from scipy.stats import norm
+
+    t = min(t, 1.0)
+    if t <= 0:
+        return 0.0
+    if spending == POCOCK:
+        return alpha * math.log(1 + (math.e - 1) * t)
+    return float(4 - 4 * norm.cdf(norm.ppf(1 - alpha / 4) / math.sqrt(t)))
+
+
+@functools.lru_cache(maxsize=64)
+def boundaries(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = OBF) -> tuple[float, ...]:
+    """The two-sided normal boundaries c_k of the looks after `looks` blocks (module doc), each the root of
+    P(|Z_j| < c_j, j <= k) = 1 - spent(n_k / n_K) given the earlier ones."""
+    from scipy.optimize import brentq
+    from scipy.stats import multivariate_normal, norm
+
+    n = np.asarray(looks, dtype=float)
+    out: list[float] = []
+    for k in range(len(looks)):
+        stay = 1 - spent(n[k] / n[-1], alpha, spending)
+        if k == 0:
+            out.append(float(norm.ppf(1 - (1 - stay) / 2)))
+            continue
+        cov = np.sqrt(np.minimum.outer(n[:k + 1], n[:k + 1]) / np.maximum.outer(n[:k + 1], n[:k + 1]))
+
+        def excess(c: float) -> float:
+            upper = np.array(out + [c])
+            return multivariate_normal.cdf(upper, np.zeros(k + 1), cov, lower_limit=-upper, abseps=1e-5,
+                                           releps=1e-5, rng=np.random.default_rng(SEED)) - stay
+        out.append(float(brentq(excess, 1.0, 8.0, xtol=1e-4)))
+    return tuple(out)
+
+
+def nominal_levels(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = OBF) -> tuple[float, ...]:
+    """Each look's nominal two-sided level p_k = 2 (1 - Phi(c_k)): what a one-look test at that look would be."""
+    from scipy.stats import norm
+
+    return tuple(float(2 * norm.sf(c)) for c in boundaries(looks, alpha, spending))
+
+
+def interval(blocks: Sequence[float], nominal: float) -> tuple[float, float]:
+    """(low, high) on the log scale: the t interval of the blocks' mean at the nominal two-sided level; unbounded
+    with fewer than 2 blocks, or where it spans more than e^+-300 (a tiny level at 1 degree of freedom)."""
+    from scipy.stats import t as student
+
+    n = len(blocks)
+    if n < 2:
+        return -math.inf, math.inf
+    d = np.asarray(blocks, dtype=float)
+    half = float(student.ppf(1 - nominal / 2, n - 1)) * float(d.std(ddof=1)) / math.sqrt(n)
+    if not half < 300:
+        return -math.inf, math.inf
+    return float(d.mean()) - half, float(d.mean()) + half
+
+
+def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = EQUIVALENCE,
+               alpha: float = ALPHA, repeats: int | None = None, spending: str = OBF) -> dict:
+    """The record of one comparison under the plan of max_repeats, at the planned looks taken so far (those at or
+    before `repeats`, the group's repeats, default one per block; the look after repeat r reads the first r
+    blocks): sequential.comparison's fields, with the interval the looks' intervals share (each holds with all the
+    others at once, so their intersection does too; where two do not meet, the later one's) and its verdict: once
+    answered (`answered_at`) it only narrows, so `faster` stays `faster` and `equivalent` may become one; None
+    before the first look, `unresolved` at the budget; plus `method`, `plan` and `nominal`, the last look's
+    nominal level. The speedup is the blocks' mean up to that look, as the interval's."""
+    n = len(blocks)
+    repeats = n if repeats is None else repeats
+    schedule = plan(max_repeats)
+    taken = [r for r in schedule if r <= repeats]     # the boundaries (scipy, a second) only once a look is taken
+    taken = list(zip(taken, nominal_levels(schedule, alpha, spending))) if taken else []
+    ci, v, answered_at, nominal, used = (None, None), None, None, None, n
+    low, high = -math.inf, math.inf
+    for r, p in taken:
+        used, nominal = min(r, n), p
+        low, high = intersect((low, high), interval(blocks[:used], p))
+        ci = (None, None) if math.isinf(low) or math.isinf(high) else (math.exp(low), math.exp(high))
+        v = verdict(*ci, equivalence, at_budget=False)
+        if v and answered_at is None:
+            answered_at = r
+    if v is None and repeats >= max_repeats:
+        v = UNRESOLVED
+    return {"verdict": v, "ratio": math.exp(float(np.mean(blocks[:used]))) if used else None,
+            "ci_low": ci[0], "ci_high": ci[1], "repeats": repeats, "blocks": n, "looks": len(taken),
+            "answered_at": answered_at, "equivalence": equivalence,
+            "stopped": None if v is None else (BUDGET if v == UNRESOLVED else ANSWERED),
+            "method": PLANNED, "plan": list(schedule), "nominal": nominal}
+
+
+def look(blocks_by_comparison: dict[str, Sequence[float]], max_repeats: int, equivalence: float = EQUIVALENCE,
+         alpha: float = ALPHA, repeats: int | None = None, spending: str = OBF) -> tuple[bool, dict[str, dict]]:
+    """sequential.look's stopping rule under the plan: (stop, each comparison's record). Between planned looks
+    nothing changes; at one, the group stops once every comparison is answered, or at the budget."""
+    if repeats is None:
+        repeats = max((len(b) for b in blocks_by_comparison.values()), default=0)
+    records = {name: comparison(b, max_repeats, equivalence, alpha, repeats, spending)
+               for name, b in blocks_by_comparison.items()}
+    return repeats >= max_repeats or all(r["verdict"] is not None for r in records.values()), records
