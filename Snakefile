@@ -12,7 +12,8 @@ min_version("9.0")
 
 from specsweep.core import layout
 from specsweep.grid import repeats  # auto's records
-from specsweep.plan import residency  # the groups' schedule
+from specsweep.grid import schedule  # the groups, their turns and what is pending
+from specsweep.plan import residency  # each group's memory need (group_mem_mb)
 from specsweep.grid.cells import expand as expand_cells
 from specsweep.grid.config import jobs_from_snakemake
 from specsweep.core.errors import ConfigError

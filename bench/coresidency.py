@@ -40,10 +40,11 @@ from bench import harness  # noqa: E402
 from specsweep.core import parts  # noqa: E402
 from specsweep.core.claims import take_gpus  # noqa: E402
 from specsweep.core.results import atomic_write_text  # noqa: E402
+from specsweep.grid import schedule
 from specsweep.grid.cells import expand  # noqa: E402
 from specsweep.grid.config import compose_jobs  # noqa: E402
 from specsweep.grid.datasets import load_prompt_rows, materialise  # noqa: E402
-from specsweep.plan import residency  # noqa: E402
+from specsweep.plan import residency
 from specsweep.run.client import settings_for  # noqa: E402
 
 vllm = parts.session("vllm")        # the backend's session module, through the one door to a backend's parts
@@ -131,7 +132,7 @@ def main() -> None:
     base_srv = None
     # each server launched as the study's group would launch it: on a GPU both share the group's GPUs, each with
     # its memory share (residency.plan)
-    gpu_ids, claims = take_gpus(residency.group_gpus(grid, base)) if residency.group_gpus(grid, base) else ([], [])
+    gpu_ids, claims = take_gpus(schedule.group_gpus(grid, base)) if schedule.group_gpus(grid, base) else ([], [])
     how = residency.plan(grid, [base, spec], gpu_ids)
     try:
         for rnd in range(args.rounds):

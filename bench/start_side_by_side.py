@@ -42,6 +42,7 @@ from specsweep.backends.vllm import startlog  # noqa: E402
 from specsweep.core import layout
 from specsweep.core.claims import take_gpus  # noqa: E402
 from specsweep.core.results import atomic_write_json, atomic_write_text  # noqa: E402
+from specsweep.grid import schedule
 from specsweep.grid.cells import expand  # noqa: E402
 from specsweep.grid.config import compose_jobs  # noqa: E402
 from specsweep.plan import residency
@@ -62,7 +63,7 @@ def start_group(grid, members: list[str], launches: dict) -> tuple[float, dict]:
 
 def one_start(overrides: list[str], width: int, results: Path) -> dict:
     grid = expand(compose_jobs([f"results_dir={results}", "tracking=off", *overrides]))
-    members = residency.group(grid, residency.leads(grid)[0])
+    members = schedule.group(grid, schedule.leads(grid)[0])
     launches = {s: dataclasses.replace(launch, start_at_once=width) for s, launch in residency.plan(grid, members).items()}
     all_up, info = start_group(grid, members, launches)
     return {"width": width, "all_up_s": round(all_up, 1), "ready_s": {s: i["ready_s"] for s, i in info.items()},
@@ -113,9 +114,9 @@ def gpu_start(overrides: list[str], width: int | None, results: Path, cache: Pat
     vLLM's compile cache at `cache`; every member stopped before it returns."""
     os.environ[layout.VLLM_CACHE_ENV] = str(cache)
     grid = expand(compose_jobs([f"results_dir={results}", "tracking=off", *overrides]))
-    lead = residency.leads(grid)[0]
-    members = residency.group(grid, lead)
-    ids, claims = take_gpus(residency.group_gpus(grid, lead))
+    lead = schedule.leads(grid)[0]
+    members = schedule.group(grid, lead)
+    ids, claims = take_gpus(schedule.group_gpus(grid, lead))
     try:
         plan = residency.plan(grid, members, ids)
         launches = {s: dataclasses.replace(p, start_at_once=width or p.start_at_once) for s, p in plan.items()}

@@ -13,11 +13,10 @@ from specsweep.core import layout
 from specsweep.core.errors import ConfigError
 from specsweep.core.results import read_json
 from specsweep.diagnose import acceptance_checkpoint
-from specsweep.grid import repeats
+from specsweep.grid import repeats, schedule
 from specsweep.grid.cells import AA, expand
 from specsweep.grid.config import compose_jobs
 from specsweep.grid.datasets import materialise
-from specsweep.plan import residency
 from specsweep.read import summary
 from specsweep.read.study import Study
 from specsweep.run import looks, runner
@@ -78,8 +77,8 @@ def auto_group(tmp_path, *extra):
                              "pair.built_by_workflow=false", *extra]))
     bench = next(iter(next(iter(g.benches.values())).values())).spec
     materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
-    lead = residency.leads(g)[0]
-    return g, lead, residency.group(g, lead)
+    lead = schedule.leads(g)[0]
+    return g, lead, schedule.group(g, lead)
 
 
 def k_factor(g, speeds):
@@ -113,7 +112,7 @@ def test_a_group_stops_once_answered_and_records_the_rest_as_not_needed(tmp_path
                 note = repeats.not_needed(g, sid, bid)
                 assert note["why"] == record["why"] and note["budget"]["max_repeats"] == 8
                 assert repeats.done_path(g, sid, bid).name == layout.NOT_NEEDED
-    assert residency.group_pending(g, lead) == [] and (tmp_path / "marker.done").exists()
+    assert schedule.group_pending(g, lead) == [] and (tmp_path / "marker.done").exists()
     acceptance_checkpoint.record_acceptance(g, members)     # what the group's job does next: finished cells only
     assert all(g.acceptance_path(s).exists() for s in members if g.diagnosed(s))
     # the summary: the one vocabulary, with the looks and why each stopped
@@ -161,17 +160,17 @@ def test_not_needed_records_are_keyed_on_the_budget(tmp_path, monkeypatch):
     stop = len(measured(events))
     # a larger budget makes them pending again; the group's first look, before any server starts, stops it
     g2, _, _ = auto_group(tmp_path, "sweep.max_repeats=9", "sweep.looks=every")
-    assert {b for s, b in residency.group_pending(g2, lead)} == \
+    assert {b for s, b in schedule.group_pending(g2, lead)} == \
         {b for s in members for b, c in g2.benches[s].items() if c.spec["repeat"] >= stop}
     events.clear()
     runner.run_group(g2, lead, tmp_path / "m2.done", progress=False)
-    assert events == [] and residency.group_pending(g2, lead) == []
+    assert events == [] and schedule.group_pending(g2, lead) == []
     assert read_json(g2.server_dir(lead) / layout.LOOKS)["budget"]["max_repeats"] == 9
     # a fixed study of the same grid point: the records say nothing to it, its repeats are to run
     g3 = expand(compose_jobs([f"results_dir={tmp_path}", "study=v", "sweep.repeats=6", "dataset.num_prompts=6",
                               "pair.target=/nonexistent/target", "pair.drafter=/nonexistent/drafter",
                               "pair.built_by_workflow=false"]))
-    assert len(residency.group_pending(g3, lead)) == 3 * (6 - stop)
+    assert len(schedule.group_pending(g3, lead)) == 3 * (6 - stop)
 
 
 def test_planned_looks_stop_at_a_planned_repeat_and_refuse_a_larger_budget(tmp_path, monkeypatch):
@@ -276,7 +275,7 @@ def test_a_time_budget_stops_the_group_and_reads_the_rest_unresolved(tmp_path, m
         record["repeats"] < 8
     assert record["why"] == f"the time budget of 3 min was spent at repeat {record['repeats']}"
     assert {r["verdict"] for r in record["comparisons"].values()} == {"unresolved"}
-    assert residency.group_pending(g, lead) == []                   # the rest are not needed, not failed
+    assert schedule.group_pending(g, lead) == []                   # the rest are not needed, not failed
     f = g.study_files("v")
     summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
     from specsweep.core import table

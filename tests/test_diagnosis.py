@@ -15,10 +15,10 @@ from specsweep.core.errors import ConfigError
 from specsweep.core.results import read_json
 from specsweep.core.table import read
 from specsweep.diagnose import acceptance_checkpoint, counterfactuals, diagnosis
+from specsweep.grid import schedule
 from specsweep.grid.cells import expand
 from specsweep.grid.config import compose_jobs
 from specsweep.metrics import acceptance_from_lengths, request_figures
-from specsweep.plan import residency
 from specsweep.read import pages, summary
 from specsweep.read.mlflow_runs import row_tags
 from specsweep.read.study import Study
@@ -147,7 +147,7 @@ def measured(results, drafter, models, *extra):
                                 "pair.built_by_workflow=false", "sweep.num_speculative_tokens=[7]",
                                 "sweep.concurrency=[1]", "sweep.repeats=1", "sweep.rounds=1", *extra]))
     for sid in sorted(grid.servers, key=lambda s: not grid.servers[s].is_baseline):
-        runner.run_server_cell(grid, sid, residency.run_marker(grid, sid), progress=False)
+        runner.run_server_cell(grid, sid, schedule.run_marker(grid, sid), progress=False)
     [sid] = [s for s in grid.servers if not grid.servers[s].is_baseline]
     return grid, sid
 

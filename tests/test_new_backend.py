@@ -10,11 +10,11 @@ import pytest
 from specsweep.core import labels, registry
 from specsweep.core.errors import ConfigError
 from specsweep.core.results import read_json
-from specsweep.grid import config
+from specsweep.grid import config, schedule
 from specsweep.grid.cells import expand
 from specsweep.grid.config import compose_jobs
 from specsweep.grid.datasets import materialise
-from specsweep.plan import preflight, residency
+from specsweep.plan import preflight
 from specsweep.read import mlflow_runs
 from specsweep.run import runner
 
@@ -66,7 +66,7 @@ def test_a_fourth_backend_is_its_package_a_registry_line_and_a_server_entry(echo
     bench = next(iter(grid.benches[spec].values())).spec                                          # its session
     materialise(bench["dataset"], grid.dataset_file(bench["dataset"]))
     for sid in (base, spec):
-        runner.run_server_cell(grid, sid, residency.run_marker(grid, sid), progress=False)
+        runner.run_server_cell(grid, sid, schedule.run_marker(grid, sid), progress=False)
     [bid] = grid.benches[spec]
     m = read_json(grid.metrics_path(spec, bid))
     assert (m["backend"], m["valid"], m["greedy_agreement"], m["baseline_cell"]) == ("echo", True, 1.0, base)

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from specsweep.core.errors import ConfigError
+from specsweep.grid import schedule
 from specsweep.grid.cells import expand
 from specsweep.grid.config import compose_jobs
 from specsweep.plan import residency, sleep_plan
@@ -41,8 +42,8 @@ def big_host(monkeypatch):
 
 
 def lead_members(g):
-    lead = residency.leads(g)[0]
-    return residency.group(g, lead)
+    lead = schedule.leads(g)[0]
+    return schedule.group(g, lead)
 
 
 def test_a_cpu_group_is_coresident_when_the_host_has_the_memory():
@@ -238,7 +239,7 @@ def test_a_cluster_job_asks_for_what_its_members_need_up_together():
 def test_an_unknown_residency_is_one_line():
     with pytest.raises(ConfigError, match="sweep.residency 'bogus' is not one of coresident, sleep, relaunch"):
         g = grid()
-        g.configs[residency.leads(g)[0]]["sweep"]["residency"] = "bogus"
+        g.configs[schedule.leads(g)[0]]["sweep"]["residency"] = "bogus"
         residency.plan(g, lead_members(g))
 
 
@@ -246,19 +247,19 @@ def test_preflight_says_how_each_group_will_run_and_warns_of_a_fallback(tmp_path
     from specsweep.plan import checks
 
     g = gpu_grid(tmp_path)
-    cfg = g.configs[residency.leads(g)[0]]
+    cfg = g.configs[schedule.leads(g)[0]]
     fits = checks.check_residency([cfg], {"gpus": [{"index": "0", "memory_total_mib": 143771}]})
     assert fits.status == "pass" and "3 server(s) of group" in fits.message and "GPU memory shares" in fits.message
     small = checks.check_residency([cfg], {"gpus": [{"index": "0", "memory_total_mib": 40960}]})
     assert small.status == "warn" and "sleep (the group's servers need 76.9 GiB together" in small.message
     one = grid("sweep.start_at_once=1")
-    cpu = checks.check_residency([one.configs[residency.leads(one)[0]]], {"gpus": []})
+    cpu = checks.check_residency([one.configs[schedule.leads(one)[0]]], {"gpus": []})
     assert cpu.status == "pass" and cpu.message.endswith("coresident, idle ones paused")
     idle = grid("sweep.pause_idle=false", "sweep.start_at_once=1")
-    assert checks.check_residency([idle.configs[residency.leads(idle)[0]]], {"gpus": []}).message.endswith(
+    assert checks.check_residency([idle.configs[schedule.leads(idle)[0]]], {"gpus": []}).message.endswith(
         "coresident, idle ones left running")
     two = grid("sweep.start_at_once=2")
-    assert checks.check_residency([two.configs[residency.leads(two)[0]]], {"gpus": []}).message.endswith(
+    assert checks.check_residency([two.configs[schedule.leads(two)[0]]], {"gpus": []}).message.endswith(
         "coresident, idle ones paused, started 2 at a time")
 
 
@@ -280,7 +281,7 @@ def test_the_local_engine_on_a_gpu_is_coresident_in_its_process(tmp_path):
     plan = residency.plan(g, lead_members(g), ["0"])
     assert {p.residency for p in plan.values()} == {"coresident"} and all(p.gpu_ids == ("0",) for p in plan.values())
     from specsweep.plan import checks
-    assert checks.check_residency([g.configs[residency.leads(g)[0]]], {"gpus": []}).status == "pass"
+    assert checks.check_residency([g.configs[schedule.leads(g)[0]]], {"gpus": []}).status == "pass"
 
 
 def test_a_nested_hybrid_target_is_counted_as_vllm_counts_it(tmp_path, big_host):

@@ -14,9 +14,9 @@ from helpers import run_bounded, snakemake_argv, standin_k, standin_study
 from test_stats import baseline, rows
 
 from specsweep.core.results import launches as launch_records
+from specsweep.grid import schedule
 from specsweep.grid.cells import Grid, expand
 from specsweep.grid.config import compose_jobs
-from specsweep.plan import residency
 from specsweep.verdicts import stats
 
 # where a grid's overrides give no results_dir: an empty one of this module's (its ids name the pair's paths under
@@ -50,30 +50,30 @@ def test_rounds_and_residency_leave_every_id_unchanged():
 def test_a_group_is_a_baseline_and_its_k_cells_and_one_job_runs_it():
     g = grid()
     base, k3, k7 = members(g)
-    assert residency.leads(g) == [base] and residency.group(g, base) == [base, k3, k7]
-    assert {residency.group_of(g, s) for s in (base, k3, k7)} == {base}
-    assert residency.run_marker(g, base).parent == g.server_dir(base) / "runs"
-    assert residency.group_pending(g, base) == [(s, b) for s in (base, k3, k7) for b in g.benches[s]]
+    assert schedule.leads(g) == [base] and schedule.group(g, base) == [base, k3, k7]
+    assert {schedule.group_of(g, s) for s in (base, k3, k7)} == {base}
+    assert schedule.run_marker(g, base).parent == g.server_dir(base) / "runs"
+    assert schedule.group_pending(g, base) == [(s, b) for s in (base, k3, k7) for b in g.benches[s]]
     nobase = grid("sweep.baseline=false")       # without a baseline each cell is a group of its own
     k3, k7 = (next(s for s, c in nobase.servers.items() if c.spec["num_speculative_tokens"] == k) for k in (3, 7))
-    assert residency.leads(nobase) == [k3, k7] and residency.group(nobase, k3) == [k3] and residency.group(nobase, k7) == [k7]
+    assert schedule.leads(nobase) == [k3, k7] and schedule.group(nobase, k3) == [k3] and schedule.group(nobase, k7) == [k7]
 
 
 def test_coresident_members_take_turns_repeat_by_repeat_in_a_rotating_order():
     g = grid("sweep.repeats=4")
     base, k3, k7 = members(g)
-    turns = residency.turns(g, residency.group(g, base))
+    turns = schedule.turns(g, schedule.group(g, base))
     order = [sid for _, sid, _ in turns]
     assert order == [base, k3, k7, k3, k7, base, k7, base, k3, base, k3, k7]
     for i, (rnd, sid, bids) in enumerate(turns):         # one repeat a turn, repeat i // 3
         assert rnd == 0 and [g.benches[sid][b].spec["repeat"] for b in bids] == [i // 3]
-    assert sorted((sid, b) for _, sid, bids in turns for b in bids) == sorted(residency.group_pending(g, base))
+    assert sorted((sid, b) for _, sid, bids in turns for b in bids) == sorted(schedule.group_pending(g, base))
 
 
 def test_relaunch_members_take_one_turn_a_round_in_an_order_that_rotates_with_the_round():
     g = grid("sweep.residency=relaunch", "sweep.rounds=3")       # 10 repeats in 3 rounds: 0-3, 4-6, 7-9
     base, k3, k7 = members(g)
-    turns = residency.turns(g, residency.group(g, base))
+    turns = schedule.turns(g, schedule.group(g, base))
     assert [(rnd, sid) for rnd, sid, _ in turns] == [(0, base), (0, k3), (0, k7), (1, k3), (1, k7), (1, base),
                                                       (2, k7), (2, base), (2, k3)]
     assert [len(bids) for _, _, bids in turns] == [4, 4, 4, 3, 3, 3, 3, 3, 3]
@@ -82,7 +82,7 @@ def test_relaunch_members_take_one_turn_a_round_in_an_order_that_rotates_with_th
 def test_coresident_rounds_are_launches_of_the_whole_group():
     g = grid("sweep.repeats=4", "sweep.rounds=2")
     base, k3, k7 = members(g)
-    turns = residency.turns(g, residency.group(g, base))
+    turns = schedule.turns(g, schedule.group(g, base))
     assert [rnd for rnd, _, _ in turns] == [0] * 6 + [1] * 6
     assert [g.benches[s][b].spec["repeat"] for rnd, s, bids in turns for b in bids if rnd == 1] == [2] * 3 + [3] * 3
 
@@ -94,26 +94,26 @@ def test_turns_skip_finished_cells(tmp_path):
         for bid in g.benches[sid]:
             g.metrics_path(sid, bid).parent.mkdir(parents=True)
             g.metrics_path(sid, bid).write_text("{}")
-    assert [sid for _, sid, _ in residency.turns(g, residency.group(g, base))] == [k3, k3]
-    assert residency.group_pending(g, base) == [(k3, b) for b in g.benches[k3]]
+    assert [sid for _, sid, _ in schedule.turns(g, schedule.group(g, base))] == [k3, k3]
+    assert schedule.group_pending(g, base) == [(k3, b) for b in g.benches[k3]]
 
 
 def test_repeats_are_spread_over_the_rounds_in_contiguous_blocks():
     g = grid("sweep.rounds=3")            # the default's 10 repeats: round r * 3 // 10
     for sid in g.servers:
-        by_repeat = {g.benches[sid][b].spec["repeat"]: residency.round_of(g, sid, b) for b in g.benches[sid]}
+        by_repeat = {g.benches[sid][b].spec["repeat"]: schedule.round_of(g, sid, b) for b in g.benches[sid]}
         assert by_repeat == {r: r * 3 // 10 for r in range(10)}
-        assert [len(residency.round_cells(g, sid, r)) for r in range(3)] == [4, 3, 3]
-        assert sorted(b for r in range(3) for b in residency.round_cells(g, sid, r)) == sorted(g.benches[sid])
+        assert [len(schedule.round_cells(g, sid, r)) for r in range(3)] == [4, 3, 3]
+        assert sorted(b for r in range(3) for b in schedule.round_cells(g, sid, r)) == sorted(g.benches[sid])
 
 
 def test_more_rounds_than_repeats_runs_one_repeat_per_round():
     g = grid("sweep.repeats=2", "sweep.rounds=3")
     for sid in g.servers:
-        assert residency.rounds(g, sid) == 2
-        assert sorted(residency.round_of(g, sid, b) for b in g.benches[sid]) == [0, 1]
+        assert schedule.rounds(g, sid) == 2
+        assert sorted(schedule.round_of(g, sid, b) for b in g.benches[sid]) == [0, 1]
     single = grid("sweep.repeats=1")
-    assert all(residency.rounds(single, sid) == 1 for sid in single.servers)
+    assert all(schedule.rounds(single, sid) == 1 for sid in single.servers)
 
 
 # ---- the cluster bootstrap ------------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def test_a_group_starts_each_server_once_takes_turns_resumes_one_cell_and_a_reru
     rc = run_bounded(argv, tmp_path / "first.log", 600, env)
     assert rc == 0, (tmp_path / "first.log").read_text()[-4000:]
     assert launches() == [0, 2, 3]                                  # one launch per server cell, up together
-    lead = residency.leads(g)[0]
+    lead = schedule.leads(g)[0]
     ran = sorted(((json.loads(g.metrics_path(s, b).read_text())) for s in g.servers for b in g.benches[s]),
                  key=lambda m: m["started_at"])
     # the turns, repeat by repeat, in a rotating order: (0, 2, 3), (2, 3, 0), (3, 0, 2), (0, 2, 3)
@@ -268,8 +268,8 @@ def test_coresident_repeats_are_the_blocks_the_paired_ci_resamples():
     rel = grid("sweep.residency=relaunch", "sweep.rounds=3")     # 3 relaunch rounds
     few = grid("sweep.repeats=4")                                # too few repeats to resample as blocks
     for sid in co.servers:
-        assert sorted(co.block_of(sid, b) for b in co.benches[sid]) == list(range(10))
-        assert sorted(rel.block_of(sid, b) for b in rel.benches[sid]) == [0] * 4 + [1] * 3 + [2] * 3
-        assert {few.block_of(sid, b) for b in few.benches[sid]} == {None}
+        assert sorted(schedule.block_of(co, sid, b) for b in co.benches[sid]) == list(range(10))
+        assert sorted(schedule.block_of(rel, sid, b) for b in rel.benches[sid]) == [0] * 4 + [1] * 3 + [2] * 3
+        assert {schedule.block_of(few, sid, b) for b in few.benches[sid]} == {None}
     one = grid("sweep.residency=relaunch")
-    assert {one.block_of(s, b) for s in one.servers for b in one.benches[s]} == {None}
+    assert {schedule.block_of(one, s, b) for s in one.servers for b in one.benches[s]} == {None}

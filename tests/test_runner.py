@@ -13,10 +13,10 @@ from helpers import MODELS_SERVER
 from specsweep import metrics
 from specsweep.core.errors import CellError, ServerError
 from specsweep.core.results import read_json
+from specsweep.grid import schedule
 from specsweep.grid.cells import expand
 from specsweep.grid.config import compose_jobs
 from specsweep.grid.datasets import materialise
-from specsweep.plan import residency
 from specsweep.run import runner
 from specsweep.run.bench_cell import Measurement
 
@@ -80,8 +80,8 @@ def make_group(tmp_path, start_at_once=1):
                              "sweep.pause_idle=true", f"sweep.start_at_once={start_at_once}"]))
     bench = next(iter(next(iter(g.benches.values())).values())).spec
     materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
-    lead = residency.leads(g)[0]
-    return g, lead, residency.group(g, lead)
+    lead = schedule.leads(g)[0]
+    return g, lead, schedule.group(g, lead)
 
 
 @pytest.fixture
@@ -158,9 +158,9 @@ def test_relaunch_starts_a_member_for_each_turn(tmp_path, monkeypatch):
     materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
     events = []
     fake_backend(monkeypatch, events)
-    lead = residency.leads(g)[0]
+    lead = schedule.leads(g)[0]
     runner.run_group(g, lead, tmp_path / "m.done", progress=False)
-    base, k3, k7 = residency.group(g, lead)
+    base, k3, k7 = schedule.group(g, lead)
     assert [(e[0], e[1]) for e in events if e[0] in ("start", "stop")] == [
         (a, s) for s in (base, k3, k7, k3, k7, base) for a in ("start", "stop")]
     assert not [e for e in events if e[0] in ("pause", "resume")]
@@ -218,8 +218,8 @@ def test_a_thinking_cell_s_counterfactual_without_thinking_runs_on_its_own_serve
                              "sweep.thinking=true", "sweep.num_speculative_tokens=[3]", "sweep.diagnose.prompts=2"]))
     bench = next(iter(next(iter(g.benches.values())).values())).spec
     materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
-    lead = residency.leads(g)[0]
-    base, k3 = residency.group(g, lead)
+    lead = schedule.leads(g)[0]
+    base, k3 = schedule.group(g, lead)
     events = []
     fake_backend(monkeypatch, events, session=LowAcceptanceSession)
     runner.run_group(g, lead, tmp_path / "marker.done", progress=False, also=counterfactuals.on_own_server)
@@ -329,7 +329,7 @@ def test_a_gpu_group_of_vllm_members_starts_at_once_each_with_its_kv_fixed(monke
                                  "dataset.num_prompts=3", "tracking=off"]))
         bench = next(iter(next(iter(g.benches.values())).values())).spec
         materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
-        lead = residency.leads(g)[0]
+        lead = schedule.leads(g)[0]
         starting, up, given = [], [], {}
 
         class Asleep(FakeSession):
@@ -353,7 +353,7 @@ def test_a_gpu_group_of_vllm_members_starts_at_once_each_with_its_kv_fixed(monke
                             lambda: types.SimpleNamespace(available=128 * GIB))
         runner.run_group(g, lead, results / "marker.done", progress=False)
         assert max(n for _, n in up) == started_together
-        for sid in residency.group(g, lead):
+        for sid in schedule.group(g, lead):
             m = read_json(g.metrics_path(sid, next(iter(g.benches[sid]))))
             assert m["start_at_once"] == started_together
             assert m.get("kv_cache_mib_given") == given[sid] and (given[sid] is None) == (started_together == 1)

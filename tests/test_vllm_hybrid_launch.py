@@ -15,6 +15,7 @@ from specsweep.backends.vllm import checks as vllm_checks
 from specsweep.backends.vllm import engine_death, launch
 from specsweep.backends.vllm import session as vllm_session
 from specsweep.core.errors import ConfigError, ServerError
+from specsweep.grid import schedule
 from specsweep.grid.cells import expand, spec_hash
 from specsweep.grid.config import compose_jobs
 from specsweep.models import model_shape
@@ -103,7 +104,7 @@ def test_the_users_gdn_backend_wins_and_a_forced_flashinfer_without_it_is_one_li
     forced = gpu_grid(tmp_path / "b", "server.extra_args=['--gdn-prefill-backend=flashinfer']")
     with pytest.raises(ServerError, match="--gdn-prefill-backend flashinfer, but the server's Python cannot import"):
         launched(forced, NO_FLASHINFER, monkeypatch, tmp_path / "b")
-    cfg = forced.configs[residency.leads(forced)[0]]
+    cfg = forced.configs[schedule.leads(forced)[0]]
     check = vllm_checks.check_launch_flags(cfg, {"server_env": NO_FLASHINFER})
     assert check.status == "fail" and "\n" not in check.message and "--gdn-prefill-backend" in check.message
 
@@ -120,7 +121,7 @@ def test_a_sampler_forced_on_without_flashinfer_is_a_known_issue_keyed_on_the_pr
     from specsweep.backends.vllm import known_issues
 
     g = gpu_grid(tmp_path, "+server.env.VLLM_USE_FLASHINFER_SAMPLER='1'")
-    cfg = g.configs[residency.leads(g)[0]]
+    cfg = g.configs[schedule.leads(g)[0]]
     facts = known_issues.Facts(cfg, NO_FLASHINFER, [], None, None)
     assert "has no flashinfer" in known_issues.flashinfer_sampler(facts)
     assert known_issues.flashinfer_sampler(known_issues.Facts(cfg, FLASHINFER, [], None, None)) is None
@@ -133,12 +134,12 @@ def test_a_multimodal_target_launches_language_model_only_or_warns_where_extra_a
     g = gpu_grid(tmp_path / "a")
     _, argv = launched(g, FLASHINFER, monkeypatch, tmp_path / "a")
     assert "--language-model-only" in argv
-    ok = vllm_checks.check_launch_flags(g.configs[residency.leads(g)[0]], {"server_env": FLASHINFER})
+    ok = vllm_checks.check_launch_flags(g.configs[schedule.leads(g)[0]], {"server_env": FLASHINFER})
     assert ok.status == "pass" and "--language-model-only" in ok.message
     keeps = gpu_grid(tmp_path / "b", "server.extra_args=[--limit-mm-per-prompt,'{\"image\":1}']")
     srv, argv = launched(keeps, FLASHINFER, monkeypatch, tmp_path / "b")
     assert "--language-model-only" not in argv and "keep its vision tower" in srv.record["launch_warnings"][0]
-    warned = vllm_checks.check_launch_flags(keeps.configs[residency.leads(keeps)[0]], {"server_env": FLASHINFER})
+    warned = vllm_checks.check_launch_flags(keeps.configs[schedule.leads(keeps)[0]], {"server_env": FLASHINFER})
     assert warned.status == "warn" and "--limit-mm-per-prompt" in warned.message
 
 
@@ -147,7 +148,7 @@ def test_sleep_level_follows_the_hosts_available_memory(tmp_path, shapes):
     """Two 27B-shaped members (about 50 GiB of weights each): level 1 backs up 100 GiB in host memory, which a
     125 GiB host cannot spare (both engines died so, issue 44): level 2 there, level 1 on a 512 GiB host."""
     g = gpu_grid(tmp_path, "sweep.residency=sleep", weights_gib=50.0)
-    ms = residency.group(g, residency.leads(g)[0])
+    ms = schedule.group(g, schedule.leads(g)[0])
     assert len(ms) == 2
     small = residency.plan(g, ms, ["0"], device_bytes=140 * GIB, available_bytes=118 * GIB)
     assert {p.residency for p in small.values()} == {"sleep"} and {p.sleep_level for p in small.values()} == {2}
@@ -165,7 +166,7 @@ def test_five_50_gib_members_are_relaunched_where_level_2s_leftovers_do_not_fit(
     for budget in (0.95, 0.85):
         g = gpu_grid(tmp_path / str(budget), "sweep.residency=sleep", f"server.gpu_memory_utilization={budget}",
                      weights_gib=50.0, ks="[1,2,3,4]")
-        ms = residency.group(g, residency.leads(g)[0])
+        ms = schedule.group(g, schedule.leads(g)[0])
         assert len(ms) == 5
         plans[budget] = residency.plan(g, ms, ["0"], device_bytes=140 * GIB, available_bytes=118 * GIB)[ms[0]]
     assert plans[0.95].residency == "relaunch" and plans[0.95].sleep_level is None

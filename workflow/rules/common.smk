@@ -32,14 +32,14 @@ def run_marker(lead):
     still running; a fresh look would name a running job's unfinished cells as a new job, and on a GPU host it
     started (a second server for the same cell, on the other GPU: measured on two H200s)."""
     if lead not in RUN_MARKERS:
-        RUN_MARKERS[lead] = residency.run_marker(GRID, lead).stem if residency.group_pending(GRID, lead) else None
+        RUN_MARKERS[lead] = schedule.run_marker(GRID, lead).stem if schedule.group_pending(GRID, lead) else None
     return RUN_MARKERS[lead]
 
 
 def after_group(study, sid):
     """While any bench cell of sid's group is unfinished, ask for the group's job (a checkpoint) first: the input
     function calling this is evaluated again once that job has run."""
-    lead = residency.group_of(GRID, sid)
+    lead = schedule.group_of(GRID, sid)
     if run_marker(lead):
         checkpoints.serve_and_bench.get(study=study, server=lead, todo=run_marker(lead))
 
@@ -52,19 +52,19 @@ def cell_metrics(wildcards):
 
 
 def serve_inputs(wildcards):
-    members = residency.group(GRID, wildcards.server)
+    members = schedule.group(GRID, wildcards.server)
     inputs = sorted({GRID.dataset_file(b.spec["dataset"]) for sid in members for b in GRID.benches[sid].values()})
     return inputs + [str(GRID.study_files(wildcards.study).env)]  # env.json comes after the pair is built
 
 
 def group_runtime(lead):
     """A group's time limit on a cluster: its members' together, since they take turns in one job."""
-    return sum(GRID.servers[sid].run["job"]["runtime_min"] for sid in residency.group(GRID, lead))
+    return sum(GRID.servers[sid].run["job"]["runtime_min"] for sid in schedule.group(GRID, lead))
 
 
 def group_mem_mb(lead):
     """A group's host memory on a cluster: the most one member asks for, or what its members need up together."""
-    return residency.group_mem_mb(GRID, residency.group(GRID, lead))
+    return residency.group_mem_mb(GRID, schedule.group(GRID, lead))
 
 
 def dataset_cfg(wildcards):

@@ -14,17 +14,17 @@ checkpoint serve_and_bench:
         layout.run_marker(layout.server_dir(RESULTS, "{study}", "{server}"), "{todo}"),
     log:
         layout.log(layout.server_dir(RESULTS, "{study}", "{server}"), "job-{todo}"),
-    threads: lambda w: 1 if residency.group_gpus(GRID, w.server) else all_cores(w.server)
+    threads: lambda w: 1 if schedule.group_gpus(GRID, w.server) else all_cores(w.server)
     resources:
-        gpu=lambda w: residency.group_gpus(GRID, w.server),
+        gpu=lambda w: schedule.group_gpus(GRID, w.server),
         # what a cluster executor (profiles/slurm) asks for; a local run ignores them
         gpu_model=lambda w: GRID.servers[w.server].run["job"]["gpu_model"] or "",
         runtime=lambda w: group_runtime(w.server),
         mem_mb=lambda w: group_mem_mb(w.server),
         slurm_extra=lambda w: slurm_extra(w.server),
     params:
-        pending=lambda w: " ".join(f"{sid}/{bid}" for sid, bid in residency.group_pending(GRID, w.server)),
-        grid=lambda w: GRID.subset(*residency.group(GRID, w.server)),
+        pending=lambda w: " ".join(f"{sid}/{bid}" for sid, bid in schedule.group_pending(GRID, w.server)),
+        grid=lambda w: GRID.subset(*schedule.group(GRID, w.server)),
     message:
         "group {wildcards.server}: bench cells to run: {params.pending}"
     script:

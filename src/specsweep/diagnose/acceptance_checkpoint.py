@@ -9,8 +9,8 @@ from pathlib import Path
 from specsweep.core.errors import ConfigError
 from specsweep.core.results import atomic_write_json, read_json
 from specsweep.diagnose import diagnosis
+from specsweep.grid import schedule
 from specsweep.grid.cells import Grid
-from specsweep.plan import residency
 
 
 def settings(cfg: dict) -> tuple[float, int]:
@@ -85,7 +85,7 @@ def record_acceptance(grid: Grid, members: list[str]) -> None:
     (a Python start-up per speculative cell on the chain to the summary). The checkpoint still writes a record
     this did not (a group that failed, a study from before)."""
     for sid in members:
-        if not grid.diagnosed(sid) or residency.pending(grid, sid):
+        if not grid.diagnosed(sid) or schedule.pending(grid, sid):
             continue
         record = grid.acceptance_path(sid)
         newest = max(p.stat().st_mtime for bid in grid.benches[sid]     # not a repeat an auto group did not need

@@ -23,9 +23,9 @@ from specsweep.core.results import atomic_write_json, read_json, read_jsonl
 from specsweep.diagnose import diagnosis
 from specsweep.diagnose.acceptance_checkpoint import groups_needed, settings
 from specsweep.diagnose.drafter_evidence import tokenizer_mask, vocabulary_evidence
+from specsweep.grid import schedule
 from specsweep.grid.cells import Grid
 from specsweep.models import drafter_config, model_shape
-from specsweep.plan import residency
 from specsweep.plan.checks import local_dir
 
 
@@ -99,7 +99,7 @@ def on_own_server(grid: Grid, sid: str) -> list[tuple[str, list[str]]]:
     the server it was measured on. Empty until sid's cells are finished and its acceptance asks for a diagnosis.
     The group's job runs these before its servers stop (runner.run_cells); the diagnose job then finds them done
     and launches only the doctored drafters."""
-    if not grid.diagnosed(sid) or residency.pending(grid, sid):
+    if not grid.diagnosed(sid) or schedule.pending(grid, sid):
         return []
     below, prompts = settings(grid.configs[sid])
     out = []
@@ -107,8 +107,8 @@ def on_own_server(grid: Grid, sid: str) -> list[tuple[str, list[str]]]:
         if entry["needed"] and entry["thinking"]:
             cf = grid.add_counterfactual(sid, "nothink", {}, [{**counterfactual_bench(grid, sid, bids, prompts),
                                                                "thinking": False}])
-            if residency.pending(grid, cf):
-                out.append((cf, residency.pending(grid, cf)))
+            if schedule.pending(grid, cf):
+                out.append((cf, schedule.pending(grid, cf)))
     return out
 
 
@@ -130,7 +130,7 @@ class _Run:
         [bid] = self.grid.benches[cf]
         record = {"tag": tag, "server_cell": cf, "bench_cell": bid, "compared_with": self.reference_is}
         try:
-            runner.run_server_cell(self.grid, cf, residency.run_marker(self.grid, cf), self.progress)
+            runner.run_server_cell(self.grid, cf, schedule.run_marker(self.grid, cf), self.progress)
         except SpecsweepError as e:
             return {**record, "valid": False, "problem": str(e).splitlines()[0], "rose": False}
         m = read_json(self.grid.metrics_path(cf, bid))

@@ -19,7 +19,6 @@ from specsweep.core.errors import ConfigError
 from specsweep.core.extra_args import random_weights
 from specsweep.core.nested import aslist
 from specsweep.grid.repeats import count as repeat_count
-from specsweep.grid.repeats import rounds as sweep_rounds
 from specsweep.grid.replay_rates import rates_source, resolve_set_acceptance
 
 # Settings that change how a server is run here, or how its figures are recorded (per_request_spec_metrics,
@@ -193,13 +192,7 @@ class BenchCell:
 
 
 AA = "A/A"         # the pair name of an A/A cell (sweep.aa): a second baseline server, compared with the first
-MIN_BLOCKS = 5      # co-resident repeats below which the paired CI does not resample them as blocks (Grid.block_of)
-
-
-def round_of_repeat(repeat: int, rounds: int, repeats: int) -> int:
-    """Repeat r of R rounds over n repeats runs in round r * R // n, so each round holds a contiguous block of
-    repeats (10 repeats in 3 rounds: 0-3, 4-6, 7-9)."""
-    return repeat * rounds // repeats
+MIN_BLOCKS = 5      # co-resident repeats below which the paired CI does not resample them as blocks (schedule.block)
 
 
 @dataclass
@@ -287,18 +280,6 @@ class Grid:
                 for bid in self.benches[sid]]
 
     # ---- the paired CI's blocks (the schedule itself, groups, rounds and turns, is residency's) ---------------
-    def block_of(self, sid: str, bid: str) -> int | None:
-        """The stretch of time a bench cell ran in together with its group's other members, which the paired CI
-        resamples as one (stats._cluster_bootstrap), or None where there is no such stretch to resample:
-        co-resident members take turns repeat by repeat, so repeat r of each ran back to back (with at least
-        MIN_BLOCKS repeats; fewer give the draw too few outcomes); relaunched ones share a round (with 2 or more)."""
-        sweep = self.configs[sid]["sweep"]
-        repeat, repeats = int(self.benches[sid][bid].spec["repeat"]), repeat_count(sweep)
-        if self.residency(sid) == "relaunch":
-            rounds = sweep_rounds(sweep)
-            return round_of_repeat(repeat, rounds, repeats) if rounds > 1 else None
-        return repeat if repeats >= MIN_BLOCKS else None
-
     def residency(self, sid: str) -> str:
         """How the cell's group keeps its servers (sweep.residency): `coresident` (all up for the group's whole
         round, taking turns), `sleep` (all up, one awake: vLLM's sleep mode) or `relaunch` (one launch per turn)."""

@@ -5,7 +5,7 @@ answered (looks.py; docs/methods.md#sweeprepeats-auto-in-a-groups-job).
 With `auto` the grid holds the bench cells of repeats 0 .. max_repeats - 1, with the ids a fixed study of as many
 repeats gives them; those a group did not need are recorded so (a not-needed record in the bench cell's folder,
 layout.NOT_NEEDED, keyed on the budget), and count as done for the DAG (done_path) and the schedule
-(residency.pending) while the budget they were written under is the study's: a rerun with a larger budget sees
+(schedule.pending) while the budget they were written under is the study's: a rerun with a larger budget sees
 them as to run, and its group goes on where it stopped.
 """
 from __future__ import annotations

@@ -304,11 +304,12 @@ def check_residency(configs: list[dict], env):
     """How each group of the study will keep its servers (residency.plan), with the fallback and its sizes where the
     group does not fit as asked: a warning, not a failure, since the fallback runs the same cells. On every job
     config at once: a group gathers the members of all the study's jobs (`--also`), as the DAG runs it."""
+    from specsweep.grid import schedule
     from specsweep.grid.cells import expand
-    from specsweep.plan import residency  # here: it reads the grid, which the other checks need not build
+    from specsweep.plan import residency
 
     grid = expand(configs)
-    lines = [residency.preview(grid, lead, env.get("gpus") or []) for lead in residency.leads(grid)]
+    lines = [residency.preview(grid, lead, env.get("gpus") or []) for lead in schedule.leads(grid)]
     message = "; ".join(text for _, text in lines)
     return ok("residency", message) if all(fits for fits, _ in lines) else warn("residency", message)
 

@@ -21,12 +21,11 @@ from pathlib import Path
 
 import psutil
 
-from specsweep.core import layout
 from specsweep.core.claims import gpu_records
 from specsweep.core.errors import ConfigError
 from specsweep.core.extra_args import flag_value
-from specsweep.grid import repeats
-from specsweep.grid.cells import Grid, round_of_repeat, stable_hash
+from specsweep.grid import schedule
+from specsweep.grid.cells import Grid
 from specsweep.models import model_shape
 from specsweep.plan import sleep_plan
 
@@ -66,77 +65,7 @@ class Launch:
                 **({"sleep_level": self.sleep_level} if self.sleep_level else {}), **self.record}
 
 
-# ---- the schedule: groups, rounds and turns (sweep.residency, sweep.rounds), never part of an id ------------
-def group_of(grid: Grid, sid: str) -> str:
-    """The lead of the server cell's group, the cells compared with each other and so run in one job: a baseline
-    and its speculative cells (lead: the baseline). A cell without a baseline (sweep.baseline=false), and a
-    diagnosis's counterfactual cell, is a group of its own, so such cells still run side by side on disjoint GPUs."""
-    return grid.baseline_of.get(sid, sid)
-
-
-def group(grid: Grid, lead: str) -> list[str]:
-    """A group's server cells, the lead first, then grid order."""
-    return [lead] + [s for s in grid.servers if grid.baseline_of.get(s) == lead]
-
-
-def leads(grid: Grid) -> list[str]:
-    return [s for s in grid.servers if group_of(grid, s) == s]
-
-
-def group_gpus(grid: Grid, lead: str) -> int:
-    """The GPUs a group's job holds: co-resident members share their GPUs (the most any member needs)."""
-    return max(grid.servers[s].gpus for s in group(grid, lead))
-
-
-def rounds(grid: Grid, sid: str) -> int:
-    """How many launches of its group the server cell runs in (sweep.rounds); each holds a contiguous block of its
-    repeats (round_of)."""
-    return repeats.rounds(grid.configs.get(sid, {}).get("sweep", {}))
-
-
-def round_of(grid: Grid, sid: str, bid: str) -> int:
-    """The round a bench cell runs in (cells.round_of_repeat)."""
-    return round_of_repeat(int(grid.benches[sid][bid].spec["repeat"]), rounds(grid, sid),
-                           repeats.count(grid.configs[sid]["sweep"]))
-
-
-def round_cells(grid: Grid, sid: str, rnd: int | None) -> list[str]:
-    """The bench cells of one round of a server cell; rnd None: all of them."""
-    return [bid for bid in grid.benches[sid] if rnd is None or round_of(grid, sid, bid) == rnd]
-
-
-def _rotated(items: list, by: int) -> list:
-    by %= len(items)
-    return items[by:] + items[:by]
-
-
-def turns(grid: Grid, members: list[str]) -> list[tuple[int, str, list[str]]]:
-    """The (round, server cell, bench cells) turns a group's job takes, in order, unfinished cells only. Round by
-    round; within a round, co-resident members (`coresident`, `sleep`) take turns repeat by repeat, in an order that
-    rotates with the repeat (baseline, K_a, K_b; K_a, K_b, baseline; ...), so that a load that shifts during the
-    round falls on every member alike; `relaunch` members take one turn a round, all of that round's repeats in one
-    launch, in an order that rotates with the round."""
-    out: list[tuple[int, str, list[str]]] = []
-    repeat = {s: {b: int(c.spec["repeat"]) for b, c in grid.benches[s].items()} for s in members}
-    for rnd in range(max(rounds(grid, s) for s in members)):
-        live = [s for s in members if rnd < rounds(grid, s)]
-        if grid.residency(members[0]) == "relaunch":
-            for sid in _rotated(members, rnd):
-                todo = [b for b in round_cells(grid, sid, rnd) if sid in live and _unfinished(grid, sid, b)]
-                out += [(rnd, sid, todo)] if todo else []
-            continue
-        for i, rep in enumerate(sorted({repeat[s][b] for s in live for b in round_cells(grid, s, rnd)})):
-            for sid in _rotated(members, i):
-                todo = [b for b in round_cells(grid, sid, rnd) if sid in live and repeat[sid][b] == rep
-                        and _unfinished(grid, sid, b)]
-                out += [(rnd, sid, todo)] if todo else []
-    return out
-
-
-def _unfinished(grid: Grid, sid: str, bid: str) -> bool:     # a repeat an `auto` group did not need is done
-    return not grid.metrics_path(sid, bid).exists() and not repeats.not_needed(grid, sid, bid)
-
-
+# ---- a round's turns as its launches take them ------------------------------------------------------------
 def launch_turns(block: list[tuple[int, str, list[str]]], launches: dict[str, Launch]) -> list[tuple[int, str, list[str]]]:
     """A round's turns as its launches can take them: where the plan relaunches members that were to take turns
     repeat by repeat (a group that fits neither side by side nor asleep), each member takes one turn with all its
@@ -156,21 +85,6 @@ def launch_turns(block: list[tuple[int, str, list[str]]], launches: dict[str, La
             merged[sid] = (rnd, list(bids))
             out.append((rnd, sid, merged[sid][1]))
     return out
-
-
-def pending(grid: Grid, sid: str, rnd: int | None = None) -> list[str]:
-    """The unfinished bench cells of a server cell, or of one of its rounds (not those recorded not needed)."""
-    return [bid for bid in round_cells(grid, sid, rnd) if _unfinished(grid, sid, bid)]
-
-
-def group_pending(grid: Grid, lead: str) -> list[tuple[str, str]]:
-    return [(sid, bid) for sid in group(grid, lead) for bid in pending(grid, sid)]
-
-
-def run_marker(grid: Grid, lead: str) -> Path:
-    """A group's job output, in its lead's folder: named after the bench cells the group still has to run."""
-    todo = stable_hash(sorted(group_pending(grid, lead)))[:12]
-    return layout.run_marker(grid.server_dir(lead), todo)
 
 
 # ---- how the members share the machine ---------------------------------------------------------------------
@@ -343,8 +257,8 @@ def device_memory(gpu_ids: list[str]) -> int | None:
 def preview(grid: Grid, lead: str, gpus: list[dict]) -> tuple[bool, str]:
     """What a group's job will do, for preflight: (whether it runs as asked, a line that says how). `gpus`: the
     inventory preflight recorded (claims.gpu_records), of which the group would take the first ones it needs."""
-    members = group(grid, lead)
-    n = group_gpus(grid, lead)
+    members = schedule.group(grid, lead)
+    n = schedule.group_gpus(grid, lead)
     ids = [str(g["index"]) for g in gpus[:n]] if n else None
     device = min((g["memory_total_mib"] * 1024 ** 2 for g in gpus[:n] if g.get("memory_total_mib")), default=None)
     plans = plan(grid, members, ids, device_bytes=device if n else None)

@@ -18,9 +18,8 @@ from specsweep import metrics
 from specsweep.core import layout
 from specsweep.core.errors import ConfigError
 from specsweep.core.results import launches, read_json, read_jsonl
-from specsweep.grid import repeats
-from specsweep.grid.cells import MIN_BLOCKS, Grid, answers_not_judged, expand, round_of_repeat
-from specsweep.plan import residency
+from specsweep.grid import schedule
+from specsweep.grid.cells import Grid, answers_not_judged, expand
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 KEY = ("method", "num_speculative_tokens", "set_acceptance", "verification", "k_schedule", "dataset", "thinking",
@@ -103,13 +102,9 @@ class Cell:
 
     @property
     def round(self) -> int | None:
-        """The block of time the cell ran in with its group (cells.Grid.block_of: its repeat where the group was
+        """The block of time the cell ran in with its group (schedule.block: its repeat where the group was
         co-resident, its round where it was relaunched), or None where there is none to resample."""
-        sweep = self.config["job_config"].get("sweep", {})
-        if sweep.get("residency", "coresident") != "relaunch":
-            return int(self.bench["repeat"]) if repeats.count(sweep) >= MIN_BLOCKS else None
-        rounds = repeats.rounds(sweep)
-        return None if rounds == 1 else round_of_repeat(int(self.bench["repeat"]), rounds, repeats.count(sweep))
+        return schedule.block(self.config["job_config"].get("sweep", {}), int(self.bench["repeat"]))
 
     def requests(self) -> list[dict]:
         """requests.jsonl, or in a study kept in the repo (scripts/keep_study.sh) its gzipped copy."""
@@ -227,9 +222,9 @@ class Study:
         return [self.requests(sid, b) for b in sorted(bids) if self.valid(sid, b)]
 
     def rounds(self, pairs: tuple[tuple[str, list[str]], tuple[str, list[str]]]):
-        """The block (Grid.block_of) of each run `runs` gives, per side ((sid, bids) of the cell and of its
+        """The block (schedule.block_of) of each run `runs` gives, per side ((sid, bids) of the cell and of its
         reference), for the paired bootstrap (stats.speedup_ci); None where a side has no blocks."""
-        blocks = tuple([self.grid.block_of(sid, b) for b in sorted(bids) if self.valid(sid, b)] for sid, bids in pairs)
+        blocks = tuple([schedule.block_of(self.grid, sid, b) for b in sorted(bids) if self.valid(sid, b)] for sid, bids in pairs)
         return None if any(b is None for side in blocks for b in side) else blocks
 
     def baseline(self, cell: Cell) -> Cell | None:
@@ -249,4 +244,4 @@ class Study:
 
     def unfinished(self) -> list[str]:
         """The server cells with a bench cell still to run."""
-        return [sid for sid in self.grid.servers if residency.pending(self.grid, sid)]
+        return [sid for sid in self.grid.servers if schedule.pending(self.grid, sid)]

@@ -23,9 +23,8 @@ import time
 from specsweep.core import layout
 from specsweep.core.errors import ConfigError
 from specsweep.core.results import atomic_write_json, read_json, read_jsonl
-from specsweep.grid import repeats
+from specsweep.grid import repeats, schedule
 from specsweep.grid.cells import Grid, stable_hash
-from specsweep.plan import residency
 from specsweep.verdicts import sequential, spending, stats
 
 ANSWERED, BUDGET, TIME, FIXED = "answered", "budget", "time", "fixed"   # why a comparison stopped
@@ -97,7 +96,7 @@ class Looks:
     """A group job's looks, one before each repeat (stop_before) and one after its last (finish)."""
 
     def __init__(self, grid: Grid, members: list[str]):
-        self.grid, self.members, self.lead = grid, members, residency.group_of(grid, members[0])
+        self.grid, self.members, self.lead = grid, members, schedule.group_of(grid, members[0])
         self.budget = repeats.budget(grid.configs[members[0]]["sweep"])
         self.rule = rule(grid.configs[members[0]]["sweep"])
         check_plan(grid, self.lead)
@@ -175,7 +174,7 @@ class Looks:
         for r in records.values():      # those still open are read at the group's stop, its budget
             if r["verdict"] is None:
                 r.update(verdict=sequential.UNRESOLVED, stopped=GROUP if stopped == ANSWERED else stopped)
-        skipped = [(sid, bid) for sid in self.members for bid in residency.pending(self.grid, sid)
+        skipped = [(sid, bid) for sid in self.members for bid in schedule.pending(self.grid, sid)
                    if int(self.grid.benches[sid][bid].spec["repeat"]) >= done]
         for sid, bid in skipped:
             atomic_write_json(repeats.record_path(self.grid, sid, bid),
@@ -199,7 +198,7 @@ def sequence_columns(grid: Grid, sid: str, cell_runs: list[list[dict]], ref_runs
     b = repeats.budget(sweep)
     if b is None:
         return {"looks": 1, "stopped": FIXED}
-    record = group_record(grid, residency.group_of(grid, sid))
+    record = group_record(grid, schedule.group_of(grid, sid))
     cap = record["repeats"] if record else b["max_repeats"]      # where the group stopped: each comparison's budget
     blocks = sequential.block_log_ratios(cell_runs, ref_runs)
     if rule(sweep) is spending:       # the plan stays the budget's; a comparison open at the group's stop is closed

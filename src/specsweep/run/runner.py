@@ -1,5 +1,5 @@
 """One group's job: bring its server cells up (residency.py), let them take turns over their unfinished bench cells
-(residency.turns), bring them down.
+(schedule.turns), bring them down.
 
 This is the only loop over bench cells; backends (backends/) only open a session and measure. A member that dies, or
 never comes up, fails its own unfinished cells; the others go on, and the job then fails naming what is missing,
@@ -19,6 +19,7 @@ from specsweep.core import parts
 from specsweep.core.claims import take_gpus
 from specsweep.core.errors import CellError, ServerError, SpecsweepError
 from specsweep.core.results import atomic_write_json
+from specsweep.grid import schedule
 from specsweep.grid.cells import Grid
 from specsweep.plan import residency
 from specsweep.run import looks as looking
@@ -127,9 +128,9 @@ AlsoServed = Callable[[Grid, str], list[tuple[str, list[str]]]]
 
 
 def run_group(grid: Grid, lead: str, marker: str | Path, progress: bool = True, also: AlsoServed | None = None) -> None:
-    """Run every unfinished bench cell of a group (residency.group), and what `also` names for its members, then write
+    """Run every unfinished bench cell of a group (schedule.group), and what `also` names for its members, then write
     the job's marker."""
-    run_cells(grid, residency.group(grid, lead), marker, progress, also)
+    run_cells(grid, schedule.group(grid, lead), marker, progress, also)
 
 
 def run_server_cell(grid: Grid, sid: str, marker: str | Path, progress: bool = True) -> None:
@@ -140,7 +141,7 @@ def run_server_cell(grid: Grid, sid: str, marker: str | Path, progress: bool = T
 def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool = True,
               also: AlsoServed | None = None) -> None:
     failures: list[str] = []
-    turns = residency.turns(grid, members)
+    turns = schedule.turns(grid, members)
     looks = looking.Looks.of(grid, members)       # sweep.repeats=auto; None for a number of repeats
     if turns and looks and looks.stop_before(_repeat(grid, turns[0])):    # a rerun: answered before it starts
         turns = []
@@ -169,7 +170,7 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
         finally:
             for claim in claims:
                 claim.release()
-    missing = [f"{s}/{b}" for s in members for b in residency.pending(grid, s)]
+    missing = [f"{s}/{b}" for s in members for b in schedule.pending(grid, s)]
     if missing:
         first = failures[0].splitlines()[0] if failures else "the server stopped before they ran"
         where = f"server cell {members[0]}" if len(members) == 1 else f"group {members[0]}"
@@ -180,7 +181,7 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
 
 
 def _repeat(grid: Grid, turn: tuple[int, str, list[str]]) -> int:
-    """The repeat a co-resident turn runs (residency.turns: one repeat of one member)."""
+    """The repeat a co-resident turn runs (schedule.turns: one repeat of one member)."""
     return int(grid.benches[turn[1]][turn[2][0]].spec["repeat"])
 
 

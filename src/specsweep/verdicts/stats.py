@@ -12,7 +12,7 @@ resampled is what varies between reruns:
   that comes and goes (other jobs on a shared box) moves every request of that stretch at once. Resampling
   prompts alone, with every repeat's requests pooled, gave a confident `slower` for a cell whose five repeats
   ranged from 0.57x to 1.54x (docs/methods.md).
-- with blocks (cells.Grid.block_of): stretches of time in which both cells ran, the blocks first: a cluster
+- with blocks (schedule.block): stretches of time in which both cells ran, the blocks first: a cluster
   bootstrap draws blocks with replacement, then within each drawn block each side's repeats of it, then prompts.
   A co-resident group takes turns repeat by repeat, so repeat r of the cell and of its baseline ran back to back
   and are one block: a load that moves a whole repeat moves both sides of it. Relaunch rounds (sweep.residency
