@@ -70,3 +70,32 @@ def test_each_backends_fragment_applies_where_it_is_named():
     assert "executable" in registry.schema_fragment("vllm")["properties"]["server"]["required"]
     with pytest.raises(ConfigError, match="config: server: 'executable' is a required property"):
         compose_jobs(["server=sglang", "server.python=python3", "server.backend=vllm", "kernel=cpu"])
+
+
+def test_every_backend_answers_the_planner_s_machine_questions():
+    """plan/machine.py's questions, asked of each backend's machine part: a vLLM and an SGLang GPU member (and the
+    local engine) answer the same ones, with the types the planner reads."""
+    from specsweep.core import machines
+    from specsweep.plan.machine import QUESTIONS
+
+    for name in registry.names():
+        m = machines.machine(name)
+        missing = [q for q in QUESTIONS if not hasattr(m, q)]
+        assert not missing, f"backends/{name}/machine.py does not answer {missing}"
+        assert all(isinstance(getattr(m, q), bool) for q in ("IN_PROCESS", "SHARES_GPU", "FIXES_KV"))
+        assert isinstance(m.SLEEP_LEVELS, tuple) and set(m.SLEEP_LEVELS) <= {1, 2}
+    assert machines.machine("vllm").SHARES_GPU and machines.machine("sglang").SHARES_GPU
+
+
+def test_no_code_outside_backends_compares_a_backend_s_name():
+    """The planner and everything else ask the backends' declared facts and capabilities, never `backend ==
+    "vllm"` (issue 51): a grep over src/specsweep outside backends/ for a comparison with a registered name."""
+    import re
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "src" / "specsweep"
+    names = "|".join(map(re.escape, registry.names()))
+    compare = re.compile(rf"""(==|!=|\bin\b|\bnot in\b)\s*[(\[{{]?\s*["']({names})["']|["']({names})["']\s*(==|!=)""")
+    found = [f"{p.relative_to(src)}:{i}: {line.strip()}" for p in src.rglob("*.py") if "backends" not in p.parts
+             for i, line in enumerate(p.read_text().splitlines(), 1) if compare.search(line)]
+    assert not found, "backend names compared outside backends/ (ask a capability instead):\n" + "\n".join(found)

@@ -3,7 +3,7 @@ the residency plan and the vLLM launch ask of it."""
 from __future__ import annotations
 
 from specsweep.core.extra_args import flag_value, random_weights
-from specsweep.plan.residency import mamba_cache_mode
+from specsweep.backends.vllm.memory import mamba_cache_mode
 
 
 def test_a_flags_value_in_each_spelling():

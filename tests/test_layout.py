@@ -49,6 +49,8 @@ def registry_imports(name: str) -> set[str]:
         return set(registry.BACKENDS.values())
     if name == "specsweep.core.parts":
         return {f"{package}.{part}" for package in registry.BACKENDS.values() for part in parts.PARTS}
+    if name == "specsweep.core.machines":
+        return {f"{package}.machine" for package in registry.BACKENDS.values()}
     return set()
 
 
@@ -115,12 +117,28 @@ def test_the_import_graph_has_no_cycle():
 
 def collapsed(g: dict[str, set[str]]) -> dict[str, set[str]]:
     """The graph with each backend package's modules (backends/vllm, backends/sglang, backends/local) as one node,
-    `specsweep.backends.vllm.*`. A package's facts (its `__init__`, standard library only: see
-    test_a_backends_facts_are_standard_library_only) stay a node of their own: the registry's `registry.get`
-    imports them and nothing else of the package, so cells and checks reading a backend's facts is no cycle."""
+    `specsweep.backends.vllm.*`. Two parts of a package stay nodes of their own: its facts (its `__init__`, standard
+    library only: see test_a_backends_facts_are_standard_library_only), which the registry's `registry.get` imports
+    and nothing else of the package, so cells and checks reading a backend's facts is no cycle; and its machine
+    part (`machine` and what it imports of its own package, `*.machine*`), which the planner asks (core.machines),
+    so a backend's checks reading the planner is no cycle."""
+    def machine_side(own: str) -> set[str]:
+        seen, todo = set(), [own + ".machine"]
+        while todo:
+            m = todo.pop()
+            if m in seen or m not in g:
+                continue
+            seen.add(m)
+            todo += [d for d in g[m] if backend_of(d) == own and d != own]
+        return seen
+
+    sides = {own: machine_side(own) for own in {backend_of(m) for m in g} - {None}}
+
     def node(m):
         own = backend_of(m)
-        return m if own is None or own == m else own + ".*"
+        if own is None or own == m:
+            return m
+        return own + (".machine*" if m in sides[own] else ".*")
 
     out: dict[str, set[str]] = {}
     for module, deps in g.items():
@@ -184,7 +202,7 @@ def test_the_graph_sees_imports_inside_functions():
 
 def test_backends_import_only_neutral_modules():
     """A backend knows no other backend, nor the registry, the CLI, the Snakemake glue, the runner or preflight."""
-    forbidden = ("specsweep.core.registry", "specsweep.core.parts", "specsweep.cli", "specsweep.snakejob", "specsweep.run.runner",
+    forbidden = ("specsweep.core.registry", "specsweep.core.parts", "specsweep.core.machines", "specsweep.cli", "specsweep.snakejob", "specsweep.run.runner",
                  "specsweep.plan.preflight")
     for module, deps in graph().items():
         own = backend_of(module)
@@ -199,7 +217,7 @@ def test_nothing_outside_backends_imports_a_backend():
     """Everything else asks the registry (registry.get for a backend's facts, parts.session and
     parts.checks for its parts); the workflow's scripts too."""
     for module, deps in graph().items():
-        if backend_of(module) is None and module not in ("specsweep.core.registry", "specsweep.core.parts"):
+        if backend_of(module) is None and module not in ("specsweep.core.registry", "specsweep.core.parts", "specsweep.core.machines"):
             bad = sorted(m for m in deps if backend_of(m))
             assert not bad, f"{module} imports {bad}: ask the registry (specsweep.core.registry)"
     for script in (PKG.parents[1] / "workflow" / "scripts").glob("*.py"):

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from specsweep.backends.vllm import memory
 from specsweep.models import model_shape, shaped
 
 GIB = 1024 ** 3
@@ -49,8 +50,8 @@ def test_a_dense_models_kv_tokens_match_vllms_log():
     """Qwen3-8B-shaped on the H200 (bench/archive/h200/vllm/coresidency): 'Available KV cache memory: 18.17 GiB',
     'GPU KV cache size: 132,320 tokens' (144 KiB a token; the GiB figure is rounded to 0.01)."""
     s = model_shape.shape(QWEN3_8B_TEXT)
-    assert s.kv_bytes_per_token(2) == 36 * 2 * 8 * 128 * 2 and s.block_size() == 16
-    assert abs(s.kv_tokens(int(18.17 * GIB), 4096) - 132_320) < 132_320 * 0.001
+    assert s.kv_bytes_per_token(2) == 36 * 2 * 8 * 128 * 2 and memory.block_size(s) == 16
+    assert abs(memory.kv_tokens(s, int(18.17 * GIB), 4096) - 132_320) < 132_320 * 0.001
     assert abs(s.weights_bytes(2) / GIB - 15.27) < 15.27 * 0.01        # 'Model loading took 15.27 GiB'
     d = model_shape.shape(shaped.SHAPES["qwen3-8b"]().drafter)             # and 17.22 GiB with the drafter
     assert d.drafter and abs((s.weights_bytes(2) + d.weights_bytes(2)) / GIB - 17.22) < 17.22 * 0.01
@@ -68,12 +69,12 @@ def test_the_27b_hybrid_as_vllm_counts_it():
     assert t.mamba_page_bytes(0) == 3 * 10240 * 2 + 48 * 128 * 128 * 4 == 3_207_168
     assert t.mamba_page_bytes(15) == 18 * 10240 * 2 + 48 * 128 * 128 * 4
     # vLLM's attention block: 16 x cdiv(Mamba page, 16 x 4096), what it logged on the H200
-    assert t.block_size(0) == 784 and t.block_size(15) == 864
-    assert t.block_size(0, asked=1024) == 1024                 # a --block-size above it stays
+    assert memory.block_size(t, 0) == 784 and memory.block_size(t, 15) == 864
+    assert memory.block_size(t, 0, asked=1024) == 1024                 # a --block-size above it stays
     # the state a sequence holds: 48 Mamba pages, each padded to the attention page (block x 4096), and a block
     # more a speculative token
-    assert t.state_bytes_per_sequence(0) == 48 * 784 * 4096
-    assert t.state_bytes_per_sequence(15) == 48 * 864 * 4096 * 16
+    assert memory.state_bytes_per_sequence(t, 0) == 48 * 784 * 4096
+    assert memory.state_bytes_per_sequence(t, 15) == 48 * 864 * 4096 * 16
     # weights (random, bf16, --language-model-only) against 'Model loading took': 50.2 GiB, with the drafter 53.5
     assert abs(t.weights_bytes(2) / GIB - 50.2) < 50.2 * 0.1
     assert abs((t.weights_bytes(2) + d.weights_bytes(2)) / GIB - 53.5) < 53.5 * 0.1
@@ -85,15 +86,15 @@ def test_the_27b_hybrid_as_vllm_counts_it():
     # 4096 tokens holding 6 attention blocks and one block in each GDN group (prefix caching off, vLLM's default
     # on a hybrid); 'GPU KV cache size: 627,598 tokens' is 1,379 blocks: 65.99-66.04 GiB of KV budget, which is
     # 0.85 of the 139.8 GiB H200 less the 50.2 GiB of weights and 2.6 GiB of activations and graphs
-    pool = model_shape.pool(t)
+    pool = memory.pool(t)
     assert (pool.block_size, pool.group_size, pool.attention_windows, pool.mamba_groups) == (784, 16, (None,), 3)
     assert pool.blocks_per_request(4096) == 6 + 3
-    assert t.kv_tokens(1379 * pool.block_bytes, 4096) == t.kv_tokens(1380 * pool.block_bytes - 1, 4096) == 627_598
+    assert memory.kv_tokens(t, 1379 * pool.block_bytes, 4096) == memory.kv_tokens(t, 1380 * pool.block_bytes - 1, 4096) == 627_598
     assert 0.85 * 139.8 - 50.2 - 4 < 1379 * pool.block_bytes / GIB < 1380 * pool.block_bytes / GIB < 0.85 * 139.8 - 50.2
-    assert model_shape.pool(t, mamba_cache_mode="align").blocks_per_request(4096) == 6 + 3 * 2
+    assert memory.pool(t, mamba_cache_mode="align").blocks_per_request(4096) == 6 + 3 * 2
     # with the drafter at K=15: its 5 layers join, groups of 5 (4 of the target's full layers, 1 of the drafter's,
     # 10 of GDN), and each GDN group holds 1 + 15 blocks a request
-    k15 = model_shape.pool(t, model_shape.shape(shaped.qwen35_27b_drafter(False)), 15)
+    k15 = memory.pool(t, model_shape.shape(shaped.qwen35_27b_drafter(False)), 15)
     assert (k15.block_size, k15.group_size, len(k15.attention_windows), k15.mamba_groups) == (864, 5, 5, 10)
     assert k15.blocks_per_request(4096) == 5 * 5 + 10 * 16
 
@@ -105,7 +106,7 @@ def test_the_sliding_window_drafters_server_as_vllm_logged_it():
     'GPU KV cache size: 101,741 tokens'. Groups of one layer (the drafter's one full layer is the fewest of a
     kind): a request holds 5 blocks in each of 17 full layers, 6 in each sliding one, 16 in each of 48 GDN."""
     t, d = model_shape.shape(shaped.qwen35_27b_target()), model_shape.shape(shaped.qwen35_27b_drafter(True))
-    pool = model_shape.pool(t, d, 15)
+    pool = memory.pool(t, d, 15)
     assert (pool.block_size, pool.group_size, pool.mamba_groups) == (864, 1, 48)
     assert pool.blocks_per_request(4096) == 17 * 5 + 4 * 6 + 48 * 16 == 877
     assert abs(pool.tokens(int(71.8 * GIB), 4096) - 101_741) < 101_741 * 0.001      # 71.8 is rounded to 0.1
@@ -131,7 +132,7 @@ def test_two_27b_launches_on_the_h200_as_their_own_logs_say(log, drafter, k):
     draft = model_shape.shape(shaped.qwen35_27b_drafter(sliding=True)) if drafter else None
     weights = target.weights_bytes(2) + (draft.weights_bytes(2) if draft else 0)
     assert weights / 2 ** 30 == pytest.approx(logged["weights"], rel=0.01)
-    pool = model_shape.pool(target, draft, k)
+    pool = memory.pool(target, draft, k)
     assert pool.block_size == logged["block"]
     assert pool.tokens(8 * 2 ** 30, 4096) == logged["tokens"]
 
@@ -158,6 +159,6 @@ def test_the_27b_groups_launches_through_the_dag_as_their_logs_say(member, draft
     draft = None if drafter is None else model_shape.shape(shaped.qwen35_27b_drafter(sliding=drafter))
     mine = target.weights_bytes(2) + (draft.weights_bytes(2) if draft else 0)
     assert mine / 2 ** 30 == pytest.approx(weights, rel=0.01)
-    pool = model_shape.pool(target, draft, 15 if draft else 0)
+    pool = memory.pool(target, draft, 15 if draft else 0)
     assert pool.block_size == block
     assert pool.tokens(int(kv_gib * 2 ** 30), 4096) == pytest.approx(tokens, rel=0.001)

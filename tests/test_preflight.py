@@ -524,7 +524,7 @@ def test_drafter_inference_reads_a_nested_target(hybrid_pair):
 
 def test_the_kv_check_reads_a_nested_hybrid_target(hybrid_pair):
     """16 full-attention layers of 4 KV heads of 256 (4,096 bytes a token each) and the drafter's 5 of 8 x 128, in
-    vLLM's pool (model_shape.pool): groups of 5 layers, pages of 864 x 4,096 bytes, a 4096-token request holding
+    vLLM's pool (backends/vllm/memory.pool): groups of 5 layers, pages of 864 x 4,096 bytes, a 4096-token request holding
     5 blocks in each of 5 attention groups and 1 + 15 in each of 10 GDN groups, none of it in all 64 layers."""
     _, pair = hybrid_pair
     c = vllm_checks.check_kv_cache(job(*pair, "server.kv_cache_mib=8192", "server.max_model_len=4096",

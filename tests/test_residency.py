@@ -10,7 +10,9 @@ from specsweep.core.errors import ConfigError
 from specsweep.grid import schedule
 from specsweep.grid.cells import expand
 from specsweep.grid.config import compose_jobs
-from specsweep.plan import residency, sleep_plan
+from specsweep.backends.vllm import machine as vllm_machine
+from specsweep.backends.vllm import memory, sleep_plan
+from specsweep.plan import residency
 
 GIB = 1024 ** 3
 
@@ -122,7 +124,8 @@ def test_a_coresident_gpu_group_fixes_each_members_kv_cache_from_its_share(tmp_p
     ms = lead_members(g)
     plan = residency.plan(g, ms, ["0"], device_bytes=140 * GIB, available_bytes=128 * GIB)
     for s in ms:
-        fixed, kv_need = residency.gpu_need_parts(g, s)
+        need = residency.gpu_need(g, s)
+        fixed, kv_need = need.fixed, need.cache
         launch = plan[s]
         # its share less its weights and overhead, what profiling would have left it, and at least what it needs
         assert launch.kv_cache_mib == (int(launch.gpu_memory_utilization * 140 * GIB) - fixed) // 2 ** 20
@@ -172,7 +175,7 @@ def test_relaunch_is_kept_as_asked():
 def test_gpu_members_split_the_budget_by_their_needs(tmp_path):
     g = gpu_grid(tmp_path)
     ms = lead_members(g)
-    needs = {s: residency.gpu_need_bytes(g, s) for s in ms}
+    needs = {s: residency.gpu_need(g, s).total for s in ms}
     # the 8B shape: about 15.3 GiB of weights (2 bytes a parameter; vLLM 0.26 loaded 15.27 GiB on the H200), 8 x
     # 4096 tokens of KV at 144 KiB a token (4.5 GiB) and the 4 GiB overhead
     assert 23 * GIB < needs[ms[0]] < 25 * GIB
@@ -190,7 +193,7 @@ def test_a_float32_member_needs_four_bytes_a_value(tmp_path):
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     bf16, fp32 = gpu_grid(tmp_path / "a"), gpu_grid(tmp_path / "b", "server.dtype=float32")
     for a, b in zip(lead_members(bf16), lead_members(fp32)):
-        half, full = (residency.gpu_need_bytes(g, s) - residency.GPU_OVERHEAD_GIB * GIB
+        half, full = (residency.gpu_need(g, s).total - memory.OVERHEAD_GIB * GIB
                       for g, s in ((bf16, a), (fp32, b)))
         assert full == 2 * half
 
@@ -229,9 +232,9 @@ def test_memory_split_rounds_down_and_refuses_what_does_not_fit():
 def test_a_cluster_job_asks_for_what_its_members_need_up_together():
     g = grid()
     ms = lead_members(g)
-    assert residency.group_mem_mb(g, ms) == max(8000, int(3 * (64 / 1024 + residency.CPU_SERVER_GIB) * 1024))
+    assert residency.group_mem_mb(g, ms) == max(8000, int(3 * (64 / 1024 + vllm_machine.CPU_SERVER_GIB) * 1024))
     gib = grid("server.kv_cache_mib=null", "+server.env.VLLM_CPU_KVCACHE_SPACE='3'")    # the legacy way, in GiB
-    assert residency.group_mem_mb(gib, lead_members(gib)) == int(3 * (3 + residency.CPU_SERVER_GIB) * 1024)
+    assert residency.group_mem_mb(gib, lead_members(gib)) == int(3 * (3 + vllm_machine.CPU_SERVER_GIB) * 1024)
     relaunch = grid("sweep.residency=relaunch")
     assert residency.group_mem_mb(relaunch, lead_members(relaunch)) == 8000
 
@@ -305,9 +308,9 @@ def test_a_nested_hybrid_target_is_counted_as_vllm_counts_it(tmp_path, big_host)
     # 16 + 1 full layers of 5 blocks of 864, 4 sliding (window 2048, and the tokens in flight) of 6, 48 GDN of 16
     pools = {base: 8 * (6 + 3) * 784 * 4096 * 16, k15: 8 * (17 * 5 + 4 * 6 + 48 * 16) * 864 * 4096}
     for s in (base, k15):
-        assert residency.gpu_need_bytes(g, s) == weights[s] + pools[s] + residency.GPU_OVERHEAD_GIB * GIB
+        assert residency.gpu_need(g, s).total == weights[s] + pools[s] + memory.OVERHEAD_GIB * GIB
     # all 64 layers' KV and no state would have been 4x the attention cache
-    assert residency.kv_bytes(str(models / "target"), 4096) == 4096 * 16 * 4096
+    assert model_shape.shape(models / "target").kv_bytes_per_token(2) * 4096 == 4096 * 16 * 4096
     plan = residency.plan(g, ms, ["0"], device_bytes=int(139.8 * GIB))
     assert {p.residency for p in plan.values()} == {"sleep"}            # two 50 GiB members cannot share 0.85
     assert {p.sleep_level for p in plan.values()} == {1}

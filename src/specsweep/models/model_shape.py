@@ -3,12 +3,11 @@
 A checkpoint's config may keep the text model's fields at the top level (a plain causal LM, a DFlash drafter) or
 nested in a multimodal wrapper (`text_config` of Qwen3.5/3.6's `Qwen3_5ForConditionalGeneration`, `llm_config`,
 `language_config`, `thinker_config.text_config`): `text_config` finds it as transformers'
-`PretrainedConfig.get_text_config` does, without loading anything. `Shape` then says what vLLM allocates for it:
-the KV cache of attention layers only, the conv and recurrent state of linear-attention (Gated DeltaNet) layers
-per sequence at `mamba_ssm_dtype`, and the attention block size vLLM raises so that one attention page holds one
-Mamba page (vLLM 0.26 `Platform.check_and_update_config`; `MambaStateShapeCalculator.gated_delta_net_state_shape`);
-`pool` is the KV cache vLLM 0.26 makes of a server's models (`v1/core/kv_cache_utils.py`: groups, blocks a
-request, the 'GPU KV cache size' it logs).
+`PretrainedConfig.get_text_config` does, without loading anything. `Shape` then says what the model holds whatever
+serves it: its parameters and weights, the KV of attention layers a token, and the conv and recurrent state of
+linear-attention (Gated DeltaNet) layers a sequence at `mamba_ssm_dtype`
+(`MambaStateShapeCalculator.gated_delta_net_state_shape`). How an engine lays those out (vLLM 0.26's blocks and
+pages) is its backend's: `backends/vllm/memory.py`.
 """
 from __future__ import annotations
 
@@ -24,8 +23,6 @@ TEXT_KEYS = ("text_config", "language_config", "llm_config", "decoder", "generat
 TOWER_KEYS = ("vision_config", "audio_config", "vision_tower", "audio_tower", "speech_config")
 LINEAR_TYPES = frozenset({"linear_attention", "mamba", "mamba2", "gated_delta_net"})
 SLIDING_TYPES = frozenset({"sliding_attention", "chunked_attention"})
-IN_FLIGHT_TOKENS = 8192     # vLLM's max_num_batched_tokens on a GPU: what a sliding-window layer holds beyond its window
-KERNEL_BLOCK = 16           # FlashAttention's get_supported_kernel_block_sizes: MultipleOf(16), vLLM's default block
 DTYPE_BYTES = {"float32": 4, "float": 4, "fp32": 4, "float16": 2, "half": 2, "bfloat16": 2, "fp16": 2, "bf16": 2,
                "float8": 1, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
@@ -129,32 +126,6 @@ class Shape:
         conv = (self.conv_kernel - 1 + spec_tokens) * conv_dim * dtype_bytes(self.dtype)
         return conv + self.linear_v_heads * self.linear_v_dim * self.linear_k_dim * dtype_bytes(self.ssm_dtype)
 
-    def block_size(self, spec_tokens: int = 0, asked: int = KERNEL_BLOCK, width: int = 2) -> int:
-        """The attention block size vLLM runs with: `asked` for a dense model; for a hybrid, the smallest multiple
-        of the kernel alignment max(16, asked) whose attention page holds one Mamba page (vLLM overrides a smaller
-        --block-size): alignment x cdiv(mamba page, alignment x attention bytes a token)."""
-        if not self.hybrid or not self.attention_layers:
-            return asked
-        align = max(KERNEL_BLOCK, asked)
-        need = align * cdiv(self.mamba_page_bytes(spec_tokens), align * self.kv_bytes_per_token_layer(width))
-        return max(asked, need)
-
-    def state_bytes_per_sequence(self, spec_tokens: int = 0, width: int = 2, mamba_cache_mode: str = "none") -> int:
-        """The recurrent and conv state of every linear-attention layer for one sequence, as vLLM allocates it:
-        one Mamba page a layer, padded up to the attention page (block size x attention bytes a token), times
-        1 + spec tokens blocks (2 + spec tokens in `align` mode, vLLM's MambaSpec.max_memory_usage_bytes)."""
-        if not self.hybrid:
-            return 0
-        page = self.mamba_page_bytes(spec_tokens)
-        if self.attention_layers:
-            page = max(page, self.block_size(spec_tokens, width=width) * self.kv_bytes_per_token_layer(width))
-        return self.linear_attention_layers * page * mamba_blocks(spec_tokens, mamba_cache_mode)
-
-    def kv_tokens(self, budget_bytes: int, max_model_len: int, spec_tokens: int = 0, width: int = 2,
-                  mamba_cache_mode: str = "none") -> int:
-        """The 'GPU KV cache size' vLLM logs for a KV budget, this model alone (see `pool`)."""
-        return pool(self, None, spec_tokens, width, mamba_cache_mode).tokens(budget_bytes, max_model_len)
-
     # ---- the weights ------------------------------------------------------------------------------------------
     def params(self, language_only: bool = True) -> int:
         """Parameters counted from the shape: embeddings (none in a DFlash drafter, which shares the target's),
@@ -178,75 +149,6 @@ class Shape:
 
     def weights_bytes(self, width: int = 2, language_only: bool = True) -> int:
         return width * self.params(language_only)
-
-
-def mamba_blocks(spec_tokens: int = 0, mamba_cache_mode: str = "none") -> int:
-    """Blocks a linear-attention group holds for one request: 1 (2 in `align` mode, prefix caching on) plus one a
-    speculative token (vLLM 0.26 MambaSpec.num_speculative_blocks)."""
-    return (2 if mamba_cache_mode == "align" else 1) + spec_tokens
-
-
-@dataclass(frozen=True)
-class Pool:
-    """vLLM 0.26's KV cache of one server (kv_cache_utils): every layer's page the same size (block size x attention
-    bytes a token, a Mamba page padded to it), layers of one kind in groups of `group_size`, one block of memory
-    shared by one layer of each group (page x group size), and a request holding blocks in every group."""
-    block_size: int
-    page_bytes: int
-    group_size: int
-    attention_windows: tuple[int | None, ...]      # one entry a group: None for full attention, else its window
-    mamba_groups: int
-    mamba_blocks: int                               # blocks a linear-attention group holds for one request
-
-    @property
-    def block_bytes(self) -> int:
-        return self.page_bytes * self.group_size
-
-    def blocks_per_request(self, max_model_len: int, in_flight_tokens: int = IN_FLIGHT_TOKENS) -> int:
-        """A full-attention group holds cdiv(len, block) blocks; a sliding-window one cdiv(min(window - 1 + tokens
-        in flight, len), block) + 1 (SlidingWindowSpec.max_admission_blocks_per_request); a Mamba group its
-        `mamba_blocks`."""
-        full = cdiv(max_model_len, self.block_size)
-        attn = sum(full if w is None else cdiv(min(w - 1 + in_flight_tokens, max_model_len), self.block_size) + 1
-                   for w in self.attention_windows)
-        return attn + self.mamba_groups * self.mamba_blocks
-
-    def bytes_per_request(self, max_model_len: int, in_flight_tokens: int = IN_FLIGHT_TOKENS) -> int:
-        return self.blocks_per_request(max_model_len, in_flight_tokens) * self.block_bytes
-
-    def tokens(self, budget_bytes: int, max_model_len: int, in_flight_tokens: int = IN_FLIGHT_TOKENS) -> int:
-        """vLLM's 'GPU KV cache size: N tokens': budget // block bytes blocks, over the blocks a request of
-        max_model_len holds, times max_model_len (get_kv_cache_capacity)."""
-        blocks = int(budget_bytes // self.block_bytes)
-        return int(blocks / self.blocks_per_request(max_model_len, in_flight_tokens) * max_model_len)
-
-
-def pool(target: Shape, drafter: Shape | None = None, spec_tokens: int = 0, width: int = 2,
-         mamba_cache_mode: str = "none", asked_block: int = KERNEL_BLOCK) -> Pool:
-    """The pool vLLM 0.26 makes for a server of `target` (and a drafter's attention layers, which join it): the
-    block size the hybrid's Mamba page sets, and the groups: the fewest layers of one kind (the most, where no kind
-    has 1.5 times another's) a group (_get_kv_cache_groups_uniform_page_size). The Qwen3.5-27B shape: 16 full +
-    48 GDN layers, 4 groups of 16; with a 5-layer drafter, groups of 5."""
-    kinds: dict[tuple, int] = {}
-    for m in (target, drafter):
-        if m is None:
-            continue
-        window = m.sliding_window if m.sliding_window else None
-        for t in m.layer_types:
-            if t in LINEAR_TYPES:
-                continue
-            key = ("attn", m.kv_heads, m.head_dim, window if t in SLIDING_TYPES else None)
-            kinds[key] = kinds.get(key, 0) + 1
-    if target.linear_attention_layers:
-        kinds[("mamba",)] = target.linear_attention_layers
-    block = target.block_size(spec_tokens, asked_block, width)
-    per_token = max(m.kv_bytes_per_token_layer(width) for m in (target, drafter) if m is not None)
-    fewest, most = min(kinds.values()), max(kinds.values())
-    group = most if most < fewest * 1.5 else fewest
-    windows = tuple(k[3] for k, n in kinds.items() if k[0] == "attn" for _ in range(cdiv(n, group)))
-    return Pool(block_size=block, page_bytes=block * per_token, group_size=group, attention_windows=windows,
-                mamba_groups=cdiv(kinds.get(("mamba",), 0), group),
-                mamba_blocks=mamba_blocks(spec_tokens, mamba_cache_mode))
 
 
 def _layer_types(t: dict, layers: int) -> tuple[str, ...]:
@@ -316,3 +218,30 @@ def shape(path_or_cfg: str | Path | dict | None) -> Shape | None:
         shared_intermediate=int(get("shared_expert_intermediate_size") or 0),
         tower_params=_tower_params(cfg) + _tower_params(cfg.get("thinker_config") or {}),
     )
+
+
+def files_bytes(folder: str | Path | None) -> int | None:
+    """A checkpoint folder's weights on disk: its safetensors index's total_size, else its safetensors files' sizes
+    together; None where it has none."""
+    d = Path(folder) if folder else None
+    if d is None or not d.is_dir():
+        return None
+    index = d / "model.safetensors.index.json"
+    if index.exists():
+        return json.loads(index.read_text()).get("metadata", {}).get("total_size")
+    files = list(d.glob("*.safetensors"))
+    return sum(f.stat().st_size for f in files) if files else None
+
+
+def weights_bytes(path: str | Path | None, dummy: bool = False, width: int = 2) -> int | None:
+    """A model's weights as a server holds them: its safetensors' size where it has them and loads them, else, for
+    random (dummy) weights or a folder of config only, `width` bytes a parameter counted from its shape (the text
+    model only, as served with --language-model-only); 0 for no model, None where neither is on this machine. The
+    one owner of a model's weight size."""
+    if not path:
+        return 0
+    on_disk = None if dummy else files_bytes(path)
+    if on_disk:
+        return on_disk
+    s = shape(path)
+    return None if s is None else s.weights_bytes(width)

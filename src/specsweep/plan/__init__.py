@@ -1,2 +1,2 @@
 """Before a server starts: the checks (`checks`, run by `preflight`) and how a group keeps its members
-(`residency`, `sleep_plan`)."""
+(`residency`), asking each backend's machine part (`machine`)."""

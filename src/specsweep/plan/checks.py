@@ -206,7 +206,8 @@ def check_port(cfg, env):
 def check_memory(cfg, env):
     name = "memory"
     s, pair = cfg["server"], cfg["pair"]
-    sizes = [weights_bytes(pair["target"]), weights_bytes(pair["drafter"]) if pair["method"] == "dflash" else 0]
+    sizes = [model_shape.files_bytes(local_dir(pair["target"])),
+             model_shape.files_bytes(local_dir(pair["drafter"])) if pair["method"] == "dflash" else 0]
     free_disk = shutil.disk_usage(Path(cfg["results_dir"]).resolve().anchor).free
     if None in sizes and random_weights(s.get("extra_args") or []):
         return ok(name, "random weights (--load-format dummy): the server makes them, nothing to download")
@@ -361,17 +362,6 @@ def local_dir(path: str | None) -> Path | None:
         return Path(hit).parent if isinstance(hit, str) else None
     except Exception:  # noqa: BLE001 - any hub-cache trouble just means "not local"
         return None
-
-
-def weights_bytes(path: str | None) -> int | None:
-    d = local_dir(path)
-    if d is None:
-        return None
-    index = d / "model.safetensors.index.json"
-    if index.exists():
-        return json.loads(index.read_text()).get("metadata", {}).get("total_size")
-    files = list(d.glob("*.safetensors"))
-    return sum(f.stat().st_size for f in files) if files else None
 
 
 def _tokenizer_vocab(path: Path) -> int | None:

