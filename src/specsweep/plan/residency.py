@@ -38,8 +38,8 @@ GIB = 1024 ** 3
 # (PSS, 1 GiB cache) against 2.7 GiB in three (2026-12-03), so this still bounds it.
 CPU_SERVER_GIB = 2.1
 GPU_OVERHEAD_GIB = 4.0     # CUDA context, activations' peak, CUDA graphs: what a member needs beyond weights and KV
-# What one GPU member's start-up takes of the host while it loads (start_at_once, docs/residency.md#starting-side-by-
-# side-on-a-gpu): its two processes (API server, engine core: Python, torch, the CUDA runtime) hold about this much
+# What one GPU member's start-up takes of the host while it loads (start_at_once,
+# docs/residency.md#starting-side-by-side-on-a-gpu): its two processes (API server, engine core: Python, torch, the CUDA runtime) hold about this much
 # host memory besides the weights it reads from disk (none for --load-format dummy), and keep two cores busy (the
 # engine's own work and torch.compile's Inductor workers).
 GPU_START_HOST_GIB = 4.0
