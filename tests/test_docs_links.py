@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = [REPO / "README.md", REPO / "bench" / "README.md", REPO / "bench" / "archive" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+PAGES = [REPO / "README.md", REPO / "CHANGELOG.md", REPO / "bench" / "README.md", REPO / "bench" / "archive" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
