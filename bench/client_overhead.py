@@ -4,7 +4,7 @@ Both hit the same local SSE server that answers at once (so the server is not wh
 the same concurrency and request count. Reports the sustained request rate of each and their ratio,
 and the client's overhead per request (its time per request minus the bare loop's).
 
-    .venv/bin/python bench/client_overhead.py [--requests 2000] [--concurrency 16] [--smoke]
+    python -m bench run client_overhead -- [--requests 2000] [--concurrency 16] [--smoke]
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ use (its process group's CPU seconds per second) is taken during its idle and pa
 mean over the rounds comes with a 95% t interval. With --relaunch the `alone` passes also give the spread between
 launches of one configuration against the spread within one launch (a one-way analysis of variance on log tok/s).
 
-    PYTHONPATH=src .venv/bin/python bench/coresidency.py --overrides "pair.target=... pair.drafter=..." \\
+    python -m bench run coresidency -- --overrides "pair.target=... pair.drafter=..." \\
         --rounds 4 --relaunch --out bench/archive/cpu/coresidency
     (--after-turn: also the co-resident server's CPU use right after it served a pass of its own)
 """
@@ -35,17 +35,16 @@ import numpy as np
 import psutil
 from scipy import stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
-from bench import harness  # noqa: E402
-from specsweep.core import parts  # noqa: E402
-from specsweep.core.claims import take_gpus  # noqa: E402
-from specsweep.core.results import atomic_write_text  # noqa: E402
+from bench import harness
+from specsweep.core import parts
+from specsweep.core.claims import take_gpus
+from specsweep.core.results import atomic_write_text
+from specsweep.grid.cells import expand
 from specsweep.grid import schedule
-from specsweep.grid.cells import expand  # noqa: E402
-from specsweep.grid.config import compose_jobs  # noqa: E402
-from specsweep.grid.datasets import load_prompt_rows, materialise  # noqa: E402
+from specsweep.grid.config import compose_jobs
+from specsweep.grid.datasets import load_prompt_rows, materialise
 from specsweep.plan import residency
-from specsweep.run.client import settings_for  # noqa: E402
+from specsweep.run.client import settings_for
 
 vllm = parts.session("vllm")        # the backend's session module, through the one door to a backend's parts
 

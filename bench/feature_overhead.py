@@ -22,7 +22,7 @@ Per feature, beside the cost: `perreq` checks the on server's per-request sums a
 --capture DIR keeps one raw stream of the on server (tests/data/vllm032/ came from it); `usage` counts the requests
 that came back with a count per chunk.
 
-    PYTHONPATH=src .venv/bin/python bench/feature_overhead.py --feature perreq [--pair results/models/tiny]
+    python -m bench run feature_overhead -- --feature perreq [--pair results/models/tiny]
         [--rounds 8] [--out bench/out/perreq_overhead.json] [--smoke]
 Without --pair (or where it does not exist) it makes an untrained pair of the tiny pair's shapes (tests/helpers.py).
 """
@@ -33,7 +33,6 @@ import asyncio
 import json
 import math
 import statistics
-import sys
 import tempfile
 import time
 from contextlib import ExitStack
@@ -44,13 +43,12 @@ import httpx
 import numpy as np
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
-from bench import harness  # noqa: E402
-from specsweep import metrics  # noqa: E402
-from specsweep.core import parts  # noqa: E402
-from specsweep.grid.cells import expand  # noqa: E402
-from specsweep.grid.config import compose_jobs  # noqa: E402
-from specsweep.grid.datasets import synthetic_rows  # noqa: E402
+from bench import harness
+from specsweep import metrics
+from specsweep.core import parts
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
+from specsweep.grid.datasets import synthetic_rows
 from specsweep.run import client
 
 REPO = harness.REPO
@@ -198,7 +196,6 @@ def main() -> None:
     results = Path(tempfile.mkdtemp(prefix=f"{args.feature}-overhead-"))
     pair = Path(args.pair)
     if not (pair / "target").exists():
-        sys.path.insert(0, str(REPO / "tests"))
         from helpers import make_random_pair
 
         pair = make_random_pair(results)

@@ -16,7 +16,7 @@ A round runs, one after the other: specsweep cold, vLLM cold, both no-op (vLLM's
 one more cell (K=6 added: to specsweep's grid, and to vLLM's serve params with --resume). Specsweep's cold
 and one-more runs are also split into server spans and the DAG's own overhead (bench/dag_overhead.py).
 
-    .venv/bin/python bench/grid_vs_vllm_sweep.py [--out DIR] [--pair DIR] [--rounds 2] [--smoke]
+    python -m bench run grid_vs_vllm_sweep -- [--out DIR] [--pair DIR] [--rounds 2] [--smoke]
 """
 from __future__ import annotations
 
@@ -31,13 +31,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
-from bench import harness  # noqa: E402
-from bench.dag_overhead import BIN, breakdown, ensure_pair, study_argv, timed  # noqa: E402
-from specsweep.core import parts  # noqa: E402
-from specsweep.core.results import launches  # noqa: E402
-from specsweep.grid.cells import expand  # noqa: E402
-from specsweep.grid.config import compose_jobs  # noqa: E402
+from bench import harness
+from bench.dag_overhead import BIN, breakdown, ensure_pair, study_argv, timed
+from specsweep.core import parts
+from specsweep.core.results import launches
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
 
 launch = parts.part("vllm", "launch")     # the backend's launch module, through the one door to its parts
 
@@ -147,7 +146,6 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.rounds, args.out = 1, tempfile.mkdtemp(prefix="grid-vs-vllm-smoke-")
-        sys.path.insert(0, str(harness.REPO / "tests"))
         from helpers import make_random_pair
 
         args.pair = str(make_random_pair(Path(args.out)))

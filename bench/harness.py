@@ -1,23 +1,17 @@
 """What the maintained benchmarks share: the A B B A order, the interval of a paired ratio, and one record shape.
 
-A script in bench/ imports it as a module of the `bench` package, with the repository's root on the path:
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
-    from bench import harness
+A script in bench/ imports it as a module of the `bench` package, `from bench import harness`: the runner
+(`python -m bench run NAME`, bench/__main__.py) puts the repository's root, src/ and tests/ on the path once.
 """
 from __future__ import annotations
 
 import math
-import os
-import platform
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
-from specsweep.core.results import atomic_write_json
+from specsweep.core import results
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,27 +56,11 @@ def verdict(ci: dict, slow_side: str, goal: float = 0.98) -> str:
     return f"unresolved: the interval is wider than the {1 - goal:.0%} goal, so the noise cannot rule it out"
 
 
-def commit() -> str | None:
-    """The checkout's commit, with `+dirty` when it has uncommitted changes; None outside a git checkout."""
-    try:
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head + ("+dirty" if dirty else "")
-
-
-def host() -> dict:
-    return {"name": platform.node(), "cores": len(os.sched_getaffinity(0)), "load_1min": os.getloadavg()[0]}
+# the record shape is specsweep's (core/results.run_record), which the kept-study readers in read/ write too
+commit, host = results.commit, results.host
 
 
 def record(path: str | Path | None, *, rounds: int, ratio: dict | None, **figures) -> dict:
     """The one record shape: host, commit, argv, rounds, the headline ratio with its CI (`interval`'s dict), then
     the script's own figures. Written atomically to `path` (None, as under --smoke: nothing written)."""
-    rec = {"host": host(), "commit": commit(), "argv": sys.argv, "rounds": rounds, "ratio": ratio, **figures}
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(path, rec)
-    return rec
+    return results.run_record(path, rounds=rounds, ratio=ratio, **figures)

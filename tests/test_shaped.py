@@ -40,7 +40,7 @@ def test_the_27b_replicas_are_what_vllm_reads(tmp_path, name, layer_types):
 
 
 def test_the_8b_replica_and_its_tokenizer(tmp_path):
-    """The shape bench/h200_vllm.sh serves: Qwen3-8B and its drafter; the tokenizer has every id of the vocab."""
+    """The shape scripts/gpu_host.sh serves: Qwen3-8B and its drafter; the tokenizer has every id of the vocab."""
     from transformers import AutoConfig, AutoTokenizer
 
     assert cli.main(["shape", "qwen3-8b", str(tmp_path / "p")]) == 0
@@ -64,7 +64,7 @@ def test_an_unknown_shape_is_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("pair, shape", [("qwen3.5-27b-dflash", "qwen3.5-27b"), ("qwen3.6-27b-dflash", "qwen3.6-27b")])
 def test_the_27b_preset_finds_its_replicas_and_passes_the_pair_checks(tmp_path, pair, shape):
-    """experiment=gpu_27b_hybrid, as bench/h200_vllm.sh's install step lays the replicas out."""
+    """experiment=gpu_27b_hybrid, as scripts/gpu_host.sh's install step lays the replicas out."""
     from specsweep.backends.vllm import checks as vllm_checks
     from specsweep.grid.config import compose_jobs
     from specsweep.plan import checks

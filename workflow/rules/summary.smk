@@ -1,7 +1,8 @@
 # The study's tables and plots, in one job: summary.csv (one row per cell, with the paired speedup's CI and verdict),
 # k_comparison.csv (K against K) and summary_by_category.csv, then the plots drawn from them; the job prints the
 # verdicts. One job, not two: each is a Python start-up and its imports on the chain to the MLflow ingest
-# (docs/benchmarks.md, the DAG's own overhead). The plots are a directory with a pattern, so the report shows each
+# (docs/campaigns/2026-12-03-small-grid.md#2026-12-03-later-members-started-two-at-a-time-summary-and-plots-in-one-job).
+# The plots are a directory with a pattern, so the report shows each
 # plot the study has (the category heatmap only for a dataset with categories), with its caption from plots.rst.
 rule summarize:
     input:

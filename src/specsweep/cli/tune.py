@@ -44,9 +44,7 @@ def _print_table(rows: list[dict], columns: dict[str, str]) -> None:
 
 def main(args) -> int:
     """Predict AL, TPOT and speedup for every K up to a study's largest, recommend K per concurrency, verify."""
-    import pandas as pd
-
-    from specsweep.core.results import atomic_write_text
+    from specsweep.core import derived_tables, table
     from specsweep.read import tune
 
     study = Path(args.study)
@@ -77,7 +75,8 @@ def main(args) -> int:
     if missing:
         raise ConfigError(f"tune: --verify ran, but {', '.join(missing)} have no finished cells in {study}: "
                           "see the Snakemake output above, fix the cause and rerun")
-    atomic_write_text(files.tune_verify, pd.DataFrame(checked).to_csv(index=False))
+    table.write(derived_tables.TUNE_VERIFY, checked, files.tune_verify,
+                inputs=tune.inputs(study, tune.load_study(study), verified=tune.override(check)))
     _print_table(checked, VERIFY_COLUMNS)
     print(f"wrote {files.tune_verify}")
     return 0

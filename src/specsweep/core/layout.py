@@ -71,6 +71,7 @@ VLLM_CACHE = ".vllm-cache"        # where VLLM_CACHE_ROOT was, per results folde
 VLLM_CACHE_ENV = "SPECSWEEP_VLLM_CACHE"    # the host's vLLM cache root, where not the default (vllm_cache)
 MARKER_SUFFIX = ".done"
 LOG_SUFFIX = ".log"
+INPUTS_SUFFIX = ".inputs.json"    # beside a derived table (tune.csv, compare.csv, ...): its settings and input cells
 
 # What tests/test_layout.py looks for outside this module: each file name, and each folder name where it is a
 # part of a path. (A checkpoint's config.json and tokenizer.json are Hugging Face's names, read in any
@@ -81,10 +82,16 @@ FILE_NAMES = (CONFIG, REQUESTS_KEPT, REQUESTS, METRICS, FAILED, SERVER_LOG_LINK,
               TRAINING_PAGE, MLFLOW_DB)
 DIR_NAMES = (LOGS, RUNS, COUNTERFACTUALS, DRAFTERS, PLOTS, PAGES, LAUNCHES, DATASETS, SWEEPS, MLARTIFACTS,
              VLLM_CACHE)   # not MODELS: /v1/models
-SUFFIXES = (PLOT_SUFFIX, MARKER_SUFFIX, LOG_SUFFIX)
+SUFFIXES = (PLOT_SUFFIX, MARKER_SUFFIX, LOG_SUFFIX, INPUTS_SUFFIX)
 
 
 # ---- where things lie -------------------------------------------------------------------------------------
+def inputs_of(table_path: str | Path) -> Path:
+    """The record beside a derived table (tune.csv: tune.inputs.json): the settings and the input cells it used."""
+    path = Path(table_path)
+    return path.with_name(path.name.rsplit(".", 1)[0] + INPUTS_SUFFIX)
+
+
 def study_dir(results_dir: str | Path, study: str) -> Path:
     return Path(results_dir) / study
 

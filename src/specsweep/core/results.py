@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from specsweep.core import layout
+from specsweep.core.paths import REPO
 
 
 def _umask() -> int:
@@ -74,3 +75,35 @@ def tail(path: str | Path, n: int = 40) -> str:
             return "".join(deque(f, maxlen=n))
     except OSError:
         return ""
+
+
+def commit() -> str | None:
+    """The checkout's commit, with `+dirty` when it has uncommitted changes; None outside a git checkout."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+def host() -> dict:
+    import platform
+
+    return {"name": platform.node(), "cores": len(os.sched_getaffinity(0)), "load_1min": os.getloadavg()[0]}
+
+
+def run_record(path: str | Path | None, *, rounds: int, ratio: dict | None, **figures) -> dict:
+    """A benchmark's or a kept-study reader's record: host, commit, argv, rounds, the headline ratio with its CI,
+    then its own figures. Written atomically to `path` (None: nothing written)."""
+    import sys
+
+    rec = {"host": host(), "commit": commit(), "argv": sys.argv, "rounds": rounds, "ratio": ratio, **figures}
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, rec)
+    return rec

@@ -35,8 +35,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from specsweep.core import layout
 from specsweep.core.errors import ConfigError
-from specsweep.core.results import atomic_write_text
+from specsweep.core.results import atomic_write_json, atomic_write_text
 
 ID, SETTING, FIGURE, VERDICT, LABEL, DIAGNOSIS = "id", "setting", "figure", "verdict", "label", "diagnosis"  # kinds
 TEXT, INT, FLOAT, BOOL, JSON = "text", "int", "float", "bool", "json"        # encodings
@@ -295,19 +296,6 @@ BY_CATEGORY = (
     *PAIRED,
 )
 
-# `specsweep compare`'s files: compare.csv's grid point columns (compare.py; each side's figures follow under
-# `a_`/`b_`, then B against A) and predicted.csv's columns, in file order (predictions.py)
-COMPARE_KEY = ("method", "num_speculative_tokens", "set_acceptance", "verification", "k_schedule", "dataset",
-               "thinking", "concurrency", "max_tokens", "prompt_length")
-PREDICTED = (
-    "pair", "method", "num_speculative_tokens", "dataset", "thinking", "concurrency", "predicted_side",
-    "measured_side", "predicted_cell", "measured_cell", "predicted_repeats", "measured_repeats", "rates_source",
-    "replayed_rates", "realised_rates", "measured_rates", "replayed_al", "predicted_al", "measured_al",
-    "predicted_speedup_e2e_geomean", "predicted_speedup_e2e_ci_low", "predicted_speedup_e2e_ci_high",
-    "measured_speedup_e2e_geomean", "measured_speedup_e2e_ci_low", "measured_speedup_e2e_ci_high",
-    "predicted_over_measured", "agree", "measured_vs_predicted_e2e_geomean", "measured_vs_predicted_e2e_ci_low",
-    "measured_vs_predicted_e2e_ci_high", "measured_vs_predicted_verdict")
-
 # The figures to read first, in reading order: the pages' first table and the first metrics a configuration's MLflow
 # run logs (MLflow's compare view plots the first metric two runs share), the verdict's figure first.
 READ_FIRST = ("server_cell", "method", "num_speculative_tokens", "dataset", "thinking", "concurrency", "valid",
@@ -388,9 +376,10 @@ def _encode(value, column: Column):
     return value
 
 
-def write(table: tuple[Column, ...], rows: list[dict], path: str | Path):
+def write(table: tuple[Column, ...], rows: list[dict], path: str | Path, inputs: dict | None = None):
     """The rows as the table's CSV at `path` (JSON columns encoded), and the pandas DataFrame written. A row whose
-    columns are not the table's is refused: a new column is declared in table.py first."""
+    columns are not the table's is refused: a new column is declared in table.py (or derived_tables.py) first.
+    `inputs`, a derived table's settings and input cells, goes beside it (layout.inputs_of) with its columns."""
     order, cols = names(table), columns(table)
     for row in rows:
         if set(row) != set(order):
@@ -401,6 +390,8 @@ def write(table: tuple[Column, ...], rows: list[dict], path: str | Path):
 
     frame = pd.DataFrame([{n: _encode(row[n], cols[n]) for n in order} for row in rows], columns=order)
     atomic_write_text(path, frame.to_csv(index=False))
+    if inputs is not None:
+        atomic_write_json(layout.inputs_of(path), {"table": Path(path).name, "columns": order, **inputs})
     return frame
 
 

@@ -239,7 +239,7 @@ def _schema_message(e: Exception) -> str:
 def compose_jobs(overrides: Iterable[str] = ()) -> list[dict]:
     """One resolved, validated config per (pair, dataset) named in the sweep. A composition made before from the
     same inputs is read back (composed_path), so a Snakemake start skips Hydra's compose and the schema check
-    (docs/benchmarks.md, 2026-12-03, night)."""
+    (docs/campaigns/2026-12-03-small-grid.md#2026-12-03-night-no-checkpoint-jobs-and-why-3-s-is-out-of-reach-here)."""
     overrides = list(overrides)
     path = composed_path(overrides)
     try:

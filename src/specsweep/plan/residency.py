@@ -31,9 +31,9 @@ from specsweep.plan.machine import Need, kv_cache_given
 
 MODES = ("coresident", "sleep", "relaunch")
 GIB = 1024 ** 3
-# What one GPU member's start-up takes of the host while it loads (start_at_once, docs/residency.md#starting-side-by-
-# side-on-a-gpu): its two processes (API server, engine core: Python, torch, the CUDA runtime) hold about this much
-# host memory besides the weights it reads from disk (none for --load-format dummy), and keep two cores busy (the
+# What one GPU member's start-up takes of the host while it loads (start_at_once,
+# docs/residency.md#starting-side-by-side-on-a-gpu): its two processes (API server, engine core: Python, torch,
+# the CUDA runtime) hold about this much host memory besides the weights it reads from disk (none for --load-format dummy), and keep two cores busy (the
 # engine's own work and torch.compile's Inductor workers).
 GPU_START_HOST_GIB = 4.0
 GPU_START_CORES = 2

@@ -8,14 +8,10 @@ ignore_eos (a bench spec without that key predates it: false).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import pandas as pd
-
-from specsweep.core import labels, layout, table
+from specsweep.core import derived_tables, labels, layout, table
 from specsweep.core.errors import ConfigError
-from specsweep.core.results import atomic_write_text
 from specsweep.grid.cells import Grid
 from specsweep.grid.datasets import load_prompt_rows, prompts_digest
 from specsweep.metrics import median_mad, phases
@@ -178,7 +174,7 @@ def blank_void(row: dict, matched: list[tuple[Cell, Cell]], every_void: bool = F
     figure's check as failed (streamed_figures_invalid, server_figures_invalid in its metrics.json), whatever its
     rows would say today, with that cell's reason in the ratio's `_na`."""
     if every_void:
-        keep = {"repeats", "repeats_void", "cell_a", "cell_b", "b_method", "b_num_speculative_tokens", *table.COMPARE_KEY}
+        keep = {"repeats", "repeats_void", "cell_a", "cell_b", "b_method", "b_num_speculative_tokens", *derived_tables.COMPARE_KEY}
         return {k: v if k in keep else (f"no repeat valid on both sides: {row['repeats_void']}" if k.endswith("_na")
                                         else None) for k, v in row.items()}
     for key, stem in VOIDED_BY:
@@ -192,7 +188,7 @@ def blank_void(row: dict, matched: list[tuple[Cell, Cell]], every_void: bool = F
 
 def phase_figures(name: str, cells: list[Cell]) -> dict:
     """A side's acceptance by phase over its cells' requests (phases.py), under the summary's names with the
-    side's prefix (a_think_acceptance_length, ...; per-position lists as JSON); blank for a baseline, with
+    side's prefix (a_think_acceptance_length, ...; per-position lists, which compare.csv writes as JSON); blank for a baseline, with
     phase_split_na's reason."""
     if not cells or cells[0].server_spec["method"] == "none":
         cols = phases.columns({"na": "baseline: no drafts", "requests": 0})
@@ -200,7 +196,7 @@ def phase_figures(name: str, cells: list[Cell]) -> dict:
         thinking = bool(cells[0].bench["thinking"])
         cols = phases.columns(phases.pooled([phases.request_split(r, thinking) for c in cells for r in c.requests()
                                              if r.get("ok")]))
-    return {f"{name}_{k}": json.dumps(v) if isinstance(v, list) else v for k, v in cols.items()}
+    return {f"{name}_{k}": v for k, v in cols.items()}
 
 
 def table_lines(rows: list[dict]) -> list[str]:
@@ -253,7 +249,7 @@ def write_comparison(path_a: str | Path, path_b: str | Path | None, out: str | P
                               "point" + (f" ({unmatched[0]})" if unmatched else "") + ": run the replay in the "
                               "drafter's study, or give two studies")
         print(f"study = {path_a}")
-        write_predictions(rows, unmatched, predicted_out)
+        write_predictions(rows, unmatched, predicted_out, {"study": str(path_a)})
         return rows
     side_a, side_b = side_of(path_a), side_of(path_b)
     predicted, unmatched = predictions(("A", side_a), ("B", side_b)) if side_a.kind == side_b.kind else ([], [])
@@ -270,8 +266,13 @@ def write_comparison(path_a: str | Path, path_b: str | Path | None, out: str | P
     if refused:      # e.g. a replay's baseline decodes to max_tokens and the other study's to the stop token
         print(f"no side-by-side table: {refused}")
     if rows:
-        atomic_write_text(out, pd.DataFrame(rows).to_csv(index=False))
+        matched = _pairs(side_a, side_b, required=False)
+        table.write(derived_tables.COMPARE, rows, out, inputs={
+            "written_by": "specsweep compare", "a": str(path_a), "b": str(path_b),
+            "settings": {"matched_on": list(KEY), "same_work": [key for key, _ in SAME_WORK],
+                         "voided_by": [key for key, _ in VOIDED_BY]},
+            "cells": {"a": [str(a.path) for a, _ in matched], "b": [str(b.path) for _, b in matched]}})
         print("\n".join(table_lines(rows)))
         print(f"wrote {out}")
-    write_predictions(predicted, unmatched, predicted_out)
+    write_predictions(predicted, unmatched, predicted_out, {"a": str(path_a), "b": str(path_b)})
     return rows

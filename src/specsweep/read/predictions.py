@@ -1,7 +1,7 @@
 """`specsweep compare`'s second tool, predicted against measured: a replay of a drafter's per-position rates
 (sweep.set_acceptance rates, e.g. {rates_from: DIR}) beside that drafter's own measured cell at the same grid
 point, in one study or across the two, with both speedups, whether their CIs agree, and the two cells paired
-directly where they ran the same requests. Its columns are table.PREDICTED.
+directly where they ran the same requests. Its columns are derived_tables.PREDICTED.
 """
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
 
-from specsweep.core import labels, layout, table
-from specsweep.core.results import atomic_write_text, read_json
+from specsweep.core import derived_tables, labels, layout, table
+from specsweep.core.results import read_json
 from specsweep.grid.cells import ADDED_SPEC_KEYS
 from specsweep.metrics import median_mad
 from specsweep.read.sides import Side, own_baseline, ratio_text, rounds_of, two_places
@@ -156,7 +155,7 @@ def _prediction(replay: Configuration, measured: Configuration, how: str) -> dic
            # the rule: each 95% CI holds the other's figure; None where either has no CI
            "agree": (_holds(m_lo, m_hi, p) and _holds(p_lo, p_hi, m))
            if None not in (p_lo, p_hi, m_lo, m_hi) else None}
-    row.update(dict.fromkeys(table.PREDICTED[-4:]))
+    row.update(dict.fromkeys(table.names(derived_tables.PREDICTED)[-4:]))
     # the same requests on both sides (a real cell run with sweep.ignore_eos=true, as its replay is): the two
     # cells paired directly, prompt by prompt, their baselines' noise out of it; above 1: the measured cell faster
     by_r, by_m = {c.bench_cell: c for c in replay.cells}, {c.bench_cell: c for c in measured.cells}
@@ -218,8 +217,12 @@ def prediction_lines(rows: list[dict], unmatched: list[str]) -> list[str]:
     return out
 
 
-def write_predictions(rows: list[dict], unmatched: list[str], out: str | Path) -> None:
+def write_predictions(rows: list[dict], unmatched: list[str], out: str | Path, sides: dict) -> None:
+    """Print the predictions and write predicted.csv, with what it came from beside it (sides: each side's path)."""
     print("\n".join(prediction_lines(rows, unmatched)))
     if rows:
-        atomic_write_text(out, pd.DataFrame(rows, columns=list(table.PREDICTED)).to_csv(index=False))
+        cells = sorted({r[f"{which}_cell"] for r in rows for which in ("predicted", "measured")})
+        table.write(derived_tables.PREDICTED, rows, out, inputs={
+            "written_by": "specsweep compare", **sides, "settings": {"agree": "each 95% CI holds the other's figure"},
+            "cells": cells, "unmatched": unmatched})
         print(f"wrote {out}")

@@ -58,7 +58,7 @@ def default_store(grid: Grid) -> Path:
 def _schema_template(cache: Path, shm: Path) -> Path:
     """An empty store of this MLflow's schema, made once per machine and MLflow version: MLflow creates a SQLite
     store by running each of its schema migrations in its own transaction (what that cost a cold study:
-    docs/benchmarks.md, "one job per group, and the MLflow schema made once"). It holds no experiment, so MLflow
+    docs/campaigns/2026-12-02-small-grid.md#2026-12-02-one-job-per-group-and-the-mlflow-schema-made-once). It holds no experiment, so MLflow
     makes its Default experiment where the store is first opened, as it would in a new store."""
     import sqlite3
 

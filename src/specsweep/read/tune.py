@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from specsweep import metrics
-from specsweep.core import layout
+from specsweep.core import derived_tables, layout, table
 from specsweep.core.errors import ConfigError
-from specsweep.core.results import atomic_write_text, atomic_write_yaml
+from specsweep.core.results import atomic_write_yaml
 from specsweep.metrics import request_spec
 from specsweep.read.study import Cell, Study
 from specsweep.verdicts import stats
@@ -285,13 +284,23 @@ def write_tune(study_dir: str | Path) -> tuple[list[dict], dict[int, list[int]],
     """The tune table and the mapping a study takes (layout.TUNE_TABLE, TUNE_MAPPING) in the study directory: the
     mapping as sweep.k_by_concurrency, and the same recommendation as vLLM's own dynamic K schedule
     (vllm.num_speculative_tokens_per_batch_size)."""
-    rows, notes = tune_rows(load_study(study_dir))
+    study = load_study(study_dir)
+    rows, notes = tune_rows(study)
     files = layout.StudyFiles(Path(study_dir))
-    atomic_write_text(files.tune_table, pd.DataFrame(rows).to_csv(index=False))
+    table.write(derived_tables.TUNE, rows, files.tune_table, inputs=inputs(study_dir, study, notes=notes))
     mapping = k_by_concurrency(rows)
     atomic_write_yaml(files.tune_mapping, {"sweep": {"k_by_concurrency": mapping},
                                            "vllm": {"num_speculative_tokens_per_batch_size": k_schedule(mapping)}})
     return rows, mapping, notes
+
+
+def inputs(study_dir: str | Path, study: dict[tuple, dict[int, Measured]], **settings) -> dict:
+    """What tune.csv (or tune_verify.csv) came from: its settings and the valid bench cells each group's K used."""
+    return {"written_by": "specsweep tune", "study": str(study_dir),
+            "settings": {"n_resamples": N_RESAMPLES, "seed": SEED, "ms_per_token_figures": [STREAMED, E2E],
+                         **settings},
+            "cells": {f"{pair} {dataset} thinking={thinking} c={conc} K={k}": [str(c.path) for c in m.cells]
+                      for (pair, dataset, thinking, conc), by_k in study.items() for k, m in by_k.items()}}
 
 
 # ---- verify ---------------------------------------------------------------------------------------------

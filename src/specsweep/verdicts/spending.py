@@ -18,7 +18,7 @@ any look of the plan, are wrong at most alpha of the time. The spending function
 a side, 4 - 4 Phi(z_{1 - alpha/4} / sqrt(t)); 4.333, 2.963, 2.359, 2.014 for four equal looks, as published): it
 keeps almost all of alpha for the last looks, so the last look's interval is near a one-look interval's, which is
 what a comparison answered late needs; Pocock-type (alpha ln(1 + (e - 1) t)) spends evenly and widens the last
-look (the CPU replay, bench/replay_looks.py, and docs/methods.md compare the two).
+look (the CPU replay, specsweep.read.replay_looks, and docs/methods.md compare the two).
 
 sigma is not known: a look's interval uses the look's nominal level p_k = 2 (1 - Phi(c_k)) with Student's t at
 n_k - 1 degrees of freedom, mean_k +- t_{1 - p_k/2, n_k - 1} s_k / sqrt(n_k) (the significance-level approach,

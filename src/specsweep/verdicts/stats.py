@@ -46,7 +46,8 @@ DEGENERATE = "degenerate"
 
 
 def _scipy_stats():
-    """scipy.stats, imported where a CI is computed: its import (about a second here, docs/benchmarks.md) is not
+    """scipy.stats, imported where a CI is computed: its import (about a second here,
+    docs/campaigns/2026-12-03-small-grid.md#2026-12-03-night-no-checkpoint-jobs-and-why-3-s-is-out-of-reach-here) is not
     paid by the jobs that only format one (the MLflow ingest) or by a group's job before its servers start."""
     from scipy import stats
 

@@ -27,7 +27,7 @@ CANDIDATES = [  # (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages)
     (32, 512, 1, 4, 3), (64, 512, 1, 8, 3), (32, 256, 1, 4, 6), (64, 256, 1, 8, 4),
     (32, 512, 2, 4, 3), (16, 512, 1, 4, 4), (128, 256, 1, 8, 3), (64, 128, 1, 4, 6),
 ]
-MAX_ROWS = 16   # one row tile (BLOCK_M = 16); at 128 rows (batch 8 x block 16) cuBLAS was faster (docs/benchmarks.md)
+MAX_ROWS = 16   # one row tile (BLOCK_M = 16); at 128 rows (batch 8 x block 16) cuBLAS was faster (docs/engine.md#on-a-gpu-the-h200-benchmark)
 _tiles: dict[tuple, tuple] = {}
 
 if triton is not None:

@@ -13,10 +13,10 @@ Per study and method: each comparison's verdict, interval and the repeat at whic
 group's repeats (the first look at which every comparison but the A/A check is answered, else the budget). For
 K=7 against K=3 also `first_one_look`: the first repeat at which a single one-look 95% t interval over the blocks
 so far would exclude 1, a lower bound on the repeats any valid rule needs at that spread. A replay of recorded
-blocks, not a live run.
+blocks, not a live run. A library module (`study_blocks`, `replay`), and a command:
 
-    python bench/replay_looks.py --out bench/archive/cpu/auto-repeats/replay_looks.json /tmp/vw/{a1,a2,a3,a4,b1,b2,b3,b4}
-    python bench/replay_looks.py --smoke         # seeded normal blocks, nothing written
+    python -m specsweep.read.replay_looks --out bench/archive/cpu/auto-repeats/replay_looks.json /tmp/vw/{a1,a2,b1,b2}
+    python -m specsweep.read.replay_looks --smoke      # seeded normal blocks, nothing written
 """
 from __future__ import annotations
 
@@ -28,11 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from bench import harness  # noqa: E402
-from specsweep.core.results import read_json, read_jsonl  # noqa: E402
-from specsweep.verdicts import sequential, spending, stats  # noqa: E402
+from specsweep.core import layout
+from specsweep.core.results import read_json, read_jsonl, run_record
+from specsweep.verdicts import sequential, spending, stats
 
 ROLES = {"base-aa-": "A/A", "base-": "base", "tiny-dflash-k3-": "K=3", "tiny-dflash-k7-": "K=7"}
 COMPARISONS = (("K=3", "base"), ("K=7", "base"), ("K=7", "K=3"), ("A/A", "base"))
@@ -44,9 +42,9 @@ def runs_of(server_dir: Path, max_repeats: int) -> list[list[dict]]:
     """A server cell's request rows per repeat 0 .. max_repeats - 1 ([] where a repeat has no valid record)."""
     out = []
     for r in range(max_repeats):
-        bench = next(iter(server_dir.glob(f"*-r{r}-*/metrics.json")), None)
+        bench = next(iter(server_dir.glob(f"*-r{r}-*/{layout.METRICS}")), None)
         ok = bench is not None and read_json(bench).get("valid")
-        out.append(read_jsonl(bench.parent / "requests.jsonl") if ok else [])
+        out.append(read_jsonl(bench.parent / layout.REQUESTS) if ok else [])
     return out
 
 
@@ -134,13 +132,13 @@ def smoke_blocks(seed: int = 46, n: int = 10) -> dict[str, list[float]]:
     return {name: list(math.log(e) + 0.16 * rng.standard_normal(n)) for name, e in effects.items()}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results", nargs="*", type=Path, help="kept results dirs, one default study each")
     ap.add_argument("--max-repeats", type=int, default=10)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--smoke", action="store_true", help="seeded normal blocks, nothing written")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.smoke:
         studies = {"smoke": replay(smoke_blocks(), args.max_repeats)}
     else:
@@ -162,7 +160,7 @@ def main() -> None:
     if args.smoke or not args.out:
         print("nothing written")
         return
-    harness.record(args.out, rounds=len(studies), ratio=None, max_repeats=args.max_repeats,
+    run_record(args.out, rounds=len(studies), ratio=None, max_repeats=args.max_repeats,
                    plan=list(spending.plan(args.max_repeats)),
                    nominal={s: spending.nominal_levels(spending.plan(args.max_repeats), spending=s)
                             for s in (spending.OBF, spending.POCOCK)},

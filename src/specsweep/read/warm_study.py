@@ -1,15 +1,16 @@
 """A study run twice on one host, cold then warm (one compile cache): each member's start against its cold start,
 whether the warm one came from the compile cache, and each study's whole wall against a reference wall.
 
-Issue 45's goals, read from the two kept studies (`bash bench/h200_vllm.sh bg 8b-studies`: qwen3-8b-cold, then
+Issue 45's goals, read from the two kept studies (`bash scripts/gpu_host.sh bg 8b-studies`: qwen3-8b-cold, then
 qwen3-8b-warm on the same host cache): every warm member a compile-cache hit and at most 0.7x of its cold start, the
 cold study's wall at most 0.65x and the warm one's at most 0.55x of issue 28's 740 s. Members are matched by server
 cell id (a study's name is not part of it); each member's first launch of each study is read (server.json). The
-walls are the studies' own, the DAG and the packing of its files (`study NAME: rc=0 in N s`, what h200_vllm.sh
-prints after each), given with --walls or read from its output with --step-out. Compare the two studies' verdicts with `specsweep compare COLD WARM`.
+walls are the studies' own, the DAG and the packing of its files (`study NAME: rc=0 in N s`, what scripts/gpu_host.sh
+prints after each), given with --walls or read from its output with --step-out. Compare the two studies' verdicts
+with `specsweep compare COLD WARM`. A library module (`read`, `table`), and a command:
 
-    python bench/warm_study.py COLD_STUDY_DIR WARM_STUDY_DIR --step-out step.out --out warm_study.json
-    python bench/warm_study.py --smoke          # two made-up studies, nothing written
+    python -m specsweep.read.warm_study COLD_STUDY_DIR WARM_STUDY_DIR --step-out step.out --out warm_study.json
+    python -m specsweep.read.warm_study --smoke          # two made-up studies, nothing written
 """
 from __future__ import annotations
 
@@ -20,10 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root: `bench` is a package
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from bench import harness  # noqa: E402
-from specsweep.core.results import launches  # noqa: E402
+from specsweep.core import layout
+from specsweep.core.results import launches, run_record
 
 REFERENCE_WALL_S = 740.0       # issue 28's 8B-shaped group study on the H200, members started one after another
 GOALS = {"warm_over_cold_start": 0.7, "cold_wall_over_reference": 0.65, "warm_wall_over_reference": 0.55}
@@ -33,7 +32,7 @@ WALL = re.compile(r"^study (\S+): rc=(\d+) in (\d+) s$", re.M)
 def first_launches(study: Path) -> dict[str, dict]:
     """Each server cell's first launch record in a kept study folder (<study>/<cell>/logs/server.json)."""
     out = {}
-    for log_dir in sorted(study.glob("*/logs")):
+    for log_dir in sorted(study.glob(f"*/{layout.LOGS}")):
         records = launches(log_dir)
         if records:
             out[log_dir.parent.name] = records[0]
@@ -41,7 +40,7 @@ def first_launches(study: Path) -> dict[str, dict]:
 
 
 def walls_from(step_out: str) -> dict[str, float]:
-    """Each study's whole wall from h200_vllm.sh's output, by study name (a study that failed is left out)."""
+    """Each study's whole wall from scripts/gpu_host.sh's output, by study name (a study that failed is left out)."""
     return {name: float(s) for name, rc, s in WALL.findall(step_out) if rc == "0"}
 
 
@@ -94,21 +93,21 @@ def smoke_studies(root: Path) -> tuple[Path, Path]:
 
     for study, ready, cache in (("cold", (100.0, 150.0), "miss"), ("warm", (60.0, 90.0), "hit")):
         for sid, r in zip(("base-target-0", "tiny-dflash-k7-0"), ready):
-            write(root / study / sid / "logs" / "server.json",
+            write(root / study / sid / layout.LOGS / layout.SERVER_RECORD,
                   [{"ready_s": r, "compile_cache": cache, "compile_cache_load_failure": None, "start_at_once": 2,
                     "kv_cache_tokens": 1000}])
     return root / "cold", root / "warm"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("studies", nargs="*", type=Path, help="the cold study's folder, then the warm one's")
     ap.add_argument("--walls", nargs=2, type=float, metavar=("COLD_S", "WARM_S"), help="the studies' whole walls")
-    ap.add_argument("--step-out", type=Path, help="h200_vllm.sh's output, to read the walls from")
+    ap.add_argument("--step-out", type=Path, help="scripts/gpu_host.sh's output, to read the walls from")
     ap.add_argument("--reference", type=float, default=REFERENCE_WALL_S, help="the wall the studies are held against")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--smoke", action="store_true", help="two made-up studies, nothing written")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.smoke:
         cold, warm = smoke_studies(Path(tempfile.mkdtemp(prefix="warm-study-")))
         walls: tuple = (400.0, 350.0)
@@ -125,7 +124,7 @@ def main() -> None:
     if args.smoke or not args.out:
         print("nothing written")
         return
-    harness.record(args.out, rounds=1, ratio=None, cold=str(cold), warm=str(warm), **result)
+    run_record(args.out, rounds=1, ratio=None, cold=str(cold), warm=str(warm), **result)
     print("wrote", args.out)
 
 

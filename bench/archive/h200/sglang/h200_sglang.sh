@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# FROZEN: the step list as it ran (docs/campaigns/2026-12-01-h200-sglang.md), last from 1e23ceb as bench/h200_sglang.sh; run it from that
+# commit. Maintained: scripts/gpu_host.sh (each step by name, as a preset run) and conf/experiment/gpu_*.yaml.
 # The SGLang studies of bench/archive/h200/sglang/, on an offline one-GPU host, one step per call of a lease (each
 # under 10 minutes; the host keeps /root and /tmp only while calls follow each other):
 #   recv DIR   copy one carried folder of the SGLang bundle's parts to /root/sglwhl (shared/gpu-sglang's c1..c3

@@ -1,4 +1,7 @@
-"""The same pair, prompts and K on other hardware or another server: do they accept the same drafts?
+"""Frozen with its campaign (h200-vllm, h200-sglang): last ran from 1e23ceb as bench/cross_hardware.py; run it from
+that commit. Not maintained, no smoke.
+
+The same pair, prompts and K on other hardware or another server: do they accept the same drafts?
 
 At temperature 0 and concurrency 1 two servers should nearly agree; kernels flip near-ties. For each DFlash K
 this compares each study with the first: the mean acceptance length and per-position acceptance (the server's
