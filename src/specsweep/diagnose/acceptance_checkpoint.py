@@ -41,12 +41,12 @@ def _pooled(valid: list[dict]) -> tuple[float | None, list[float] | None]:
 
 
 def groups(grid: Grid, sid: str) -> dict[tuple, list[str]]:
-    """(dataset, thinking, concurrency) -> the finished bench ids of a server cell, as the summary groups them."""
+    """A setting (schedule.setting: dataset, thinking, concurrency, lengths) -> the finished bench ids of a server
+    cell, as the summary groups them."""
     out: dict[tuple, list[str]] = {}
     for bid, bench in grid.benches[sid].items():
         if grid.metrics_path(sid, bid).exists():
-            s = bench.spec
-            out.setdefault((s["dataset"]["name"], s["thinking"], s["concurrency"]), []).append(bid)
+            out.setdefault(schedule.setting(bench.spec), []).append(bid)
     return out
 
 
@@ -54,8 +54,10 @@ def groups_needed(grid: Grid, sid: str, below: float) -> list[tuple[dict, list[s
     """Each bench group's entry (its pooled acceptance, whether it needs a diagnosis and, if not, why), its bench
     ids and its pooled per-position rates."""
     out = []
-    for (dataset, thinking, conc), bids in sorted(groups(grid, sid).items()):
-        entry = {"dataset": dataset, "thinking": thinking, "concurrency": conc}
+    order = sorted(groups(grid, sid).items(), key=lambda kv: (*kv[0][:3], kv[0][3][0], kv[0][3][1] or 0))
+    for (dataset, thinking, conc, (max_tokens, prompt_length)), bids in order:
+        entry = {"dataset": dataset, "thinking": thinking, "concurrency": conc, "max_tokens": max_tokens,
+                 "prompt_length": prompt_length}
         valid = [m for m in (read_json(grid.metrics_path(sid, b)) for b in bids) if m.get("valid")]
         al, rates = _pooled(valid)
         entry.update(mean_acceptance_length=al, per_position_acceptance=rates,

@@ -279,7 +279,7 @@ class Grid:
         return [(sid, bid) for sid, cell in self.servers.items() if cell.study == study and sid not in self.diagnosed_by
                 for bid in self.benches[sid]]
 
-    # ---- the paired CI's blocks (the schedule itself, groups, rounds and turns, is residency's) ---------------
+    # ---- the paired CI's blocks are schedule.block's; the schedule itself (groups, rounds, turns) is schedule's ---
     def residency(self, sid: str) -> str:
         """How the cell's group keeps its servers (sweep.residency): `coresident` (all up for the group's whole
         round, taking turns), `sleep` (all up, one awake: vLLM's sleep mode) or `relaunch` (one launch per turn)."""

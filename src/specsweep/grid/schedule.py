@@ -13,6 +13,18 @@ from specsweep.grid import repeats
 from specsweep.grid.cells import MIN_BLOCKS, Grid, stable_hash
 
 
+def setting(bench: dict) -> tuple:
+    """A bench spec's setting, what its repeats share and what a summary row, a comparison and a diagnosis group
+    by: (dataset, thinking, concurrency, (max_tokens, prompt_length)), prompt_length None for the dataset's own
+    prompts. The one spelling of the bench-cell grouping."""
+    return (bench["dataset"]["name"], bench["thinking"], bench["concurrency"], lengths_of(bench))
+
+
+def lengths_of(bench: dict) -> tuple:
+    """A bench spec's length axes: (max_tokens, prompt_length), prompt_length None for the dataset's own prompts."""
+    return (int(bench["max_tokens"]), bench.get("prompt_length"))
+
+
 def round_of_repeat(repeat: int, rounds: int, repeats: int) -> int:
     """Repeat r of R rounds over n repeats runs in round r * R // n, so each round holds a contiguous block of
     repeats (10 repeats in 3 rounds: 0-3, 4-6, 7-9)."""

@@ -12,13 +12,14 @@ from pathlib import Path
 
 from specsweep.core import derived_tables, labels, layout, table
 from specsweep.core.errors import ConfigError
+from specsweep.grid import schedule
 from specsweep.grid.cells import Grid
 from specsweep.grid.datasets import load_prompt_rows, prompts_digest
 from specsweep.metrics import median_mad, phases
 from specsweep.read import summary
 from specsweep.read.predictions import predictions, write_predictions
 from specsweep.read.sides import Side, own_baseline, ratio_text, rounds_of, side_of, two_places
-from specsweep.read.study import KEY, Cell, lengths_of
+from specsweep.read.study import KEY, Cell
 from specsweep.run import looks
 from specsweep.verdicts import stats
 
@@ -153,7 +154,7 @@ def own_sequence(side: Side, cells: list[Cell], paired: dict) -> dict:
     if side.study is None or not base or base == cell.server_cell:
         return {"looks": 1, "stopped": looks.FIXED}
     bench = cell.bench
-    key = (cell.server_cell, bench["dataset"]["name"], bench["thinking"], bench["concurrency"], lengths_of(bench))
+    key = (cell.server_cell, *schedule.setting(bench))
     bids = side.study.groups.get(key) or [c.bench_cell for c in cells]
     return summary.sequence(side.study, cell.server_cell, base, bids, paired)
 

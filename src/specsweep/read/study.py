@@ -30,11 +30,6 @@ def _json(value) -> str | None:
     return None if value is None else json.dumps(value)
 
 
-def lengths_of(bench: dict) -> tuple:
-    """A bench spec's length axes: (max_tokens, prompt_length), prompt_length None for the dataset's own prompts."""
-    return (int(bench["max_tokens"]), bench.get("prompt_length"))
-
-
 class Cell:
     """One finished bench cell: its metrics.json, and on demand its config.yaml and requests.jsonl."""
 
@@ -92,7 +87,7 @@ class Cell:
         return (s["method"], s["num_speculative_tokens"], _json(s.get("set_acceptance")),
                 s.get("verification", "standard") if s["method"] != "none" else None, _json(s.get("k_schedule")),
                 b["dataset"]["name"], b["thinking"], b["concurrency"], bool(b.get("ignore_eos", False)),
-                *lengths_of(b), b["repeat"])
+                *schedule.lengths_of(b), b["repeat"])
 
     @property
     def set_acceptance_source(self) -> dict | None:
@@ -197,13 +192,12 @@ class Study:
     @property
     def groups(self) -> dict[tuple, list[str]]:
         """(server cell, dataset, thinking, concurrency, lengths) -> the bench ids of its finished repeats; lengths is
-        (max_tokens, prompt_length) (lengths_of), so each output and prompt length is a row of its own."""
+        (max_tokens, prompt_length) (schedule.setting), so each output and prompt length is a row of its own."""
         if self._groups is None:
             self._groups = {}
             for sid, bid in self.cells:
                 bench = self.grid.benches[sid][bid].spec
-                self._groups.setdefault((sid, bench["dataset"]["name"], bench["thinking"], bench["concurrency"],
-                                         lengths_of(bench)), []).append(bid)
+                self._groups.setdefault((sid, *schedule.setting(bench)), []).append(bid)
         return self._groups
 
     def metrics(self, sid: str, bid: str) -> dict | None:
