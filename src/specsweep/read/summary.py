@@ -230,7 +230,7 @@ def sequence(study: Study, sid: str, ref: str, bids: list[str], paired: dict) ->
     def by_repeat(s: str) -> list[list[dict]]:
         return [study.requests(s, b) if study.valid(s, b) and study.valid(ref if s == sid else sid, b) else []
                 for b in sorted(bids, key=lambda b: study.grid.benches[sid][b].spec["repeat"])]
-    out = looks.sequence_columns(study.grid, sid, by_repeat(sid), by_repeat(ref))
+    out = looks.sequence_columns(study.grid, sid, ref, bids, by_repeat(sid), by_repeat(ref))
     if paired.get("verdict") == stats.DEGENERATE:
         out.pop("verdict", None)
     return out

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specsweep.verdicts.sequential import ALPHA, ANSWERED, BUDGET, UNRESOLVED, intersect
+from specsweep.verdicts.sequential import ALPHA, ANSWERED, BUDGET, UNRESOLVED, intersect, precise
 from specsweep.verdicts.stats import EQUIVALENCE, verdict
 
 PLANNED = "planned"   # sweep.looks: this rule's name in a record (sequential.py's is `every`)
@@ -113,14 +113,16 @@ def interval(blocks: Sequence[float], nominal: float) -> tuple[float, float]:
 
 
 def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = EQUIVALENCE,
-               alpha: float = ALPHA, repeats: int | None = None, spending: str = OBF) -> dict:
+               alpha: float = ALPHA, repeats: int | None = None, spending: str = OBF,
+               precision: float | None = None) -> dict:
     """The record of one comparison under the plan of max_repeats, at the planned looks taken so far (those at or
     before `repeats`, the group's repeats, default one per block; the look after repeat r reads the first r
     blocks): sequential.comparison's fields, with the interval the looks' intervals share (each holds with all the
     others at once, so their intersection does too; where two do not meet, the later one's) and its verdict: once
     answered (`answered_at`) it only narrows, so `faster` stays `faster` and `equivalent` may become one; None
     before the first look, `unresolved` at the budget; plus `method`, `plan` and `nominal`, the last look's
-    nominal level. The speedup is the blocks' mean up to that look, as the interval's."""
+    nominal level. The speedup is the blocks' mean up to that look, as the interval's. With a `precision`
+    (sweep.precision), answered means decided and that narrow (sequential.precise), as in sequential.comparison."""
     n = len(blocks)
     repeats = n if repeats is None else repeats
     schedule = plan(max_repeats)
@@ -133,23 +135,24 @@ def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = E
         low, high = intersect((low, high), interval(blocks[:used], p))
         ci = (None, None) if math.isinf(low) or math.isinf(high) else (math.exp(low), math.exp(high))
         v = verdict(*ci, equivalence, at_budget=False)
-        if v and answered_at is None:
+        if v and answered_at is None and precise(low, high, precision):
             answered_at = r
-    if v is None and repeats >= max_repeats:
-        v = UNRESOLVED
+    if answered_at is None:
+        v = (v or UNRESOLVED) if repeats >= max_repeats else None
     return {"verdict": v, "ratio": math.exp(float(np.mean(blocks[:used]))) if used else None,
             "ci_low": ci[0], "ci_high": ci[1], "repeats": repeats, "blocks": n, "looks": len(taken),
-            "answered_at": answered_at, "equivalence": equivalence,
-            "stopped": None if v is None else (BUDGET if v == UNRESOLVED else ANSWERED),
+            "answered_at": answered_at, "equivalence": equivalence, "precision": precision,
+            "stopped": None if v is None else (ANSWERED if answered_at is not None else BUDGET),
             "method": PLANNED, "plan": list(schedule), "nominal": nominal}
 
 
 def look(blocks_by_comparison: dict[str, Sequence[float]], max_repeats: int, equivalence: float = EQUIVALENCE,
-         alpha: float = ALPHA, repeats: int | None = None, spending: str = OBF) -> tuple[bool, dict[str, dict]]:
+         alpha: float = ALPHA, repeats: int | None = None, spending: str = OBF,
+         precision: float | None = None) -> tuple[bool, dict[str, dict]]:
     """sequential.look's stopping rule under the plan: (stop, each comparison's record). Between planned looks
     nothing changes; at one, the group stops once every comparison is answered, or at the budget."""
     if repeats is None:
         repeats = max((len(b) for b in blocks_by_comparison.values()), default=0)
-    records = {name: comparison(b, max_repeats, equivalence, alpha, repeats, spending)
+    records = {name: comparison(b, max_repeats, equivalence, alpha, repeats, spending, precision)
                for name, b in blocks_by_comparison.items()}
     return repeats >= max_repeats or all(r["verdict"] is not None for r in records.values()), records
