@@ -11,7 +11,7 @@ import pytest
 from specsweep import metrics
 from specsweep.core import layout
 from specsweep.core.errors import ConfigError
-from specsweep.core.results import read_json
+from specsweep.core.results import atomic_write_json, read_json
 from specsweep.diagnose import acceptance_checkpoint
 from specsweep.grid import repeats, schedule
 from specsweep.grid.cells import AA, expand
@@ -21,6 +21,7 @@ from specsweep.read import summary
 from specsweep.read.study import Study
 from specsweep.run import looks, runner
 from specsweep.run.bench_cell import Measurement
+from specsweep.verdicts import spending
 
 GIB = 1024 ** 3
 
@@ -198,6 +199,20 @@ def test_planned_looks_stop_at_a_planned_repeat_and_refuse_a_larger_budget(tmp_p
     events.clear()
     runner.run_group(g, lead, tmp_path / "m2.done", progress=False)         # the same budget: nothing to run
     assert events == []
+    # issue 54: the plan record says which boundaries it used; one written before (no `boundaries`) keeps issue
+    # 46's on a rerun and in the summary, and the new default budget (20) is refused for it in one line
+    path = g.server_dir(lead) / layout.LOOK_PLAN
+    assert read_json(path)["boundaries"] == rec["boundaries"] == spending.CALIBRATED
+    old = {k: v for k, v in read_json(path).items() if k != "boundaries"}
+    atomic_write_json(path, old)
+    assert looks.calibration(g, lead) == {"calibration": spending.NOMINAL_T}
+    runner.run_group(g, lead, tmp_path / "m2b.done", progress=False)
+    summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
+    assert events == [] and {r["verdict"] for r in table.read(f.summary) if r["method"] != "none"} == {"faster"}
+    g20, _, _ = auto_group(tmp_path)
+    assert repeats.budget(g20.configs[lead]["sweep"])["max_repeats"] == 20
+    with pytest.raises(ConfigError, match=r"sweep.max_repeats=10"):
+        runner.run_group(g20, lead, tmp_path / "m20.done", progress=False)
     g2, _, _ = auto_group(tmp_path, "sweep.max_repeats=12")
     with pytest.raises(ConfigError, match=r"plan \[3, 5, 7, 10\].*new results_dir") as e:
         runner.run_group(g2, lead, tmp_path / "m3.done", progress=False)

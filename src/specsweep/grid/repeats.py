@@ -20,7 +20,7 @@ from specsweep.verdicts.spending import PLANNED
 from specsweep.verdicts.stats import EQUIVALENCE
 
 AUTO = "auto"
-MAX_REPEATS = 10
+MAX_REPEATS = 20        # auto's default budget (issue 54: four planned looks, 6, 10, 14, 20)
 # sweep.looks: spending.py's planned looks, or sequential.py's after every repeat (each rule names itself)
 
 

@@ -20,10 +20,11 @@ A look is a function of the repeats on disk: a job that starts on a group with r
 looks of those repeats in order, so each member and setting stops where the first job stopped it (the seconds come
 from the earlier record).
 
-Under `sweep.looks: planned` (spending.py) the looks that count are the plan's (3, 5, 7, 10 for max_repeats 10):
+Under `sweep.looks: planned` (spending.py) the looks that count are the plan's (6, 10, 14, 20 for max_repeats 20):
 the looks between them change nothing. The plan is fixed by the budget the group first looked by (layout.LOOK_PLAN,
-written at its first planned look): a rerun under another plan, or under sweep.looks=every, is refused, since the
-first budget's alpha is spent by its last look (a new results_dir starts afresh).
+written at its first planned look, with the boundaries it used): a rerun under another plan, or under
+sweep.looks=every, is refused, since the first budget's alpha is spent by its last look (a new results_dir starts
+afresh); a group planned before the boundaries were calibrated (issue 54) keeps its own (calibration).
 
 The summary reads each comparison again from its finished repeats (sequence_columns), with the same rule, up to the
 repeat its record says it stopped at.
@@ -96,8 +97,11 @@ def check_plan(grid: Grid, lead: str) -> None:
 
 
 def calibration(grid: Grid, lead: str) -> dict:
-    """How a planned group's boundaries are computed (spending.comparison's keyword), as its plan record says."""
-    return {}
+    """How a planned group's boundaries are computed (spending.comparison's keyword), as its plan record says: a
+    group first planned before issue 54 (no `boundaries` in its record) keeps issue 46's (spending.NOMINAL_T)."""
+    path = grid.server_dir(lead) / layout.LOOK_PLAN
+    plan = read_json(path) if path.exists() else {}
+    return {"calibration": plan.get("boundaries", spending.NOMINAL_T if plan else spending.CALIBRATED)}
 
 
 def group_record(grid: Grid, lead: str) -> dict | None:
@@ -287,7 +291,7 @@ class Looks:
         b, path = self.budget, self.grid.server_dir(self.lead) / layout.LOOK_PLAN
         if self.rule is spending and done in spending.plan(b["max_repeats"]) and not path.exists():
             atomic_write_json(path, {"plan": list(spending.plan(b["max_repeats"])), "budget": b, "first_look": done,
-                                     "written_at": time.time()})
+                                     "boundaries": spending.CALIBRATED, "written_at": time.time()})
 
     def _write(self, done: int) -> None:
         """The group's record after this look; one line of what it says."""
