@@ -127,7 +127,8 @@ def test_a_group_stops_once_answered_and_records_the_rest_as_not_needed(tmp_path
     assert all(r["looks"] == len(done) and r["stopped"].startswith("answered at repeat") for r in rows)
     assert all(r["speedup_e2e_ci_low"] > 1 for r in rows) and rows[0]["aa_check"] is None
     [k] = table.read(f.k_comparison)
-    assert k["statement"].endswith("K=7 faster") and k["resolved"] and k["looks"] == len(done)
+    assert k["statement"].endswith(f"K=7 faster, answered at {k['answered_s']:.0f} s, repeat {k['answered_repeat']}")
+    assert k["resolved"] and k["looks"] == len(done) and k["answered_repeat"] <= len(done)
     # compare reads each side against its own baseline as the summary does: the sequence's interval and looks
     from specsweep.read import compare
     for srow in rows:
@@ -348,6 +349,16 @@ def test_each_setting_stops_apart_and_a_member_no_comparison_needs_stops_taking_
     assert {rows[k, 4]["verdict"] for k in (3, 7)} == {"faster"}
     ks = {k["concurrency"]: k for k in table.read(f.k_comparison)}
     assert ks[4]["stopped"] == looks.BUDGET and ks[4]["verdict"] == "unresolved"
+    # time to answer (issue 54 item 3): the repeat and seconds of the look that answered each, from looks.json
+    [k1] = [r for n, r in by_c[1].items() if f" vs {lead} " not in n]
+    assert (ks[1]["answered_repeat"], ks[1]["answered_s"]) == (k1["answered_at"], k1["answered_s"])
+    assert ks[1]["statement"].endswith(f"equivalent within ±5%, answered at {k1['answered_s']:.0f} s, repeat "
+                                       f"{k1['answered_at']}")
+    assert ks[4]["answered_repeat"] is None and ks[4]["answered_s"] is None and "answered" not in ks[4]["statement"]
+    for (k, c), row in rows.items():
+        [rec] = [r for n, r in by_c[c].items() if n.startswith(row["server_cell"]) and f" vs {lead} " in n]
+        assert (row["answered_repeat"], row["answered_s"]) == (rec["answered_at"], rec["answered_s"])
+        assert 0 < row["answered_s"] <= record["seconds"]
     events.clear()
     runner.run_group(g, lead, tmp_path / "m2.done", progress=False)         # the same budget: nothing to run
     assert events == []

@@ -326,11 +326,12 @@ def sequence_columns(grid: Grid, sid: str, ref: str, bids: list[str], cell_runs:
     """A comparison's `looks` and `stopped`, and in an `auto` study its interval and verdict from its stopping rule
     (planned looks or the confidence sequence) over its repeat blocks (cell_runs[r], ref_runs[r]: repeat r of each
     side, [] where it has none), up to the repeat its record in the group's record says it stopped at (older
-    records: where the group stopped); a fixed study's is read once, at its budget (`fixed`)."""
+    records: where the group stopped), with the repeat at which it was answered and the record's seconds to that
+    look (`answered_repeat`, `answered_s`); a fixed study's is read once, at its budget (`fixed`)."""
     sweep = grid.configs[sid]["sweep"]
     b = repeats.budget(sweep)
     if b is None:
-        return {"looks": 1, "stopped": FIXED}
+        return {"looks": 1, "stopped": FIXED, "answered_repeat": None, "answered_s": None}
     record = group_record(grid, schedule.group_of(grid, sid))
     setting = next((s for s, by in schedule.settings(grid, sid).items() if set(by.values()) & set(bids)), None)
     name = comparison_name(grid, sid, ref, setting, schedule.settings(grid, sid)[setting]) if setting else None
@@ -351,6 +352,18 @@ def sequence_columns(grid: Grid, sid: str, ref: str, bids: list[str], cell_runs:
         stopped = TIME if why == TIME else f"{GROUP} at repeat {cap}"
     elif rec["stopped"] == BUDGET and record and not mine and record["stopped"] == ANSWERED:   # an older record
         stopped = f"{GROUP} at repeat {cap}"
+    answered = rec["answered_at"] if rec["stopped"] == ANSWERED else None
     return {"speedup_e2e_ci_low": rec["ci_low"], "speedup_e2e_ci_high": rec["ci_high"],
             "verdict": stats.verdict_text(rec["verdict"], b["equivalence"]) if rec["verdict"] else None,
-            "looks": rec["looks"], "stopped": stopped}
+            "looks": rec["looks"], "stopped": stopped, "answered_repeat": answered,
+            "answered_s": mine.get("answered_s") if answered is not None and mine.get("answered_at") == answered
+            else None}
+
+
+def answered_text(row: dict) -> str:
+    """`answered at 64 s, repeat 10` (issue 54's time to answer), `answered at repeat 10` without its seconds, or
+    nothing for a comparison not answered or a fixed study."""
+    if row.get("answered_repeat") is None:
+        return ""
+    seconds = f"{row['answered_s']:.0f} s, " if row.get("answered_s") is not None else ""
+    return f"answered at {seconds}repeat {row['answered_repeat']}"
