@@ -107,6 +107,11 @@ def test_a_group_stops_once_answered_and_records_the_rest_as_not_needed(tmp_path
     assert record["stopped"] == looks.ANSWERED and record["why"] == f"answered at repeat {len(done)}"
     assert {r["verdict"] for r in record["comparisons"].values()} == {"faster"}
     assert len(record["comparisons"]) == 3                                   # K=3, K=7 vs base; K=7 vs K=3
+    from specsweep.verdicts import sequential
+    for r in record["comparisons"].values():         # issue 54 item 6: the blocks are kept, so a replay reads them
+        assert r["block_repeats"] == list(range(len(done))) and len(r["block_values"]) == r["blocks"]
+        again = sequential.comparison(r["block_values"], 8, repeats=r["repeats"])
+        assert (again["ci_low"], again["ci_high"], again["verdict"]) == (r["ci_low"], r["ci_high"], r["verdict"])
     for sid in members:
         for bid, cell in g.benches[sid].items():
             skipped = cell.spec["repeat"] >= len(done)

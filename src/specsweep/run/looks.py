@@ -179,9 +179,13 @@ class Looks:
             self.stop_before(self.at + 1)
 
     def _blocks(self, c: dict, done: int) -> list[float]:
+        return [v for _, v in self._repeat_blocks(c, done)]
+
+    def _repeat_blocks(self, c: dict, done: int) -> list[tuple[int, float]]:
+        """(repeat, block) of each repeat 0 .. done - 1 that gives a block (sequential.block_log_ratios)."""
         mine, theirs = c["by_repeat"]
-        return sequential.block_log_ratios([self._requests(c["cell"], mine.get(r)) for r in range(done)],
-                                           [self._requests(c["ref"], theirs.get(r)) for r in range(done)])
+        return [(r, v) for r in range(done) for v in sequential.block_log_ratios(
+            [self._requests(c["cell"], mine.get(r))], [self._requests(c["ref"], theirs.get(r))])]
 
     def blocks(self, done: int) -> dict[str, list[float]]:
         """Each comparison's blocks (sequential.block_log_ratios) over repeats 0 .. done - 1."""
@@ -216,9 +220,12 @@ class Looks:
         b = self.budget
         for name, c in self.comparisons.items():
             if self._running(name):
-                rec = self.rule.comparison(self._blocks(c, done), b["max_repeats"], b["equivalence"], repeats=done,
+                kept = self._repeat_blocks(c, done)
+                rec = self.rule.comparison([v for _, v in kept], b["max_repeats"], b["equivalence"], repeats=done,
                                            precision=self.precision, **self._calibration())
-                rec.update(cell=c["cell"], ref=c["ref"], setting=c["setting_text"], answered_s=None)
+                # the block values themselves, for a replay (issue 54 item 6): repeat and mean log(ref / cell) e2e
+                rec.update(cell=c["cell"], ref=c["ref"], setting=c["setting_text"], answered_s=None,
+                           block_repeats=[r for r, _ in kept], block_values=[v for _, v in kept])
                 rec["answered_s"] = self._answered_s(name, rec, live)
                 self.records[name] = rec
         self._plan_record(done)
