@@ -11,7 +11,7 @@ import pytest
 from specsweep import metrics
 from specsweep.core import layout
 from specsweep.core.errors import ConfigError
-from specsweep.core.results import read_json
+from specsweep.core.results import atomic_write_json, read_json
 from specsweep.diagnose import acceptance_checkpoint
 from specsweep.grid import repeats, schedule
 from specsweep.grid.cells import AA, expand
@@ -21,13 +21,15 @@ from specsweep.read import summary
 from specsweep.read.study import Study
 from specsweep.run import looks, runner
 from specsweep.run.bench_cell import Measurement
+from specsweep.verdicts import spending
 
 GIB = 1024 ** 3
 
 
 def timed_backend(monkeypatch, events, factor, noise):
     """Sessions whose request e2e is 0.1 s x factor(server cell) x (1 + noise x a fixed draw in [-1, 1] per cell,
-    repeat and prompt), a load factor per repeat common to every member (it cancels in the pairs)."""
+    repeat and prompt), a load factor per repeat common to every member (it cancels in the pairs); `noise` may be
+    a function of the bench spec (a setting's own noise)."""
     class Session:
         log_path = None
 
@@ -48,11 +50,12 @@ def timed_backend(monkeypatch, events, factor, noise):
 
         def measure(self, prompts, bench, progress, desc):
             rep = bench["repeat"]
-            events.append(("measure", self.sid, rep))
-            rows = []
+            events.append(("measure", self.sid, rep, bench["concurrency"]))
+            rows, spread = [], noise(bench) if callable(noise) else noise
             for i in range(len(prompts)):
-                draw = int(hashlib.sha256(f"{self.sid}/{rep}/{i}".encode()).hexdigest()[:8], 16) / 2 ** 31 - 1
-                e2e = 0.1 * factor(self.sid) * (1 + 0.3 * (rep % 3)) * (1 + noise * draw)
+                key = f"{self.sid}/{rep}/{i}" + (f"/c{bench['concurrency']}" if callable(noise) else "")
+                draw = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 2 ** 31 - 1
+                e2e = 0.1 * factor(self.sid) * (1 + 0.3 * (rep % 3)) * (1 + spread * draw)
                 rows.append({"index": i, "turn": 0, "ok": True, "error": None, "text": f"answer {i} of {rep}",
                              "prompt_tokens": 4, "completion_tokens": 8, "ttft_s": 0.01, "e2e_s": e2e, "itl_s": [],
                              "chunk_t_s": [e2e * t / 8 for t in range(1, 9)], "chunk_tokens": [1] * 8,
@@ -104,6 +107,11 @@ def test_a_group_stops_once_answered_and_records_the_rest_as_not_needed(tmp_path
     assert record["stopped"] == looks.ANSWERED and record["why"] == f"answered at repeat {len(done)}"
     assert {r["verdict"] for r in record["comparisons"].values()} == {"faster"}
     assert len(record["comparisons"]) == 3                                   # K=3, K=7 vs base; K=7 vs K=3
+    from specsweep.verdicts import sequential
+    for r in record["comparisons"].values():         # issue 54 item 6: the blocks are kept, so a replay reads them
+        assert r["block_repeats"] == list(range(len(done))) and len(r["block_values"]) == r["blocks"]
+        again = sequential.comparison(r["block_values"], 8, repeats=r["repeats"])
+        assert (again["ci_low"], again["ci_high"], again["verdict"]) == (r["ci_low"], r["ci_high"], r["verdict"])
     for sid in members:
         for bid, cell in g.benches[sid].items():
             skipped = cell.spec["repeat"] >= len(done)
@@ -124,7 +132,8 @@ def test_a_group_stops_once_answered_and_records_the_rest_as_not_needed(tmp_path
     assert all(r["looks"] == len(done) and r["stopped"].startswith("answered at repeat") for r in rows)
     assert all(r["speedup_e2e_ci_low"] > 1 for r in rows) and rows[0]["aa_check"] is None
     [k] = table.read(f.k_comparison)
-    assert k["statement"].endswith("K=7 faster") and k["resolved"] and k["looks"] == len(done)
+    assert k["statement"].endswith(f"K=7 faster, answered at {k['answered_s']:.0f} s, repeat {k['answered_repeat']}")
+    assert k["resolved"] and k["looks"] == len(done) and k["answered_repeat"] <= len(done)
     # compare reads each side against its own baseline as the summary does: the sequence's interval and looks
     from specsweep.read import compare
     for srow in rows:
@@ -196,6 +205,20 @@ def test_planned_looks_stop_at_a_planned_repeat_and_refuse_a_larger_budget(tmp_p
     events.clear()
     runner.run_group(g, lead, tmp_path / "m2.done", progress=False)         # the same budget: nothing to run
     assert events == []
+    # issue 54: the plan record says which boundaries it used; one written before (no `boundaries`) keeps issue
+    # 46's on a rerun and in the summary, and the new default budget (20) is refused for it in one line
+    path = g.server_dir(lead) / layout.LOOK_PLAN
+    assert read_json(path)["boundaries"] == rec["boundaries"] == spending.CALIBRATED
+    old = {k: v for k, v in read_json(path).items() if k != "boundaries"}
+    atomic_write_json(path, old)
+    assert looks.calibration(g, lead) == {"calibration": spending.NOMINAL_T}
+    runner.run_group(g, lead, tmp_path / "m2b.done", progress=False)
+    summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
+    assert events == [] and {r["verdict"] for r in table.read(f.summary) if r["method"] != "none"} == {"faster"}
+    g20, _, _ = auto_group(tmp_path)
+    assert repeats.budget(g20.configs[lead]["sweep"])["max_repeats"] == 20
+    with pytest.raises(ConfigError, match=r"sweep.max_repeats=10"):
+        runner.run_group(g20, lead, tmp_path / "m20.done", progress=False)
     g2, _, _ = auto_group(tmp_path, "sweep.max_repeats=12")
     with pytest.raises(ConfigError, match=r"plan \[3, 5, 7, 10\].*new results_dir") as e:
         runner.run_group(g2, lead, tmp_path / "m3.done", progress=False)
@@ -281,3 +304,94 @@ def test_a_time_budget_stops_the_group_and_reads_the_rest_unresolved(tmp_path, m
     from specsweep.core import table
     rows = [r for r in table.read(f.summary) if r["method"] != "none"]
     assert {(r["verdict"], r["stopped"]) for r in rows} == {("unresolved", looks.TIME)}
+
+
+def test_each_setting_stops_apart_and_a_member_no_comparison_needs_stops_taking_turns(tmp_path, monkeypatch):
+    """Issue 54 item 1: two settings (c=1 quiet, c=4 noisy); K=3 and K=7 as fast as each other. At c=1 every
+    comparison is answered within a few repeats and the setting stops: its cells left are not needed. At c=4 both
+    Ks against the baseline are answered early, K=7 vs K=3 is not: the baseline stops taking turns there, the Ks
+    go on to the budget, taking turns in a rotating order between the two of them. Each comparison's record says
+    when and why it stopped, and when it was answered; a rerun runs nothing."""
+    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=8", "sweep.looks=every", "sweep.concurrency=[1,4]")
+    events = []
+    timed_backend(monkeypatch, events, k_factor(g, {0: 1.0, 3: 0.6, 7: 0.6}),
+                  noise=lambda bench: 0.02 if bench["concurrency"] == 1 else 0.3)
+    runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    record = read_json(g.server_dir(lead) / layout.LOOKS)
+    by_c = {c: {n: r for n, r in record["comparisons"].items() if f" c={c} " in n} for c in (1, 4)}
+    assert len(by_c[1]) == len(by_c[4]) == 3
+    quiet = {r["stopped_at"] for r in by_c[1].values()}
+    assert len(quiet) == 1 and (stop1 := quiet.pop()) < 8
+    assert all(r["stopped"] == looks.ANSWERED and r["answered_s"] is not None and r["answered_at"] <= stop1
+               for r in by_c[1].values())
+    base = {r["stopped_at"] for n, r in by_c[4].items() if n.endswith(tuple(by_c[4])) and f" vs {lead} " in n}
+    [kk] = [r for n, r in by_c[4].items() if f" vs {lead} " not in n]
+    assert (kk["stopped"], kk["verdict"], kk["stopped_at"]) == (looks.BUDGET, "unresolved", 8)
+    [stop4] = base
+    assert stop4 < 8 and all(r["stopped"] == looks.ANSWERED for n, r in by_c[4].items() if f" vs {lead} " in n)
+    ran = {(sid, rep, c) for _, sid, rep, c in [e for e in events if e[0] == "measure"]}
+    for sid in members:
+        assert {rep for s, rep, c in ran if s == sid and c == 1} == set(range(stop1))
+        assert {rep for s, rep, c in ran if s == sid and c == 4} == set(range(stop4 if sid == lead else 8))
+    for sid in members:
+        for bid, cell in g.benches[sid].items():
+            c, rep = cell.spec["concurrency"], cell.spec["repeat"]
+            skipped = rep >= (stop1 if c == 1 else stop4 if sid == lead else 8)
+            assert g.metrics_path(sid, bid).exists() is not skipped
+            if skipped:
+                why = repeats.not_needed(g, sid, bid)["why"]
+                assert why == (f"answered at repeat {stop1}" if c == 1 else f"not needed after repeat {stop4}: "
+                               f"no open comparison at {by_c[4][next(iter(by_c[4]))]['setting']} needs it")
+    # the turns left rotate among the members still needed: the two Ks alternate who goes first
+    firsts = [next(e[1] for e in events if e[0] == "measure" and e[2] == rep) for rep in range(max(stop1, stop4), 8)]
+    assert lead not in firsts and all(a != b for a, b in zip(firsts, firsts[1:]))
+    assert record["stopped"] == looks.BUDGET and schedule.group_pending(g, lead) == []
+    f = g.study_files("v")
+    summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
+    from specsweep.core import table
+    rows = {(r["num_speculative_tokens"], r["concurrency"]): r for r in table.read(f.summary) if r["method"] != "none"}
+    assert {rows[k, 1]["stopped"] for k in (3, 7)} <= {f"answered at repeat {r}" for r in range(1, stop1 + 1)}
+    assert {rows[k, 4]["verdict"] for k in (3, 7)} == {"faster"}
+    ks = {k["concurrency"]: k for k in table.read(f.k_comparison)}
+    assert ks[4]["stopped"] == looks.BUDGET and ks[4]["verdict"] == "unresolved"
+    # time to answer (issue 54 item 3): the repeat and seconds of the look that answered each, from looks.json
+    [k1] = [r for n, r in by_c[1].items() if f" vs {lead} " not in n]
+    assert (ks[1]["answered_repeat"], ks[1]["answered_s"]) == (k1["answered_at"], k1["answered_s"])
+    assert ks[1]["statement"].endswith(f"equivalent within ±5%, answered at {k1['answered_s']:.0f} s, repeat "
+                                       f"{k1['answered_at']}")
+    assert ks[4]["answered_repeat"] is None and ks[4]["answered_s"] is None and "answered" not in ks[4]["statement"]
+    for (k, c), row in rows.items():
+        [rec] = [r for n, r in by_c[c].items() if n.startswith(row["server_cell"]) and f" vs {lead} " in n]
+        assert (row["answered_repeat"], row["answered_s"]) == (rec["answered_at"], rec["answered_s"])
+        assert 0 < row["answered_s"] <= record["seconds"]
+    events.clear()
+    runner.run_group(g, lead, tmp_path / "m2.done", progress=False)         # the same budget: nothing to run
+    assert events == []
+    # a larger budget: the looks of the repeats done are replayed, so the quiet setting and the baseline stop where
+    # they stopped, and only the two Ks go on at c=4
+    g2, _, _ = auto_group(tmp_path, "sweep.max_repeats=10", "sweep.looks=every", "sweep.concurrency=[1,4]")
+    timed_backend(monkeypatch, events, k_factor(g2, {0: 1.0, 3: 0.6, 7: 0.6}),
+                  noise=lambda bench: 0.02 if bench["concurrency"] == 1 else 0.3)
+    runner.run_group(g2, lead, tmp_path / "m3.done", progress=False)
+    assert {e[1:] for e in events if e[0] == "measure"} == {(s, r, 4) for s in members[1:] for r in (8, 9)}
+    again = read_json(g2.server_dir(lead) / layout.LOOKS)["comparisons"]
+    assert {n: r["answered_s"] for n, r in again.items()} == {n: r["answered_s"] for n, r in record["comparisons"].items()}
+
+
+def test_a_precision_keeps_a_decided_comparison_open_until_its_interval_is_that_narrow(tmp_path, monkeypatch):
+    """sweep.precision=0.02: a comparison whose verdict is decided is answered only once its interval's hi / lo is
+    at most 1.02; the budget records it (not-needed records and looks.json are keyed on it)."""
+    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=8", "sweep.looks=every")
+    events = []
+    timed_backend(monkeypatch, events, k_factor(g, {0: 1.0, 3: 0.7, 7: 0.5}), noise=0.02)
+    runner.run_group(g, lead, tmp_path / "m1.done", progress=False)
+    loose = read_json(g.server_dir(lead) / layout.LOOKS)["repeats"]
+    p, _, _ = auto_group(tmp_path / "p", "sweep.max_repeats=8", "sweep.looks=every", "sweep.precision=0.02")
+    events.clear()
+    timed_backend(monkeypatch, events, k_factor(p, {0: 1.0, 3: 0.7, 7: 0.5}), noise=0.02)
+    runner.run_group(p, lead, tmp_path / "m2.done", progress=False)
+    record = read_json(p.server_dir(lead) / layout.LOOKS)
+    assert record["budget"]["precision"] == 0.02 and record["repeats"] > loose
+    for r in record["comparisons"].values():
+        assert r["verdict"] == "faster" and r["precision"] == 0.02
+        assert r["stopped"] == looks.BUDGET or r["ci_high"] / r["ci_low"] <= 1.02

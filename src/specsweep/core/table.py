@@ -95,7 +95,9 @@ PAIRED = (*_speedup("e2e", PAIRED_SOURCE), *_speedup("streamed_tpot", PAIRED_SOU
           Column("verdict_reason", DIAGNOSIS, "why the verdict is `degenerate`: the first repeat of either side whose "
                  "answers degenerate (stats.degenerate_na)", encoding=TEXT, tag="verdict_reason"))
 SEQUENCE = (Column("looks", VERDICT, "looks.sequence_columns (issue 46): looks at its verdict", "looks", encoding=INT),
-            Column("stopped", VERDICT, "fixed, answered at repeat r, budget, time", encoding=TEXT, tag="stopped"))
+            Column("stopped", VERDICT, "fixed, answered at repeat r, budget, time", encoding=TEXT, tag="stopped"),
+            Column("answered_repeat", VERDICT, "issue 54: the repeat an `auto` comparison was answered at", "", LOWER, INT),
+            Column("answered_s", VERDICT, "issue 54: looks.json's s from the group's first turn to that look", "s", LOWER))
 
 # issue #31 (docs/axes.md): the length axes, and acceptance by phase (phases.py: a thinking answer's verify steps
 # split at its </think>, pooled over the row's requests, 95% bootstrap CI over requests)
@@ -283,7 +285,7 @@ K_COMPARISON = (
     *PAIRED, *SEQUENCE,
     Column("schedule_a", LABEL, "the larger side's K schedule, as labels.k_label writes it", encoding=TEXT),
     Column("resolved", VERDICT, "answered: the verdict is faster, slower or equivalent (stats.answered)", encoding=BOOL),
-    Column("statement", LABEL, "`K=7 vs K=3: 1.28x [1.26, 1.30] K=7 faster`", encoding=TEXT),
+    Column("statement", LABEL, "`K=7 vs K=3: 1.28x [1.26, 1.30] K=7 faster, answered at 64 s, repeat 10`", encoding=TEXT),
 )
 
 BY_CATEGORY = (
@@ -300,7 +302,7 @@ BY_CATEGORY = (
 # run logs (MLflow's compare view plots the first metric two runs share), the verdict's figure first.
 READ_FIRST = ("server_cell", "method", "num_speculative_tokens", "dataset", "thinking", "concurrency", "valid",
               "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "verdict", "verdict_reason",
-              "looks", "stopped", "aa_check", "degenerate_share", "answers_degenerate",
+              "looks", "stopped", "answered_s", "answered_repeat", "aa_check", "degenerate_share", "answers_degenerate",
               "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
               "speedup_streamed_tpot_na",
               # issue #30: which TPOT is which, the server's beside the client's (docs/timing.md)
@@ -320,11 +322,11 @@ READ_FIRST = ("server_cell", "method", "num_speculative_tokens", "dataset", "thi
               "max_tokens", "prompt_length", "think_acceptance_length", "think_acceptance_length_ci_low",
               "think_acceptance_length_ci_high", "answer_acceptance_length", "answer_acceptance_length_ci_low",
               "answer_acceptance_length_ci_high", "think_token_share", "phase_split_na")
-K_READ_FIRST = ("statement", "looks", "speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high", "verdict_reason",
-                "speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high",
-                "speedup_streamed_tpot_na", "speedup_server_tpot_geomean", "speedup_server_tpot_ci_low",
-                "speedup_server_tpot_ci_high", "speedup_server_tpot_na", "paired_prompts", "server_cell_a",
-                "server_cell_b")
+K_READ_FIRST = ("statement", "looks", "answered_s", "answered_repeat", "speedup_e2e_geomean", "speedup_e2e_ci_low",
+                "speedup_e2e_ci_high", "verdict_reason", "speedup_streamed_tpot_geomean",
+                "speedup_streamed_tpot_ci_low", "speedup_streamed_tpot_ci_high", "speedup_streamed_tpot_na",
+                "speedup_server_tpot_geomean", "speedup_server_tpot_ci_low", "speedup_server_tpot_ci_high",
+                "speedup_server_tpot_na", "paired_prompts", "server_cell_a", "server_cell_b")
 # The speedups a summary row holds, each (point, ci_low, ci_high), by the name a reader knows it by, and its tag
 SPEEDUPS = {"e2e": ("speedup_e2e_geomean", "speedup_e2e_ci_low", "speedup_e2e_ci_high"),
             "streamed TPOT": ("speedup_streamed_tpot_geomean", "speedup_streamed_tpot_ci_low",

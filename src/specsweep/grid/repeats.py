@@ -20,7 +20,7 @@ from specsweep.verdicts.spending import PLANNED
 from specsweep.verdicts.stats import EQUIVALENCE
 
 AUTO = "auto"
-MAX_REPEATS = 10
+MAX_REPEATS = 20        # auto's default budget (issue 54: four planned looks, 6, 10, 14, 20)
 # sweep.looks: spending.py's planned looks, or sequential.py's after every repeat (each rule names itself)
 
 
@@ -43,6 +43,13 @@ def equivalence(sweep: dict) -> float:
     return float(sweep.get("equivalence") or EQUIVALENCE)
 
 
+def precision(sweep: dict) -> float | None:
+    """sweep.precision: how narrow an `auto` comparison's interval must be to be answered, as a relative width (0.02:
+    the speedup's hi / lo at most 1.02); None (the default): any interval that decides its verdict."""
+    got = sweep.get("precision")
+    return None if got is None else float(got)
+
+
 def looks(sweep: dict) -> str:
     """sweep.looks: when an `auto` group looks, `planned` (a schedule fixed by max_repeats, alpha spent over it:
     spending.py) or `every` repeat (the confidence sequence: sequential.py)."""
@@ -51,11 +58,13 @@ def looks(sweep: dict) -> str:
 
 def budget(sweep: dict) -> dict | None:
     """What a not-needed record is keyed on: the budget of an `auto` study, with its look rule where it is
-    `planned` (an `every` budget reads as before the rule was a choice); None for a fixed one."""
+    `planned` (an `every` budget reads as before the rule was a choice) and its precision where it asks for one
+    (a study without reads as before precision was a choice); None for a fixed one."""
     if not is_auto(sweep):
         return None
     out = {"max_repeats": count(sweep), "max_minutes": sweep.get("max_minutes"), "equivalence": equivalence(sweep)}
-    return out if looks(sweep) == EVERY else {**out, "looks": PLANNED}
+    out = out if looks(sweep) == EVERY else {**out, "looks": PLANNED}
+    return out if precision(sweep) is None else {**out, "precision": precision(sweep)}
 
 
 def check(sweep: dict) -> None:

@@ -108,10 +108,22 @@ def turns(grid: Grid, members: list[str]) -> list[tuple[int, str, list[str]]]:
                 out += [(rnd, sid, todo)] if todo else []
             continue
         for i, rep in enumerate(sorted({repeat[s][b] for s in live for b in round_cells(grid, s, rnd)})):
-            for sid in _rotated(members, i):
-                todo = [b for b in round_cells(grid, sid, rnd) if sid in live and repeat[sid][b] == rep
-                        and _unfinished(grid, sid, b)]
-                out += [(rnd, sid, todo)] if todo else []
+            todo = {sid: [b for b in round_cells(grid, sid, rnd) if repeat[sid][b] == rep and _unfinished(grid, sid, b)]
+                    for sid in live}
+            # the order rotates among the members with cells left at this repeat: where an `auto` group's member is
+            # no longer needed (looks.py), those still needed keep a balanced order
+            for sid in _rotated([s for s in members if todo.get(s)] or members, i):
+                out += [(rnd, sid, todo[sid])] if todo.get(sid) else []
+    return out
+
+
+def settings(grid: Grid, sid: str) -> dict[str, dict[int, str]]:
+    """A server cell's bench cells by setting (everything in the bench spec but the repeat: concurrency, dataset,
+    thinking, lengths; a hash), then by repeat. An `auto` group stops each setting apart (looks.py)."""
+    out: dict[str, dict[int, str]] = {}
+    for bid, cell in grid.benches[sid].items():
+        setting = stable_hash({k: v for k, v in cell.spec.items() if k != "repeat"})
+        out.setdefault(setting, {})[int(cell.spec["repeat"])] = bid
     return out
 
 

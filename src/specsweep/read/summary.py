@@ -230,7 +230,7 @@ def sequence(study: Study, sid: str, ref: str, bids: list[str], paired: dict) ->
     def by_repeat(s: str) -> list[list[dict]]:
         return [study.requests(s, b) if study.valid(s, b) and study.valid(ref if s == sid else sid, b) else []
                 for b in sorted(bids, key=lambda b: study.grid.benches[sid][b].spec["repeat"])]
-    out = looks.sequence_columns(study.grid, sid, by_repeat(sid), by_repeat(ref))
+    out = looks.sequence_columns(study.grid, sid, ref, bids, by_repeat(sid), by_repeat(ref))
     if paired.get("verdict") == stats.DEGENERATE:
         out.pop("verdict", None)
     return out
@@ -334,9 +334,11 @@ def k_comparison(study: Study) -> list[dict]:
                         "k_a": ka, "k_b": kb, "server_cell_a": hi, "server_cell_b": lo,
                         "repeats_a": len(hi_runs), "repeats_b": len(lo_runs), **paired,
                         "looks": seq["looks"], "stopped": seq["stopped"],
+                        "answered_repeat": seq["answered_repeat"], "answered_s": seq["answered_s"],
                         "schedule_a": la if grid.servers[hi].spec.get("k_schedule") else None,
                         "resolved": stats.answered(paired["verdict"]),
-                        "statement": f"{la} vs {lb}: {text} {result}"})
+                        "statement": f"{la} vs {lb}: {text} {result}"
+                        + (f", {answer}" if (answer := looks.answered_text(seq)) else "")})
     return out
 
 
@@ -380,7 +382,8 @@ def verdict_lines(summary: list[dict], ks: list[dict]) -> list[str]:
                 (f" prompt={r['prompt_length']}" if r.get("prompt_length") is not None else "")
             lines.append(f"{r['server_cell']} {r['dataset']} think={r['thinking']} c={r['concurrency']}{lengths}: "
                          f"e2e speedup {text} {r['verdict'] or 'no CI'} ({r['paired_prompts']} prompts, "
-                         f"{r['valid_repeats']} repeat(s), {r['looks']} look(s), stopped: {r['stopped']}); "
+                         f"{r['valid_repeats']} repeat(s), {r['looks']} look(s), stopped: {r['stopped']}"
+                         + (f", {answer}" if (answer := looks.answered_text(r)) else "") + "); "
                          "output tok/s "
                          + stats.format_ratio(r["speedup_output_tok_s"], r["speedup_output_tok_s_ci_low"],
                                               r["speedup_output_tok_s_ci_high"]) + "; streamed TPOT "

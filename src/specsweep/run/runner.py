@@ -145,6 +145,9 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
     looks = looking.Looks.of(grid, members)       # sweep.repeats=auto; None for a number of repeats
     if turns and looks and looks.stop_before(_repeat(grid, turns[0])):    # a rerun: answered before it starts
         turns = []
+    elif turns and looks and looks.dropped:     # a rerun: the looks replayed stopped a setting or member
+        looks.dropped = False
+        turns = schedule.turns(grid, members)
     if turns:
         gpus = max(grid.servers[s].gpus for s in members)
         gpu_ids, claims = take_gpus(gpus) if gpus else ([], [])
@@ -159,10 +162,19 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
                     print(f"[specsweep] {note}", flush=True)
                 with Members(grid, launches, progress) as group:
                     group.start(up)
-                    for turn in block:
-                        if looks and looks.stop_before(_repeat(grid, turn)):
+                    taken: set[tuple[str, str]] = set()
+                    while block:
+                        if looks and looks.stop_before(_repeat(grid, block[0])):
                             break
-                        failures += _turn(grid, group, turn[1], turn[2], launches[turn[1]], rnd, progress)
+                        if looks and looks.dropped:     # a setting or member stopped: the turns left, rotated anew
+                            looks.dropped = False
+                            block = _turns_left(grid, members, launches, rnd, taken)
+                            continue
+                        _, sid, bids = block.pop(0)
+                        taken |= {(sid, b) for b in bids}
+                        if looks:
+                            looks.turn_starts()
+                        failures += _turn(grid, group, sid, bids, launches[sid], rnd, progress)
                     if also and rnd == turns[-1][0]:
                         _also_served(grid, group, up, launches, rnd, progress, also)
             if looks:
@@ -178,6 +190,17 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
                         f"first: {first}\n" + "\n".join(dict.fromkeys(failures)))
     Path(marker).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(marker, {"server_cells": members, "finished_at": time.time()})
+
+
+def _turns_left(grid: Grid, members: list[str], launches: dict[str, residency.Launch], rnd: int,
+               taken: set[tuple[str, str]]) -> list[tuple[int, str, list[str]]]:
+    """The round's turns not yet taken, as the schedule orders them now (an `auto` group's looks may have recorded
+    cells not needed: schedule.turns rotates the rest among the members still needed)."""
+    out = []
+    for r, sid, bids in schedule.turns(grid, [m for m in members if m in launches]):
+        todo = [b for b in bids if (sid, b) not in taken]
+        out += [(r, sid, todo)] if r == rnd and todo else []
+    return residency.launch_turns(out, launches)
 
 
 def _repeat(grid: Grid, turn: tuple[int, str, list[str]]) -> int:

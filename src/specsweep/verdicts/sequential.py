@@ -87,34 +87,50 @@ def intersect(running: tuple[float, float], new: tuple[float, float]) -> tuple[f
     return (low, high) if low <= high else new
 
 
+def precise(low: float, high: float, precision: float | None) -> bool:
+    """Whether a log-scale interval is as narrow as a study asks (sweep.precision: its ratio hi / lo at most
+    1 + precision); any interval where it asks for none, none that is unbounded."""
+    return precision is None or (math.isfinite(low) and math.isfinite(high) and high - low <= math.log1p(precision))
+
+
 def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = EQUIVALENCE,
-               alpha: float = ALPHA, mixture: float = MIXTURE, repeats: int | None = None) -> dict:
+               alpha: float = ALPHA, mixture: float = MIXTURE, repeats: int | None = None,
+               precision: float | None = None) -> dict:
     """The record of one comparison looked at after each of its blocks so far (blocks[r]: block_log_ratios' figure
     of a repeat), `repeats` the group's repeats so far (default: one per block; more where a repeat paired no
     request and gave no block): its verdict on the running interval (`unresolved` once max_repeats repeats are
     in and it is not answered, None while it may go on), the speedup (exp of the blocks' mean) with the interval
     (ratio scale), `repeats`, `blocks`, `looks` (one after each repeat), `answered_at` (the block at which it was
     first answered, else None), `equivalence`, `stopped` (`answered`, `budget`, or None while it goes on), `method`
-    (`every`) and `nominal` (alpha: the sequence's level holds at every look)."""
+    (`every`) and `nominal` (alpha: the sequence's level holds at every look).
+
+    With a `precision` (sweep.precision) a comparison is answered only once its verdict is decided and its interval
+    is that narrow (`precise`): before, its verdict is None (it goes on); at the budget, the decided word, `stopped`
+    `budget`."""
     low, high = -math.inf, math.inf
     answered_at = None
     for t in range(1, len(blocks) + 1):
         low, high = intersect((low, high), confidence_sequence(blocks[:t], alpha, mixture))
-        if answered_at is None and verdict(math.exp(low), math.exp(high), equivalence, at_budget=False):
+        if answered_at is None and verdict(math.exp(low), math.exp(high), equivalence, at_budget=False) \
+                and precise(low, high, precision):
             answered_at = t
     n = len(blocks)
     repeats = n if repeats is None else repeats
     at_budget = repeats >= max_repeats
     ci = (None, None) if math.isinf(low) or math.isinf(high) else (math.exp(low), math.exp(high))
     v = verdict(*ci, equivalence, at_budget) if ci[0] is not None else (UNRESOLVED if at_budget else None)
+    if answered_at is None and not at_budget:
+        v = None
     return {"verdict": v, "ratio": math.exp(float(np.mean(blocks))) if n else None, "ci_low": ci[0], "ci_high": ci[1],
             "repeats": repeats, "blocks": n, "looks": repeats, "answered_at": answered_at, "equivalence": equivalence,
-            "stopped": None if v is None else (BUDGET if v == UNRESOLVED else ANSWERED),
+            "precision": precision,
+            "stopped": None if v is None else (ANSWERED if answered_at is not None else BUDGET),
             "method": EVERY, "nominal": alpha}
 
 
 def look(blocks_by_comparison: dict[str, Sequence[float]], max_repeats: int, equivalence: float = EQUIVALENCE,
-         alpha: float = ALPHA, mixture: float = MIXTURE, repeats: int | None = None) -> tuple[bool, dict[str, dict]]:
+         alpha: float = ALPHA, mixture: float = MIXTURE, repeats: int | None = None,
+         precision: float | None = None) -> tuple[bool, dict[str, dict]]:
     """The stopping rule, applied after a repeat: (stop, each comparison's record, `comparison`). A group stops
     when every comparison it answers is answered (`faster`, `slower`, `equivalent`) or when its budget is spent:
     `repeats` (the group's repeats so far; default, the most blocks of any comparison) reaching max_repeats,
@@ -122,6 +138,6 @@ def look(blocks_by_comparison: dict[str, Sequence[float]], max_repeats: int, equ
     later looks (the running interval only narrows: `equivalent` may become `faster`, nothing flips)."""
     if repeats is None:
         repeats = max((len(b) for b in blocks_by_comparison.values()), default=0)
-    records = {name: comparison(b, max_repeats, equivalence, alpha, mixture, repeats)
+    records = {name: comparison(b, max_repeats, equivalence, alpha, mixture, repeats, precision)
                for name, b in blocks_by_comparison.items()}
     return repeats >= max_repeats or all(r["verdict"] is not None for r in records.values()), records

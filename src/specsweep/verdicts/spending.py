@@ -20,21 +20,34 @@ keeps almost all of alpha for the last looks, so the last look's interval is nea
 what a comparison answered late needs; Pocock-type (alpha ln(1 + (e - 1) t)) spends evenly and widens the last
 look (the CPU replay, specsweep.read.replay_looks, and docs/methods.md compare the two).
 
-sigma is not known: a look's interval uses the look's nominal level p_k = 2 (1 - Phi(c_k)) with Student's t at
-n_k - 1 degrees of freedom, mean_k +- t_{1 - p_k/2, n_k - 1} s_k / sqrt(n_k) (the significance-level approach,
-Jennison and Turnbull 2000, Group Sequential Methods with Applications to Clinical Trials, section 3.8; Pocock
-1977, Biometrika 64:191), close to the nominal rate for normal blocks; the A/A simulation on recorded requests
-(tests/test_spending.py) checks it without that assumption.
+sigma is not known: a look's interval is mean_k +- b_k s_k / sqrt(n_k), s_k the blocks' standard deviation. Since
+issue 54 (CALIBRATED, the default) the b_k are calibrated for the studentized statistics themselves:
+T_k = sqrt(n_k) (mean_k - mu) / s_k has, for independent normal blocks, a joint law that depends on neither mu nor
+sigma, so a simulation of normal blocks gives boundaries whose error rate is alpha exactly (to the simulation's
+precision) at these block counts, spent look by look as the spending function says: b_1 is Student's t quantile at
+n_1 - 1 degrees of freedom (exact), and each later b_k the quantile of |T_k| among the simulated studies that
+crossed no earlier boundary that spends the look's share (t_boundaries). They are computed once, by
+bench/calibrate_boundaries.py, into boundaries.json beside this module (2,000,000 studies a plan, seeded), for
+every max_repeats the table holds; another plan is simulated on first use (200,000 studies, cached). A look's
+interval is the t interval at its nominal level p_k = 2 P(t_{n_k - 1} > b_k), which is b_k itself.
+
+Before (NOMINAL_T, which a group planned then keeps: looks.calibration), each look used the normal boundary's
+nominal level p_k = 2 (1 - Phi(c_k)) with Student's t at n_k - 1 degrees of freedom (the significance-level
+approach, Jennison and Turnbull 2000, Group Sequential Methods with Applications to Clinical Trials, section 3.8;
+Pocock 1977, Biometrika 64:191): about 5.3% for normal blocks, not 5%. The A/A simulation on recorded requests
+(tests/test_spending.py) checks either without the normal assumption.
 """
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
-from specsweep.verdicts.sequential import ALPHA, ANSWERED, BUDGET, UNRESOLVED, intersect
+from specsweep.verdicts.sequential import ALPHA, ANSWERED, BUDGET, UNRESOLVED, intersect, precise
 from specsweep.verdicts.stats import EQUIVALENCE, verdict
 
 PLANNED = "planned"   # sweep.looks: this rule's name in a record (sequential.py's is `every`)
@@ -43,6 +56,10 @@ FRACTIONS = (0.3, 0.5, 0.7, 1.0)           # the looks, as shares of max_repeats
 MIN_LOOK = 3                               # no look before 3 repeats: a t with 1 degree of freedom says little
 OBF, POCOCK = "obrien-fleming", "pocock"  # spending functions: the rule's, and the one it was compared with
 SEED = 0                                   # the cdf's quasi-Monte Carlo points: a plan's boundaries are fixed
+CALIBRATED, NOMINAL_T = "simulated-t", "t-nominal"   # how a look's level is found: issue 54's, and issue 46's
+TABLE = Path(__file__).with_name("boundaries.json")  # bench/calibrate_boundaries.py's calibrated boundaries
+STUDIES, FALLBACK_STUDIES = 2_000_000, 200_000       # simulated studies a plan: the table's, and one not in it
+CALIBRATION_SEED = 54_000                  # + max_repeats: the calibration's seed (a check must use others)
 
 
 def plan(max_repeats: int) -> tuple[int, ...]:
@@ -90,11 +107,72 @@ def boundaries(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = OBF
     return tuple(out)
 
 
-def nominal_levels(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = OBF) -> tuple[float, ...]:
-    """Each look's nominal two-sided level p_k = 2 (1 - Phi(c_k)): what a one-look test at that look would be."""
-    from scipy.stats import norm
+def studentized(looks: tuple[int, ...], studies: int, seed: int, chunk: int = 100_000) -> np.ndarray:
+    """|T_k| = sqrt(n_k) |mean_k| / s_k at each look of `studies` simulated studies of independent standard normal
+    blocks (studies x looks): their joint law is every normal study's, whatever its mean and spread."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    n = np.asarray(looks)
+    out = np.empty((studies, len(looks)))
+    for start in range(0, studies, chunk):
+        x = rng.standard_normal((min(chunk, studies - start), looks[-1]))
+        mean = np.cumsum(x, axis=1)[:, n - 1] / n
+        var = (np.cumsum(x * x, axis=1)[:, n - 1] - n * mean ** 2) / (n - 1)
+        out[start:start + len(x)] = np.abs(mean) * np.sqrt(n / var)
+    return out
 
-    return tuple(float(2 * norm.sf(c)) for c in boundaries(looks, alpha, spending))
+
+def calibrate(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = OBF, studies: int = STUDIES,
+              seed: int | None = None) -> tuple[float, ...]:
+    """The boundaries b_k of the studentized statistics (module doc): b_1 Student's t quantile of the first look's
+    spend (exact), each later one the midpoint between the simulated |T_k|s, among studies that crossed no earlier
+    boundary, that spends exactly the share the spending function gives the looks up to k."""
+    from scipy.stats import t as student
+
+    n = np.asarray(looks, dtype=float)
+    if len(looks) == 1 or looks[0] < 2:
+        return (float(student.isf(alpha / 2, max(looks[-1] - 1, 1))),)
+    stats_ = studentized(looks, studies, CALIBRATION_SEED + looks[-1] if seed is None else seed)
+    crossed = np.zeros(studies, dtype=bool)
+    out: list[float] = []
+    for k in range(len(looks)):
+        share = spent(n[k] / n[-1], alpha, spending)
+        if k == 0:
+            b = float(student.isf(share / 2, looks[0] - 1))
+        else:
+            need = int(round(share * studies)) - int(crossed.sum())
+            left = np.sort(stats_[~crossed, k])[::-1]
+            b = float("inf") if need <= 0 else float((left[need - 1] + left[min(need, len(left) - 1)]) / 2)
+        crossed |= stats_[:, k] >= b
+        out.append(b)
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=1)
+def _table() -> dict:
+    return json.loads(TABLE.read_text()) if TABLE.exists() else {}
+
+
+@functools.lru_cache(maxsize=64)
+def t_boundaries(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = OBF) -> tuple[float, ...]:
+    """The calibrated boundaries of a plan: the table's (bench/calibrate_boundaries.py) where it holds this plan,
+    alpha and spending function; else simulated now (FALLBACK_STUDIES, seeded: the same on every call)."""
+    table = _table()
+    entry = table.get("plans", {}).get(str(looks[-1]))
+    if entry and tuple(entry["looks"]) == tuple(looks) and table["alpha"] == alpha and table["spending"] == spending:
+        return tuple(entry["boundaries"])
+    return calibrate(looks, alpha, spending, FALLBACK_STUDIES)
+
+
+def nominal_levels(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = OBF,
+                   calibration: str = CALIBRATED) -> tuple[float, ...]:
+    """Each look's nominal two-sided level: what a one-look t interval at that look would be. CALIBRATED: 2 P(t_{n_k
+    - 1} > b_k) of the calibrated boundaries; NOMINAL_T (issue 46's): 2 (1 - Phi(c_k)) of the normal ones."""
+    from scipy.stats import norm
+    from scipy.stats import t as student
+
+    if calibration == NOMINAL_T:
+        return tuple(float(2 * norm.sf(c)) for c in boundaries(looks, alpha, spending))
+    return tuple(float(2 * student.sf(b, max(n - 1, 1))) for n, b in zip(looks, t_boundaries(looks, alpha, spending)))
 
 
 def interval(blocks: Sequence[float], nominal: float) -> tuple[float, float]:
@@ -106,26 +184,28 @@ def interval(blocks: Sequence[float], nominal: float) -> tuple[float, float]:
     if n < 2:
         return -math.inf, math.inf
     d = np.asarray(blocks, dtype=float)
-    half = float(student.ppf(1 - nominal / 2, n - 1)) * float(d.std(ddof=1)) / math.sqrt(n)
+    half = float(student.isf(nominal / 2, n - 1)) * float(d.std(ddof=1)) / math.sqrt(n)
     if not half < 300:
         return -math.inf, math.inf
     return float(d.mean()) - half, float(d.mean()) + half
 
 
 def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = EQUIVALENCE,
-               alpha: float = ALPHA, repeats: int | None = None, spending: str = OBF) -> dict:
+               alpha: float = ALPHA, repeats: int | None = None, spending: str = OBF,
+               precision: float | None = None, calibration: str = CALIBRATED) -> dict:
     """The record of one comparison under the plan of max_repeats, at the planned looks taken so far (those at or
     before `repeats`, the group's repeats, default one per block; the look after repeat r reads the first r
     blocks): sequential.comparison's fields, with the interval the looks' intervals share (each holds with all the
     others at once, so their intersection does too; where two do not meet, the later one's) and its verdict: once
     answered (`answered_at`) it only narrows, so `faster` stays `faster` and `equivalent` may become one; None
     before the first look, `unresolved` at the budget; plus `method`, `plan` and `nominal`, the last look's
-    nominal level. The speedup is the blocks' mean up to that look, as the interval's."""
+    nominal level. The speedup is the blocks' mean up to that look, as the interval's. With a `precision`
+    (sweep.precision), answered means decided and that narrow (sequential.precise), as in sequential.comparison."""
     n = len(blocks)
     repeats = n if repeats is None else repeats
     schedule = plan(max_repeats)
     taken = [r for r in schedule if r <= repeats]     # the boundaries (scipy, a second) only once a look is taken
-    taken = list(zip(taken, nominal_levels(schedule, alpha, spending))) if taken else []
+    taken = list(zip(taken, nominal_levels(schedule, alpha, spending, calibration))) if taken else []
     ci, v, answered_at, nominal, used = (None, None), None, None, None, n
     low, high = -math.inf, math.inf
     for r, p in taken:
@@ -133,23 +213,24 @@ def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = E
         low, high = intersect((low, high), interval(blocks[:used], p))
         ci = (None, None) if math.isinf(low) or math.isinf(high) else (math.exp(low), math.exp(high))
         v = verdict(*ci, equivalence, at_budget=False)
-        if v and answered_at is None:
+        if v and answered_at is None and precise(low, high, precision):
             answered_at = r
-    if v is None and repeats >= max_repeats:
-        v = UNRESOLVED
+    if answered_at is None:
+        v = (v or UNRESOLVED) if repeats >= max_repeats else None
     return {"verdict": v, "ratio": math.exp(float(np.mean(blocks[:used]))) if used else None,
             "ci_low": ci[0], "ci_high": ci[1], "repeats": repeats, "blocks": n, "looks": len(taken),
-            "answered_at": answered_at, "equivalence": equivalence,
-            "stopped": None if v is None else (BUDGET if v == UNRESOLVED else ANSWERED),
-            "method": PLANNED, "plan": list(schedule), "nominal": nominal}
+            "answered_at": answered_at, "equivalence": equivalence, "precision": precision,
+            "stopped": None if v is None else (ANSWERED if answered_at is not None else BUDGET),
+            "method": PLANNED, "plan": list(schedule), "nominal": nominal, "boundaries": calibration}
 
 
 def look(blocks_by_comparison: dict[str, Sequence[float]], max_repeats: int, equivalence: float = EQUIVALENCE,
-         alpha: float = ALPHA, repeats: int | None = None, spending: str = OBF) -> tuple[bool, dict[str, dict]]:
+         alpha: float = ALPHA, repeats: int | None = None, spending: str = OBF,
+         precision: float | None = None, calibration: str = CALIBRATED) -> tuple[bool, dict[str, dict]]:
     """sequential.look's stopping rule under the plan: (stop, each comparison's record). Between planned looks
     nothing changes; at one, the group stops once every comparison is answered, or at the budget."""
     if repeats is None:
         repeats = max((len(b) for b in blocks_by_comparison.values()), default=0)
-    records = {name: comparison(b, max_repeats, equivalence, alpha, repeats, spending)
+    records = {name: comparison(b, max_repeats, equivalence, alpha, repeats, spending, precision, calibration)
                for name, b in blocks_by_comparison.items()}
     return repeats >= max_repeats or all(r["verdict"] is not None for r in records.values()), records
