@@ -502,7 +502,8 @@ def hybrid_pair(tmp_path):
 def test_the_drafter_check_reads_a_nested_target(hybrid_pair):
     models, pair = hybrid_pair
     c = checks.check_drafter(job(*pair), {})
-    assert (c.status, c.message) == ("pass", "drafter: 5 layers, ids [1, 16, 31, 46, 61], mask 248070")
+    assert (c.status, c.message) == ("pass", "drafter: 5 layers, ids [1, 16, 31, 46, 61], mask 248070, block 16 "
+                                             "(its own config.json, which the server uses)")
     cfg = json.loads((models / "drafter" / "config.json").read_text())
     cfg["dflash_config"]["target_layer_ids"] = [1, 16, 31, 46, 63]
     (models / "drafter" / "config.json").write_text(json.dumps(cfg))
@@ -535,3 +536,37 @@ def test_the_kv_check_reads_a_nested_hybrid_target(hybrid_pair):
     assert c.status == "warn" and c.message.startswith(
         "server.kv_cache_mib=8192 holds about 2 requests of max_model_len 4096 (86016 bytes a token, target and "
         "drafter and 2700 MiB of linear-attention state a request), fewer than concurrency 8")
+
+
+# the drafter's own config is the truth (issue 52) ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def moe_pair(tmp_path_factory):
+    """The Qwen3.6-35B-A3B shape and its drafter (mask token 248077, block 16 in dflash_config)."""
+    from specsweep.models import shaped
+
+    models = shaped.write("qwen3.6-35b-a3b", tmp_path_factory.mktemp("moe") / "m", with_tokenizer=False)
+    return [f"pair.target={models / 'target'}", f"pair.drafter={models / 'drafter'}"]
+
+
+def drafter_check(backend):
+    [check] = [c for c in parts.checks(backend).CHECKS if c.__name__ == "check_drafter"]
+    return check
+
+
+@pytest.mark.parametrize("server, backend", [("vllm_gpu", "vllm"), ("sglang server.python=python3", "sglang"), ("local", "local")])
+def test_a_pair_preset_that_disagrees_with_its_drafters_config_is_refused_on_every_backend(moe_pair, server, backend):
+    """Issue 52: the 27B pair preset (mask 248070) on the 35B-A3B's drafter (248077) passed and printed the preset's
+    mask token; every backend's server reads the drafter's own config, so the preset is refused in one line."""
+    c = drafter_check(backend)(job("pair=qwen3.6-27b-dflash", *moe_pair, *f"server={server}".split()), {})
+    assert (c.status, c.message) == ("fail", "pair.mask_token_id=248070 but the drafter's config.json says 248077, "
+                                             "which the server uses: set pair.mask_token_id=null (the drafter's own) "
+                                             "or 248077, or pick the drafter trained with 248070")
+    c = drafter_check(backend)(job("pair=qwen3.6-35b-a3b-dflash", *moe_pair, *f"server={server}".split(),
+                                   "pair.block_size=8"), {})
+    assert (c.status, c.message) == ("fail", "pair.block_size=8 but the drafter's config.json says 16, which the "
+                                             "server uses: set pair.block_size=16")
+    c = drafter_check(backend)(job("pair=qwen3.6-35b-a3b-dflash", *moe_pair, *f"server={server}".split()), {})
+    assert (c.status, c.message) == ("pass", "drafter: 6 layers, ids [1, 6, 11, 16, 22, 27, 32, 37], mask 248077, "
+                                             "block 16 (its own config.json, which the server uses)")
+    agreeing = job("pair=qwen3.6-35b-a3b-dflash", *moe_pair, *f"server={server}".split(), "pair.mask_token_id=248077")
+    assert drafter_check(backend)(agreeing, {}).status == "pass"
