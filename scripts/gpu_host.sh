@@ -3,7 +3,7 @@
 # 10 minutes; the host keeps /root and /tmp only while calls follow each other). Run from the repository's root.
 #   recv DIR       copy one carried folder of vLLM bundle parts (.whl/c1, ...) to /root/whl
 #   install        scripts/offline_install.sh: vLLM into /tmp/site, the DAG's wheels (.dag/wheels) into /tmp/dag;
-#                  the tiny pair (carried results/models/tiny) and the config-only 8B- and 27B-shaped pairs into /root/res
+#                  the tiny pair (carried results/models/tiny) and the config-only 8B-, 27B- and 35B-A3B-shaped pairs into /root/res
 #   recv-sglang DIR, install-sglang   the same for SGLang 0.5.17 (shared/gpu-sglang's parts, re-split into 48 MiB
 #                  parts .sgl/p1..p4) into /tmp/sgl; the tiny pair given SGLang's mask_token, the 8B-shaped pair
 #   study PRESET [OVERRIDES...] [--also OVERRIDES]   a named preset (conf/experiment/PRESET.yaml) through the DAG as a
@@ -18,11 +18,11 @@
 #   8b-curve N (gpu_8b_curve; N=2 adds lengths 8 and 12), tiny-block, tiny-sched, tiny-diag (gpu_tiny_*; tiny-diag
 #   doctors the drafter first), 8b-group, 8b-sleep (gpu_8b_*), tiny-relaunch (gpu_tiny_relaunch), modes (8b-sleep,
 #   then tiny-relaunch), 27b-one (gpu_27b_one), 27b-group (and --also the all-full drafter layout), 27b-greedy (and
-#   real acceptance), 8b-studies (gpu_8b_group cold, then warm on the same compile cache, then
+#   real acceptance), 35b-moe (gpu_35b_moe_hybrid), 8b-studies (gpu_8b_group cold, then warm on the same compile cache, then
 #   specsweep.read.warm_study; about 15 min: `bg 8b-studies`, then `collect`); the benchmarks coresidency [ROUNDS]
 #   and 8b-starts (python -m bench run; 8b-starts about 12 min: `bg 8b-starts`, then `collect 560` twice);
 #   vllm-metrics (a grep of the bundle); sglang-capture, sglang-tiny, sglang-tiny-local, sglang-8b (gpu_sglang_*).
-# PROMPTS=N sets dataset.num_prompts for the 27B steps and coresidency.
+# PROMPTS=N sets dataset.num_prompts for the 27B and 35B steps and coresidency.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RES=/root/res
@@ -58,6 +58,7 @@ case ${1:?command} in
     python3 -m specsweep.cli shape qwen3-8b $RES/models/qwen3-8b-shaped
     python3 -m specsweep.cli shape qwen3.5-27b $RES/models/qwen3.5-27b-dflash-shaped
     python3 -m specsweep.cli shape qwen3.6-27b $RES/models/qwen3.6-27b-dflash-shaped
+    python3 -m specsweep.cli shape qwen3.6-35b-a3b $RES/models/qwen3.6-35b-a3b-dflash-shaped
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv ;;
   recv-sglang) mkdir -p $W && cp "${2:?folder}"/* $W/ && ls -la $W ;;
   install-sglang)
@@ -119,6 +120,7 @@ print('mask token id ->', eot, doctor(Path(sys.argv[1] + '/drafter'), Path(sys.a
   27b-one) study gpu_27b_one ${PROMPTS:+dataset.num_prompts=$PROMPTS} ;;
   27b-group) study gpu_27b_one ${PROMPTS:+dataset.num_prompts=$PROMPTS} \
                --also "pair=qwen3.5-27b-dflash pair.target=$SHAPED27" ;;
+  35b-moe) study gpu_35b_moe_hybrid ${PROMPTS:+dataset.num_prompts=$PROMPTS} ;;
   27b-greedy) study gpu_27b_one ${PROMPTS:+dataset.num_prompts=$PROMPTS} "sweep.set_acceptance=[null,6.0]" \
                 --also "pair=qwen3.5-27b-dflash pair.target=$SHAPED27 sweep.set_acceptance=[6.0]" ;;
   8b-studies) export SPECSWEEP_VLLM_CACHE=/root/vllm-cache-$(date +%s)

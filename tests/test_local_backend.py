@@ -126,6 +126,22 @@ def test_local_preflight_names_a_missing_gpu(tiny_results, tmp_path):
     assert "server.device=cuda but this torch has no CUDA" in err
 
 
+def test_the_local_engine_drafts_with_the_drafters_own_mask_token(random_results):
+    """The drafter's config.json is the truth on every backend (issue 52): a cell spec's pair.mask_token_id never
+    replaces it in the engine (preflight refuses a pair preset that disagrees)."""
+    from specsweep.backends.local.session import LocalPair
+    from specsweep.grid.cells import expand
+    from specsweep.grid.config import compose_jobs
+    from specsweep.models import drafter_config, model_shape
+
+    grid = expand(compose_jobs([f"results_dir={random_results}", "server=local", "kernel=local_sdpa",
+                                "sweep.num_speculative_tokens=3", "sweep.baseline=false"]))
+    [cell] = grid.servers.values()
+    own = drafter_config.mask_token_id(model_shape.read_config(random_results / "models" / "tiny" / "drafter"))
+    pair = LocalPair({**cell.spec, "mask_token_id": own + 1})
+    assert pair.drafter.mask_token_id == own
+
+
 def test_the_static_step_decodes_like_the_hf_cache_engine(random_results):
     """The kernel choice that selects the static-cache step (CUDA graphs on a GPU) gives the same tokens;
     here on CPU without the graph, a short last batch padded to the fixed batch shape."""

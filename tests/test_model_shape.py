@@ -162,3 +162,29 @@ def test_the_27b_groups_launches_through_the_dag_as_their_logs_say(member, draft
     pool = memory.pool(target, draft, 15 if draft else 0)
     assert pool.block_size == block
     assert pool.tokens(int(kv_gib * 2 ** 30), 4096) == pytest.approx(tokens, rel=0.001)
+
+
+def test_the_35b_moe_hybrid_as_vllm_counts_it():
+    """Qwen3.6-35B-A3B (specsweep shape qwen3.6-35b-a3b; ../shared/notes/moe-hybrid.md): 40 layers, 30 Gated
+    DeltaNet + 10 gated attention, each with an MoE of 256 experts of FFN 512 and a shared expert of 512, inside the
+    multimodal wrapper. vLLM 0.26 on an H100 (issue 52): 'Model loading took 64.69 GiB' for the baseline."""
+    t, d = model_shape.shape(shaped.qwen36_35b_a3b_target()), model_shape.shape(shaped.qwen36_35b_a3b_drafter())
+    assert (t.layers, t.full_attention_layers, t.linear_attention_layers, t.hybrid, t.multimodal) == \
+        (40, 10, 30, True, True)
+    assert (t.experts, t.expert_intermediate, t.shared_intermediate, t.hidden) == (256, 512, 512, 2048)
+    assert t.architectures == ("Qwen3_5MoeForConditionalGeneration",) and t.attn_output_gate
+    assert t.weights_bytes(2) / GIB == pytest.approx(64.69, rel=0.01)
+    # the experts are most of it: 40 layers x 3 x 2048 x 256 x 512 values
+    assert 40 * 3 * 2048 * 256 * 512 / t.params() > 0.9
+    # KV in the 10 full-attention layers only: 2 x 2 KV heads x 256 x 2 bytes; a GDN layer's state (conv 3 x
+    # (2 x 16 x 128 + 32 x 128) bf16, recurrent 32 x 128 x 128 float32) sets vLLM's attention block to 1056 tokens
+    assert t.kv_bytes_per_token(2) == 10 * 2048 and t.mamba_page_bytes(0) == 3 * 8192 * 2 + 32 * 128 * 128 * 4
+    assert memory.block_size(t, 0) == 1056 and memory.block_size(t, 15) == 1168
+    # the drafter: 6 layers (5 sliding of window 4096 + 1 full), 8 tapped layers, no embeddings of its own
+    assert (d.layers, d.full_attention_layers, d.sliding_window, d.context_layers, d.drafter) == (6, 1, 4096, 8, True)
+    assert d.weights_bytes(2) / GIB == pytest.approx(0.72, abs=0.01)
+    # the baseline's pool: 4 groups of 10 (10 full + 30 GDN), pages of 1056 x 2048 bytes: 20.6 MiB a block; the
+    # 44 blocks vLLM found on the H100 ('available Mamba cache blocks (44)') are its 0.9 GiB of KV
+    pool = memory.pool(t)
+    assert (pool.group_size, pool.mamba_groups, pool.block_bytes) == (10, 3, 10 * 1056 * 2048)
+    assert int(0.9 * GIB // pool.block_bytes) == 44

@@ -502,7 +502,8 @@ def hybrid_pair(tmp_path):
 def test_the_drafter_check_reads_a_nested_target(hybrid_pair):
     models, pair = hybrid_pair
     c = checks.check_drafter(job(*pair), {})
-    assert (c.status, c.message) == ("pass", "drafter: 5 layers, ids [1, 16, 31, 46, 61], mask 248070")
+    assert (c.status, c.message) == ("pass", "drafter: 5 layers, ids [1, 16, 31, 46, 61], mask 248070, block 16 "
+                                             "(its own config.json, which the server uses)")
     cfg = json.loads((models / "drafter" / "config.json").read_text())
     cfg["dflash_config"]["target_layer_ids"] = [1, 16, 31, 46, 63]
     (models / "drafter" / "config.json").write_text(json.dumps(cfg))
@@ -535,3 +536,119 @@ def test_the_kv_check_reads_a_nested_hybrid_target(hybrid_pair):
     assert c.status == "warn" and c.message.startswith(
         "server.kv_cache_mib=8192 holds about 2 requests of max_model_len 4096 (86016 bytes a token, target and "
         "drafter and 2700 MiB of linear-attention state a request), fewer than concurrency 8")
+
+
+# the drafter's own config is the truth (issue 52) ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def moe_pair(tmp_path_factory):
+    """The Qwen3.6-35B-A3B shape and its drafter (mask token 248077, block 16 in dflash_config)."""
+    from specsweep.models import shaped
+
+    models = shaped.write("qwen3.6-35b-a3b", tmp_path_factory.mktemp("moe") / "m", with_tokenizer=False)
+    return [f"pair.target={models / 'target'}", f"pair.drafter={models / 'drafter'}"]
+
+
+def drafter_check(backend):
+    [check] = [c for c in parts.checks(backend).CHECKS if c.__name__ == "check_drafter"]
+    return check
+
+
+@pytest.mark.parametrize("server, backend", [("vllm_gpu", "vllm"), ("sglang server.python=python3", "sglang"), ("local", "local")])
+def test_a_pair_preset_that_disagrees_with_its_drafters_config_is_refused_on_every_backend(moe_pair, server, backend):
+    """Issue 52: the 27B pair preset (mask 248070) on the 35B-A3B's drafter (248077) passed and printed the preset's
+    mask token; every backend's server reads the drafter's own config, so the preset is refused in one line."""
+    c = drafter_check(backend)(job("pair=qwen3.6-27b-dflash", *moe_pair, *f"server={server}".split()), {})
+    assert (c.status, c.message) == ("fail", "pair.mask_token_id=248070 but the drafter's config.json says 248077, "
+                                             "which the server uses: set pair.mask_token_id=null (the drafter's own) "
+                                             "or 248077, or pick the drafter trained with 248070")
+    c = drafter_check(backend)(job("pair=qwen3.6-35b-a3b-dflash", *moe_pair, *f"server={server}".split(),
+                                   "pair.block_size=8"), {})
+    assert (c.status, c.message) == ("fail", "pair.block_size=8 but the drafter's config.json says 16, which the "
+                                             "server uses: set pair.block_size=16")
+    c = drafter_check(backend)(job("pair=qwen3.6-35b-a3b-dflash", *moe_pair, *f"server={server}".split()), {})
+    assert (c.status, c.message) == ("pass", "drafter: 6 layers, ids [1, 6, 11, 16, 22, 27, 32, 37], mask 248077, "
+                                             "block 16 (its own config.json, which the server uses)")
+    agreeing = job("pair=qwen3.6-35b-a3b-dflash", *moe_pair, *f"server={server}".split(), "pair.mask_token_id=248077")
+    assert drafter_check(backend)(agreeing, {}).status == "pass"
+
+
+# a member that cannot start on its GPU, foreseen from the shapes (issue 52) -------------------------------------------
+H100 = {"index": "0", "name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "memory_total_mib": 81559,
+        "memory_free_mib": 81000}
+
+
+@pytest.fixture(scope="module")
+def shaped_results(tmp_path_factory):
+    """A results_dir with the 35B-A3B and 27B shapes where the presets look for them."""
+    from specsweep.models import shaped
+
+    res = tmp_path_factory.mktemp("shaped") / "res"
+    for name, folder in (("qwen3.6-35b-a3b", "qwen3.6-35b-a3b-dflash-shaped"),
+                         ("qwen3.6-27b", "qwen3.6-27b-dflash-shaped")):
+        shaped.write(name, res / "models" / folder, with_tokenizer=False)
+    return res
+
+
+def gpu_fit(res, card, *overrides):
+    cfg = job("experiment=gpu_35b_moe_hybrid", "server=vllm_gpu", *overrides, results=str(res))
+    return vllm_checks.check_gpu_fit(cfg, {"gpus": [card], "server_env": {"vllm": "0.26.0"}})
+
+
+def test_the_moe_hybrid_on_an_80_gb_h100_is_refused_as_vllm_refused_it(shaped_results):
+    """Issue 52, at the 27B preset's --max-num-seqs 64 on an 80 GB H100 at 0.85: the baseline loaded 64.7 GiB and
+    had 0.9 GiB of KV, and vLLM refused "max_num_seqs (64) exceeds available Mamba cache blocks (44)"; the K=15
+    member had -0.27 GiB ("No available memory for the cache blocks"). Both refused in a second, each with its fix;
+    the planner had said "relaunch" for members needing 69.7 and 88.8 GiB."""
+    c = gpu_fit(shaped_results, H100, 'server.extra_args=[--load-format,dummy,--max-num-seqs,"64"]')
+    base, k15 = c.message.split("; qwen3.6-35b-a3b-dflash-dflash-k15")
+    assert c.status == "fail" and base.startswith("base-target-")
+    assert ": max_num_seqs 64 exceeds the 44 sequences its 44 KV blocks hold in linear-attention state (1 a sequence; " \
+           "0.89 GiB of KV in its 67.7 GiB share of the 80 GiB GPU), so vLLM refuses to start ('exceeds available " \
+           "Mamba cache blocks'); add --max-num-seqs 8 to server.extra_args (at most 44; the study sends at most 8)" in base
+    assert ": 65.3 GiB of weights and 2.25 GiB to start leave 0.17 GiB of its 67.7 GiB share of the 80 GiB GPU for " \
+           "KV, less than one request of max_model_len holds (2.45 GiB); run it on a GPU of at least 90 GiB at " \
+           "server.gpu_memory_utilization=0.95 with --max-num-seqs 8 (it needs 84.9 GiB at concurrency 8), or send " \
+           "at most 3 at once here (sweep.concurrency) at server.gpu_memory_utilization=0.95 with --max-num-seqs 3" in k15
+    # the preset's --max-num-seqs 8: the baseline starts; the K=15 member's state for 8 sequences needs more than
+    # the H100 gives it, even at 0.95
+    c = gpu_fit(shaped_results, H100)
+    assert c.status == "fail" and c.message.startswith("qwen3.6-35b-a3b-dflash-dflash-k15") and "base-target" not in \
+        c.message
+    c = gpu_fit(shaped_results, H100, "server.gpu_memory_utilization=0.95")
+    assert c.status == "fail" and "8.14 GiB of KV in its 75.7 GiB share of the 80 GiB GPU hold one request of " \
+        "max_model_len (2.45 GiB) but not the state of 7 more sequences (2.14 GiB each, whatever their length), so " \
+        "its cells at concurrency 8 would queue" in c.message
+    # the fix it names fits
+    c = gpu_fit(shaped_results, H100, "server.gpu_memory_utilization=0.95", "sweep.concurrency=[1,3]",
+                'server.extra_args=[--load-format,dummy,--max-num-seqs,"3"]')
+    assert c.status == "pass", c.message
+
+
+def test_the_moe_hybrid_fits_an_h200_and_a_member_whose_weights_exceed_its_share_is_one_line(shaped_results):
+    """On the H200 (140.4 GiB) both members start, at the preset's 8 sequences and at the 27B preset's 64; on a
+    GPU smaller than the weights, one line that says so."""
+    c = gpu_fit(shaped_results, H200)
+    assert c.status == "pass" and c.message.startswith("each member starts on its share: base-target-")
+    assert "52.5 GiB of KV, max_num_seqs 8 of at most 2608" in c.message and "51.8 GiB of KV, max_num_seqs 8 of " \
+        "at most 726" in c.message
+    assert gpu_fit(shaped_results, H200, 'server.extra_args=[--load-format,dummy,--max-num-seqs,"64"]').status == "pass"
+    # vLLM's own default max_num_seqs on a GPU of 70 GiB and more (1024) is more than the K=15 member's 726
+    c = gpu_fit(shaped_results, H200, "server.extra_args=[--load-format,dummy]")
+    assert c.status == "fail" and "max_num_seqs 1024 exceeds the 726 sequences" in c.message
+    small = {**H100, "name": "NVIDIA A100 64GB", "memory_total_mib": 65536}
+    c = gpu_fit(shaped_results, small)
+    assert c.status == "fail" and ": 64.6 GiB of weights and 2.25 GiB to start exceed its 54.4 GiB share of the 64 " \
+        "GiB GPU (vLLM: 'No available memory for the cache blocks'), leaving nothing for KV" in c.message
+    assert "run it on a GPU of at least 71 GiB at server.gpu_memory_utilization=0.95" in c.message
+
+
+def test_doctor_shows_the_gpu_fit_and_the_27b_group_still_fits_the_h200(shaped_results, monkeypatch):
+    cfg = job("experiment=gpu_27b_one", "server=vllm_gpu", results=str(shaped_results))
+    env = env_for(cfg, monkeypatch, gpus=[H200])
+    c = next(c for c in preflight.run_checks([cfg], env) if c.name == "gpu_fit")
+    assert c.status == "pass" and "max_num_seqs 64 of at most 1209" in c.message
+    monkeypatch.setenv("SPECSWEEP_GPUS", json.dumps([H100]))
+    out = run([str(BIN / "specsweep"), "doctor", "experiment=gpu_35b_moe_hybrid", "server=vllm_gpu",
+               f"results_dir={shaped_results}"])
+    line = next(x for x in out.stdout.splitlines() if "gpu_fit:" in x)
+    assert out.returncode == 1 and line.startswith("[fail] gpu_fit: qwen3.6-35b-a3b-dflash-dflash-k15-al6-")

@@ -39,6 +39,26 @@ def test_the_27b_replicas_are_what_vllm_reads(tmp_path, name, layer_types):
     assert t.hybrid and t.multimodal and d.hidden == t.hidden and d.context_layers == 5
 
 
+def test_the_35b_moe_replica_is_what_vllm_reads_and_the_drafter_keeps_its_own_dflash_config(tmp_path):
+    """Qwen3.6-35B-A3B in its Qwen3_5MoeForConditionalGeneration wrapper and z-lab's current drafter, exactly as
+    ../shared/notes/moe-hybrid.md gives their config files; the replica tokenizer's <|MASK|> is the drafter's
+    mask token (SGLang resolves dflash_config.mask_token, <|MASK|> by default, against it)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    out = shaped.write("qwen3.6-35b-a3b", tmp_path / "moe")
+    raw = model_shape.read_config(out / "target")
+    assert raw["architectures"] == ["Qwen3_5MoeForConditionalGeneration"] and "num_hidden_layers" not in raw
+    text = AutoConfig.from_pretrained(out / "target").get_text_config()
+    assert (text.num_hidden_layers, text.hidden_size, text.num_experts, text.num_experts_per_tok,
+            text.moe_intermediate_size, text.shared_expert_intermediate_size) == (40, 2048, 256, 8, 512, 512)
+    raw_d = model_shape.read_config(out / "drafter")
+    assert raw_d["dflash_config"] == {"block_size": 16, "mask_token_id": 248077,
+                                      "target_layer_ids": [1, 6, 11, 16, 22, 27, 32, 37]}
+    assert "block_size" not in raw_d and raw_d["num_target_layers"] == 40 and raw_d["sliding_window"] == 4096
+    assert raw_d["layer_types"] == ["sliding_attention"] * 5 + ["full_attention"]
+    assert AutoTokenizer.from_pretrained(out / "target").convert_tokens_to_ids("<|MASK|>") == 248077
+
+
 def test_the_8b_replica_and_its_tokenizer(tmp_path):
     """The shape scripts/gpu_host.sh serves: Qwen3-8B and its drafter; the tokenizer has every id of the vocab."""
     from transformers import AutoConfig, AutoTokenizer
@@ -55,11 +75,11 @@ def test_the_8b_replica_and_its_tokenizer(tmp_path):
 
 
 def test_an_unknown_shape_is_one_line(tmp_path, capsys):
-    with pytest.raises(SpecsweepError, match="no shape 'llama-70b': pick one of qwen3-8b, qwen3.5-27b, qwen3.6-27b"):
+    with pytest.raises(SpecsweepError, match="no shape 'llama-70b': pick one of qwen3-8b, qwen3.5-27b, qwen3.6-27b, qwen3.6-35b-a3b"):
         shaped.write("llama-70b", tmp_path)
     assert cli.main(["shape", "llama-70b", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == ("specsweep: shape: no shape 'llama-70b': pick one of qwen3-8b, "
-                                               "qwen3.5-27b, qwen3.6-27b")
+                                               "qwen3.5-27b, qwen3.6-27b, qwen3.6-35b-a3b")
 
 
 @pytest.mark.parametrize("pair, shape", [("qwen3.5-27b-dflash", "qwen3.5-27b"), ("qwen3.6-27b-dflash", "qwen3.6-27b")])

@@ -5,7 +5,7 @@ from __future__ import annotations
 def add(sub) -> None:
     sh = sub.add_parser("shape", help="write a config-only replica of a published pair (random weights: "
                         "--load-format dummy)")
-    sh.add_argument("name", help="qwen3-8b, qwen3.5-27b or qwen3.6-27b")
+    sh.add_argument("name", help="qwen3-8b, qwen3.5-27b, qwen3.6-27b or qwen3.6-35b-a3b")
     sh.add_argument("dest", help="folder to write target/ and drafter/ into")
     sh.set_defaults(fn=main)
 

@@ -72,3 +72,8 @@ def mask_token_id(cfg: dict) -> int | None:
 
 def target_layer_ids(cfg: dict) -> list[int] | None:
     return (cfg.get("dflash_config") or {}).get("target_layer_ids", cfg.get("target_layer_ids"))
+
+
+def block_size(cfg: dict) -> int | None:
+    """The drafter's block: `dflash_config.block_size` (the newer drafters) or a top-level `block_size`."""
+    return (cfg.get("dflash_config") or {}).get("block_size", cfg.get("block_size"))

@@ -10,7 +10,11 @@ cost side, or set acceptance (`sweep.set_acceptance`).
 Shapes (../shared/notes/hybrid-models.md): `qwen3-8b` (Qwen3-8B and z-lab/Qwen3-8B-DFlash-b16), `qwen3.5-27b`
 (the Gated DeltaNet hybrid inside its multimodal `Qwen3_5ForConditionalGeneration` wrapper, and a drafter of
 z-lab/Qwen3.5-27B-DFlash's layout: five full_attention layers) and `qwen3.6-27b` (the same target; the drafter of
-z-lab/Qwen3.6-27B-DFlash: four sliding_attention layers of window 2048, then one full_attention).
+z-lab/Qwen3.6-27B-DFlash: four sliding_attention layers of window 2048, then one full_attention), and
+`qwen3.6-35b-a3b` (../shared/notes/moe-hybrid.md: the Gated DeltaNet hybrid MoE Qwen3.6-35B-A3B in its
+`Qwen3_5MoeForConditionalGeneration` wrapper, 40 layers, 256 experts top-8 and a shared expert, and the current
+z-lab/Qwen3.6-35B-A3B-DFlash: five sliding_attention layers of window 4096, then one full_attention, mask token
+248077, eight tapped layers, `block_size` inside `dflash_config`).
 """
 from __future__ import annotations
 
@@ -106,10 +110,64 @@ def qwen35_27b_drafter(sliding: bool) -> dict:
     }
 
 
+QWEN36_MOE_SPECIALS = {**QWEN35_SPECIALS, "<|MASK|>": 248077}     # the 35B-A3B drafter's own mask token
+
+
+def qwen36_35b_a3b_target() -> dict:
+    """Qwen/Qwen3.6-35B-A3B's config.json as the notes give it (Qwen3.5-35B-A3B has the same text shape): 40 layers,
+    10 x (3 Gated DeltaNet + 1 gated full attention), each followed by an MoE of 256 experts (FFN 512, top-8) and
+    a shared expert of 512, hidden 2048, 16 Q / 2 KV heads of 256, one MTP layer, inside the multimodal wrapper."""
+    text = {
+        "attention_bias": False, "attention_dropout": 0.0, "attn_output_gate": True, "bos_token_id": 248044,
+        "dtype": "bfloat16", "eos_token_id": 248044, "full_attention_interval": 4, "head_dim": 256,
+        "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+        "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 10,
+        "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32, "linear_value_head_dim": 128, "mamba_ssm_dtype": "float32",
+        "max_position_embeddings": 262144, "model_type": "qwen3_5_moe_text", "moe_intermediate_size": 512,
+        "mtp_num_hidden_layers": 1, "mtp_use_dedicated_embeddings": False, "num_attention_heads": 16,
+        "num_experts": 256, "num_experts_per_tok": 8, "num_hidden_layers": 40, "num_key_value_heads": 2,
+        "output_router_logits": False, "pad_token_id": None, "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-06,
+        "rope_parameters": {"mrope_interleaved": True, "mrope_section": [11, 11, 10], "partial_rotary_factor": 0.25,
+                            "rope_theta": 10000000, "rope_type": "default"},
+        "router_aux_loss_coef": 0.001, "shared_expert_intermediate_size": 512, "tie_word_embeddings": False,
+        "use_cache": True, "vocab_size": 248320,
+    }
+    vision = {"deepstack_visual_indexes": [], "depth": 27, "hidden_act": "gelu_pytorch_tanh", "hidden_size": 1152,
+              "in_channels": 3, "initializer_range": 0.02, "intermediate_size": 4304, "model_type": "qwen3_5_moe",
+              "num_heads": 16, "num_position_embeddings": 2304, "out_hidden_size": 2048, "patch_size": 16,
+              "spatial_merge_size": 2, "temporal_patch_size": 2}
+    return {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "image_token_id": 248056,
+            "model_type": "qwen3_5_moe", "text_config": text, "tie_word_embeddings": False,
+            "transformers_version": "4.57.1", "video_token_id": 248057, "vision_config": vision,
+            "vision_end_token_id": 248054, "vision_start_token_id": 248053}
+
+
+def qwen36_35b_a3b_drafter() -> dict:
+    """z-lab/Qwen3.6-35B-A3B-DFlash's current layout (since mid-June 2026) as the notes give it: 6 layers, five
+    sliding_attention (window 4096) then one full_attention (vLLM's V2 model runner), 32 Q / 8 KV heads of 128, FFN
+    6144; `dflash_config` holds block_size 16, mask_token_id 248077 and the 8 tapped layers."""
+    return {
+        "architectures": ["DFlashDraftModel"], "attention_bias": False, "attention_dropout": 0.0,
+        "auto_map": {"AutoModel": "dflash.DFlashDraftModel"}, "bos_token_id": None,
+        "dflash_config": {"block_size": BLOCK, "mask_token_id": QWEN36_MOE_SPECIALS["<|MASK|>"],
+                          "target_layer_ids": [1, 6, 11, 16, 22, 27, 32, 37]},
+        "dtype": "bfloat16", "eos_token_id": 248044, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048,
+        "initializer_range": 0.02, "intermediate_size": 6144,
+        "layer_types": ["sliding_attention"] * 5 + ["full_attention"], "max_position_embeddings": 262144,
+        "max_window_layers": 6, "model_type": "qwen3", "num_attention_heads": 32, "num_hidden_layers": 6,
+        "num_key_value_heads": 8, "num_target_layers": 40, "pad_token_id": None, "rms_norm_eps": 1e-06,
+        "rope_parameters": {"rope_theta": 10000000, "rope_type": "default"}, "sliding_window": 4096,
+        "tie_word_embeddings": False, "transformers_version": "5.7.0", "use_cache": True, "use_sliding_window": True,
+        "vocab_size": 248320,
+    }
+
+
 SHAPES = {
     "qwen3-8b": _qwen3_8b,
     "qwen3.5-27b": lambda: Family(qwen35_27b_target(), qwen35_27b_drafter(False), QWEN35_SPECIALS),
     "qwen3.6-27b": lambda: Family(qwen35_27b_target(), qwen35_27b_drafter(True), QWEN35_SPECIALS),
+    "qwen3.6-35b-a3b": lambda: Family(qwen36_35b_a3b_target(), qwen36_35b_a3b_drafter(), QWEN36_MOE_SPECIALS),
 }
 
 

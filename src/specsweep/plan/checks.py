@@ -122,10 +122,19 @@ def check_drafter(cfg, env):
         return fail(name, f"{ddir} has no config.json: run `specsweep drafter inspect {ddir} --write` to write the "
                           f"inferred one ({inferred['num_hidden_layers']} layers, hidden {inferred['hidden_size']}; "
                           f"assumed: {'; '.join(assumed)})")
-    mask = pair["mask_token_id"] if pair["mask_token_id"] is not None else drafter_config.mask_token_id(cfg_d)
+    # the drafter's own config is what every backend's server reads (vLLM, SGLang, the local engine): a pair
+    # preset that says otherwise would only mislabel the study, so it is refused
+    mask, block = drafter_config.mask_token_id(cfg_d), drafter_config.block_size(cfg_d)
     if mask is None:
         return fail(name, f"{ddir}/config.json has no mask_token_id: add dflash_config.mask_token_id "
-                          "(Qwen3 drafters use 151669, Qwen3.5 248070) or set pair.mask_token_id")
+                          "(Qwen3 drafters use 151669, Qwen3.5 248070, Qwen3.6-35B-A3B 248077)")
+    if pair["mask_token_id"] is not None and pair["mask_token_id"] != mask:
+        return fail(name, f"pair.mask_token_id={pair['mask_token_id']} but the drafter's config.json says "
+                          f"{mask}, which the server uses: set pair.mask_token_id=null (the drafter's own) or "
+                          f"{mask}, or pick the drafter trained with {pair['mask_token_id']}")
+    if block is not None and pair.get("block_size") is not None and pair["block_size"] != block:
+        return fail(name, f"pair.block_size={pair['block_size']} but the drafter's config.json says {block}, "
+                          f"which the server uses: set pair.block_size={block}")
     if target is None:
         return warn(name, f"target {pair['target']} is not on this machine: drafter/target agreement not checked")
     n = target.layers
@@ -155,7 +164,8 @@ def check_drafter(cfg, env):
         if tcfg is not None and tcfg > (target.vocab or tcfg):
             return fail(name, f"pair.tokenizer {tok} has {tcfg} tokens but the target's vocab is "
                               f"{target.vocab}: use the target's own tokenizer (pair.tokenizer=null)")
-    return ok(name, f"{ddir.name}: {cfg_d.get('num_hidden_layers')} layers, ids {ids}, mask {mask}")
+    return ok(name, f"{ddir.name}: {cfg_d.get('num_hidden_layers')} layers, ids {ids}, mask {mask}"
+                    f"{f', block {block}' if block is not None else ''} (its own config.json, which the server uses)")
 
 
 def check_num_speculative_tokens(cfg, env):

@@ -44,9 +44,9 @@ class LocalPair:
         ).to(self.device).eval()
         self.drafter = None
         if self.block_size > 1:
+            # its own config's mask token, tapped layers and block, as vLLM and SGLang read them: preflight refuses
+            # a pair.mask_token_id or pair.block_size that says otherwise (checks.check_drafter)
             self.drafter = DFlashDrafter.from_pretrained(spec["drafter"]).to(self.device, dtype).eval()
-            if spec.get("mask_token_id") is not None:
-                self.drafter.mask_token_id = spec["mask_token_id"]
         # kernel.cuda_graphs / compilation_level pick the static-cache step (dflash/static.py), built per
         # (batch, length) on first use; otherwise the HF-cache engine, which also samples
         level = kernel["compilation_level"] or 0

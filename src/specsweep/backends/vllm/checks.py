@@ -39,6 +39,7 @@ from specsweep.plan.checks import (
 
 # GPU backends with the non-causal attention DFlash needs (supports_non_causal in vLLM 0.26 and 0.32), and the
 # dtypes each takes (supported_dtypes there): FlashAttention has no float32 kernel.
+GIB = 2 ** 30
 DFLASH_ATTENTION = {"FLASH_ATTN": ("float16", "bfloat16"), "FLEX_ATTENTION": ("float16", "bfloat16", "float32"),
                     "TRITON_ATTN": ("float16", "bfloat16", "float32")}
 
@@ -250,6 +251,51 @@ def check_kv_cache(cfg, env):
                     f"{concurrency}")
 
 
+def check_gpu_fit(cfg, env):
+    """Whether each member starts on its share of its GPU as its group's plan gives it (residency.plan: its share
+    where co-resident, the whole budget where asleep or relaunched), foreseen from the shapes (memory.fit): its
+    weights and what vLLM takes to start must leave one request of max_model_len, and a hybrid's state blocks must
+    carry max_num_seqs (vLLM refuses "max_num_seqs (64) exceeds available Mamba cache blocks (44)" after minutes
+    of loading). One line a member that vLLM would refuse, with its fix."""
+    from specsweep.grid import schedule
+    from specsweep.grid.cells import expand
+    from specsweep.plan import residency
+
+    name, s = "gpu_fit", cfg["server"]
+    gpus = env.get("gpus") or []
+    if s["device"] != "cuda" or not gpus:
+        return ok(name, "no GPU here: checked where the study runs" if s["device"] == "cuda" else "CPU server")
+    grid = expand([cfg])
+    version = (env.get("server_env") or {}).get("vllm") or ""
+    default_seqs = known_issues.batch_defaults(version, "cuda", gpus, s.get("tensor_parallel_size", 1))[1]
+    lines, fits = [], []
+    for lead in schedule.leads(grid):
+        members = schedule.group(grid, lead)
+        n = schedule.group_gpus(grid, lead)
+        sizes = [g["memory_total_mib"] * 2 ** 20 for g in gpus[:n] if g.get("memory_total_mib")]
+        if not sizes:
+            continue
+        device = min(sizes)
+        plans = residency.plan(grid, members, [str(g["index"]) for g in gpus[:n]], device_bytes=device)
+        for sid in members:
+            launch, spec = plans[sid], grid.servers[sid].spec
+            share = (launch.gpu_memory_utilization or spec["server"].get("gpu_memory_utilization") or 0.9) * device
+            seqs = known_issues.extra_arg(spec["server"].get("extra_args") or [], "--max-num-seqs") or default_seqs
+            f = memory.fit(grid, sid, int(share), device, seqs, launch.kv_cache_mib or spec["server"].get("kv_cache_mib"))
+            if f is None:
+                continue
+            problem = f.refusal()
+            if problem:
+                lines.append(problem)
+            else:
+                state = f", max_num_seqs {f.max_num_seqs} of at most {f.sequences}" if f.sequences is not None else ""
+                fits.append(f"{sid} {f.kv / GIB:.1f} GiB of KV{state}")
+    if lines:
+        return fail(name, "; ".join(lines))
+    return ok(name, ("each member starts on its share: " + ", ".join(fits)) if fits else
+              "a model's config is not on this machine: checked once its server is up")
+
+
 def check_attention_backend(cfg, env):
     name = "attention_backend"
     backend = cfg["kernel"]["attention_backend"]
@@ -309,5 +355,5 @@ def known_issue_check(row: known_issues.KnownIssue):
 CHECKS = [check_dataset, check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support,
           check_per_request_metrics, check_pair_paths, check_drafter, check_num_speculative_tokens, check_thinking, check_port,
           check_attention_backend, check_memory, check_max_tokens, check_prompt_length, check_set_acceptance, check_verification,
-          check_k_schedule, check_executor, check_kv_cache, check_launch_flags,
+          check_k_schedule, check_executor, check_kv_cache, check_gpu_fit, check_launch_flags,
           *map(known_issue_check, known_issues.ROWS)]

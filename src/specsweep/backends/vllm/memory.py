@@ -136,15 +136,12 @@ def mamba_cache_mode(extra_args: list) -> str:
         ("align" if flag_value(extra_args, "--enable-prefix-caching") is not None else "none")
 
 
-def need(grid, sid: str) -> Need | None:
-    """One GPU member's memory as vLLM 0.26 counts it (pool): its weights, target and drafter, and an overhead; the
-    KV cache blocks its largest concurrency holds at the full context (attention layers only, in blocks of vLLM's
-    attention block size, which a hybrid raises to the Mamba page) and a hybrid's conv and recurrent state a
-    sequence, at mamba_ssm_dtype, a block for each speculative token; None where a model's config is not here."""
+def _member(grid, sid: str):
+    """A member's shapes, weights (bytes, target and drafter), pool, largest concurrency and context; None where a
+    model's config is not here."""
     cell = grid.servers[sid]
     spec = cell.spec
     extra = spec["server"].get("extra_args") or []
-    seqs, ctx = grid.max_concurrency(sid), int(spec["server"]["max_model_len"])
     width = model_shape.dtype_bytes(spec["server"]["dtype"])
     k = spec_tokens(spec, cell.is_baseline)
     models = [spec["target"]] + ([spec["drafter"]] if not cell.is_baseline and spec.get("drafter") else [])
@@ -153,7 +150,135 @@ def need(grid, sid: str) -> Need | None:
     if any(s is None for s in shapes) or any(w is None for w in weights):
         return None
     p = pool(shapes[0], shapes[1] if len(shapes) > 1 else None, k, width, mamba_cache_mode(extra))
+    return int(sum(weights)), p, grid.max_concurrency(sid), int(spec["server"]["max_model_len"])
+
+
+def need(grid, sid: str) -> Need | None:
+    """One GPU member's memory as vLLM 0.26 counts it (pool): its weights, target and drafter, and an overhead; the
+    KV cache blocks its largest concurrency holds at the full context (attention layers only, in blocks of vLLM's
+    attention block size, which a hybrid raises to the Mamba page) and a hybrid's conv and recurrent state a
+    sequence, at mamba_ssm_dtype, a block for each speculative token; None where a model's config is not here."""
+    member = _member(grid, sid)
+    if member is None:
+        return None
+    weights, p, seqs, ctx = member
     state = seqs * p.mamba_groups * p.mamba_blocks * p.block_bytes
-    return Need(weights=int(sum(weights)), kv=int(seqs * p.bytes_per_request(ctx)) - state, state=state,
+    return Need(weights=weights, kv=int(seqs * p.bytes_per_request(ctx)) - state, state=state,
                 overhead=int(OVERHEAD_GIB * GIB))
+
+
+# ---- whether a member starts at all on its share ----------------------------------------------------------------
+# What vLLM 0.26's memory profiling takes of a member's share beside its weights before it sizes the KV cache
+# (activations' peak, the CUDA context, non-torch allocations), at the least it was logged: the 35B-A3B baseline
+# on an 80 GB H100 (81,559 MiB) at 0.85 had 0.9 GiB of KV (44 blocks of 20.6 MiB) after "Model loading took
+# 64.69 GiB": 2.25 GiB beside the 64.56 GiB model_shape counts; the 27B on the H200 had 3.1 GiB. The planner's
+# OVERHEAD_GIB is a margin for sharing a GPU; this is what a refusal may count on, so it refuses only what vLLM
+# would refuse.
+START_GIB = 2.25
+HIGHEST_SHARE = 0.95     # the highest gpu_memory_utilization a fix suggests for a member alone on its GPU
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One vLLM member on its share of a GPU, as vLLM 0.26 sizes it at start-up: the KV budget (its fixed KV cache,
+    or its share less its weights and START_GIB), the blocks of its pool, what one request of max_model_len holds,
+    and, for a hybrid, the sequences its state blocks carry: vLLM refuses max_num_seqs above the Mamba cache blocks
+    ("max_num_seqs (64) exceeds available Mamba cache blocks (44)"), each sequence holding `mamba_blocks` of them
+    (1 + K; 2 + K with prefix caching) in a linear-attention group."""
+    sid: str
+    share: int
+    device: int
+    weights: int
+    kv: int
+    pool: Pool
+    request: int            # bytes one request of max_model_len holds (its attention blocks and its state blocks)
+    concurrency: int        # the most requests its bench cells send at once
+    max_num_seqs: int
+    fixed_kv: bool          # a co-resident member's KV cache, given at launch (--kv-cache-memory-bytes)
+
+    @property
+    def blocks(self) -> int:
+        return max(0, self.kv) // self.pool.block_bytes
+
+    @property
+    def sequences(self) -> int | None:
+        """The sequences vLLM lets its state blocks carry (None for a model without linear-attention layers)."""
+        return self.blocks // self.pool.mamba_blocks if self.pool.mamba_groups else None
+
+    @property
+    def state_per_sequence(self) -> int:
+        """The blocks a running sequence's state holds whatever its length: `mamba_blocks` in every
+        linear-attention group."""
+        return self.pool.mamba_groups * self.pool.mamba_blocks * self.pool.block_bytes
+
+    def least_kv(self, seqs: int) -> int:
+        """The KV budget for one request of max_model_len and the state of `seqs` - 1 more running sequences."""
+        return self.request + (seqs - 1) * self.state_per_sequence
+
+    def _total(self, seqs: int) -> int:
+        return int(self.weights + START_GIB * GIB + self.least_kv(seqs))
+
+    def fix(self) -> str:
+        """How to make it start and serve its study: fewer sequences where its budget carries the study's
+        concurrency, else more of its GPU (at most HIGHEST_SHARE of it, alone), else a larger GPU or fewer requests
+        at once."""
+        c = self.concurrency
+        if self.kv >= self.least_kv(c) and (self.sequences or c) >= c:
+            return f"add --max-num-seqs {c} to server.extra_args (at most {self.sequences}; the study sends at most {c})"
+        total = self._total(c)
+        seqs_fix = f" with --max-num-seqs {c}" if self.pool.mamba_groups and self.max_num_seqs > c else ""
+        if not self.fixed_kv and total <= HIGHEST_SHARE * self.device:
+            return (f"raise server.gpu_memory_utilization to {cdiv(total * 100, self.device) / 100:.2f}{seqs_fix} "
+                    f"(it needs {total / GIB:.1f} GiB)")
+        if self.fixed_kv:
+            return f"run its group with sweep.residency=relaunch{seqs_fix}, or on a larger GPU"
+        fewer = max((n for n in range(1, c) if self._total(n) <= HIGHEST_SHARE * self.device), default=0)
+        here = (f", or send at most {fewer} at once here (sweep.concurrency) at server.gpu_memory_utilization="
+                f"{HIGHEST_SHARE} with --max-num-seqs {fewer}") if fewer else ""
+        return (f"run it on a GPU of at least {cdiv(total, int(HIGHEST_SHARE * GIB))} GiB at "
+                f"server.gpu_memory_utilization={HIGHEST_SHARE}{seqs_fix} (it needs {total / GIB:.1f} GiB at "
+                f"concurrency {c}){here}")
+
+    def refusal(self) -> str | None:
+        """One line where vLLM would refuse to start this member, or where it could not hold the state of the
+        sequences its study sends at once, naming it, its need, the GPU and the fix; None where it serves."""
+        where = f"its {self.share / GIB:.1f} GiB share of the {self.device / GIB:.0f} GiB GPU"
+        if self.kv < self.request:
+            if self.fixed_kv:
+                have = f"its fixed KV cache of {self.kv / GIB:.2f} GiB"
+            elif self.kv <= 0:
+                have = (f"{self.weights / GIB:.1f} GiB of weights and {START_GIB} GiB to start exceed {where} "
+                        "(vLLM: 'No available memory for the cache blocks'), leaving nothing")
+            else:
+                have = (f"{self.weights / GIB:.1f} GiB of weights and {START_GIB} GiB to start leave "
+                        f"{self.kv / GIB:.2f} GiB of {where}")
+            return (f"{self.sid}: {have} for KV, less than one request of max_model_len holds "
+                    f"({self.request / GIB:.2f} GiB); {self.fix()}")
+        c = self.concurrency
+        if self.kv < self.least_kv(c):
+            return (f"{self.sid}: {self.kv / GIB:.2f} GiB of KV in {where} hold one request of max_model_len "
+                    f"({self.request / GIB:.2f} GiB) but not the state of {c - 1} more sequences "
+                    f"({self.state_per_sequence / GIB:.2f} GiB each, whatever their length), so its cells at "
+                    f"concurrency {c} would queue; {self.fix()}")
+        seqs = self.sequences
+        if seqs is not None and self.max_num_seqs > seqs:
+            return (f"{self.sid}: max_num_seqs {self.max_num_seqs} exceeds the {seqs} sequences its "
+                    f"{self.blocks} KV blocks hold in linear-attention state ({self.pool.mamba_blocks} a sequence; "
+                    f"{self.kv / GIB:.2f} GiB of KV in {where}), so vLLM refuses to start ('exceeds available "
+                    f"Mamba cache blocks'); {self.fix()}")
+        return None
+
+
+def fit(grid, sid: str, share_bytes: int, device_bytes: int, max_num_seqs: int,
+        kv_cache_mib: int | None = None) -> Fit | None:
+    """A member on `share_bytes` of a `device_bytes` GPU, with `max_num_seqs` (its --max-num-seqs, else vLLM's
+    default) and its KV cache fixed at `kv_cache_mib` where given; None where a model's config is not here."""
+    member = _member(grid, sid)
+    if member is None:
+        return None
+    weights, p, seqs, ctx = member
+    kv = kv_cache_mib * 2 ** 20 if kv_cache_mib else int(share_bytes - weights - START_GIB * GIB)
+    return Fit(sid=sid, share=int(share_bytes), device=int(device_bytes), weights=weights, kv=int(kv), pool=p,
+               request=p.bytes_per_request(ctx), concurrency=seqs, max_num_seqs=int(max_num_seqs),
+               fixed_kv=bool(kv_cache_mib))
 
