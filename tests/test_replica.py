@@ -106,3 +106,20 @@ def test_level_2_with_random_weights_is_refused_in_one_line(tmp_path):
     assert check.status == "fail" and "--weights" in check.message
     fine = grid(tmp_path / "ok", target, drafter, "sweep.sleep_level=1", "server.extra_args=[--load-format,dummy]")
     assert vllm_checks.check_sleep_level(next(iter(fine.configs.values())), {}).status == "pass"
+
+
+def test_the_on_disk_preset_wakes_at_level_2_from_files_and_checks_greedy_agreement():
+    from specsweep.diagnose import acceptance_checkpoint
+    from specsweep.run.bench_cell import greedy_agreement_na
+
+    jobs = compose_jobs(["experiment=gpu_8b_on_disk", "results_dir=/root/res"])
+    g = expand(jobs)
+    [cfg] = jobs
+    assert cfg["pair"]["target"] == "/root/res/models/qwen3-8b-disk/target"
+    assert "--load-format" not in cfg["server"]["extra_args"] and cfg["server"]["backend"] == "vllm"
+    assert (cfg["sweep"]["residency"], cfg["sweep"]["sleep_level"]) == ("sleep", 2)
+    k15 = next(s for s, c in g.servers.items() if not c.is_baseline)
+    assert not g.servers[k15].random_weights
+    assert acceptance_checkpoint.settings(cfg)[0] == 0      # no low-acceptance diagnosis of a random drafter
+    assert all(greedy_agreement_na(g, k15, bid) is None for bid in g.benches[k15])     # the text is compared
+    assert vllm_checks.check_sleep_level(cfg, {}).status == "pass"
