@@ -22,6 +22,10 @@
 #   specsweep.read.warm_study; about 15 min: `bg 8b-studies`, then `collect`); the benchmarks coresidency [ROUNDS]
 #   and 8b-starts (python -m bench run; 8b-starts about 12 min: `bg 8b-starts`, then `collect 560` twice);
 #   vllm-metrics (a grep of the bundle); sglang-capture, sglang-tiny, sglang-tiny-local, sglang-8b (gpu_sglang_*).
+# Issue 52's steps: 8b-disk (the 8B-shaped pair's random bf16 safetensors written to $RES/models/qwen3-8b-disk, about
+#   17 GiB and 2-4 min, skipped where its index exists; then gpu_8b_on_disk, asleep at level 2: about 10 min in all,
+#   `bg 8b-disk`, then `collect 560` twice); sglang-27b (gpu_sglang_27b_hybrid, both drafter layouts, after install-sglang
+#   and the 27B shapes: `bg sglang-27b`, then `collect`).
 # PROMPTS=N sets dataset.num_prompts for the 27B and 35B steps and coresidency.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -143,9 +147,19 @@ server=vllm_gpu_bundle results_dir=$RES sweep.num_speculative_tokens=[7,15] swee
   sglang-tiny) STUDY_TIMEOUT=530 study gpu_sglang_tiny ;;
   sglang-tiny-local) STUDY_TIMEOUT=530 study gpu_sglang_tiny_local ;;
   sglang-8b) STUDY_TIMEOUT=530 study gpu_sglang_8b ;;
+  8b-disk) DISK=$RES/models/qwen3-8b-disk
+           if [ ! -f $DISK/drafter/model.safetensors.index.json ]; then t0=$SECONDS
+             python3 -m specsweep.cli shape qwen3-8b $DISK --weights || exit
+             echo "replica written in $((SECONDS - t0)) s: $(du -sh $DISK | cut -f1)"; df -h $RES | tail -1; fi
+           study gpu_8b_on_disk ;;
+  sglang-27b) for s in qwen3.5-27b qwen3.6-27b; do [ -d $RES/models/$s-dflash-shaped ] ||
+                python3 -m specsweep.cli shape $s $RES/models/$s-dflash-shaped; done
+              study gpu_sglang_27b_hybrid \
+                --also "pair=qwen3.5-27b-dflash pair.target=$SHAPED27" ;;
   *) echo "gpu_host.sh: unknown command '$1': recv DIR | install | recv-sglang DIR | install-sglang | study PRESET ... |" \
           "bg STEP ... | collect SECS | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched | tiny-diag |" \
           "8b-group | 8b-sleep | tiny-relaunch | modes | 27b-one | 27b-group | 27b-greedy | 8b-studies |" \
-          "coresidency [ROUNDS] | 8b-starts | vllm-metrics | sglang-capture | sglang-tiny | sglang-tiny-local | sglang-8b" >&2
+          "coresidency [ROUNDS] | 8b-starts | vllm-metrics | sglang-capture | sglang-tiny | sglang-tiny-local | sglang-8b |" \
+          "8b-disk | sglang-27b" >&2
      exit 2 ;;
 esac

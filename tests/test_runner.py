@@ -8,9 +8,10 @@ import types
 from contextlib import contextmanager
 
 import pytest
-from helpers import MODELS_SERVER
+from helpers import DATA, MODELS_SERVER
 
 from specsweep import metrics
+from specsweep.backends.vllm import engine_death
 from specsweep.core.errors import CellError, ServerError
 from specsweep.core.results import read_json
 from specsweep.grid import schedule
@@ -53,9 +54,11 @@ class FakeSession:
         return Measurement(rows, figures, failure, counted=False)
 
 
-def fake_backend(monkeypatch, events, broken=(), dies=None, slow=None, session=None):
-    """parts.session() answers with a backend whose sessions are FakeSessions: `broken` never come up, `dies` (sid,
-    n) dies during its n-th cell, `slow` (sid, s) takes s seconds to come up; `session`: another FakeSession class."""
+def fake_backend(monkeypatch, events, broken=(), dies=None, slow=None, session=None,
+                 why="exited with code 1 before it was ready"):
+    """parts.session() answers with a backend whose sessions are FakeSessions: `broken` never come up (`why`), `dies`
+    (sid, n) dies during its n-th cell, `slow` (sid, s) takes s seconds to come up; `session`: another FakeSession
+    class."""
     @contextmanager
     def open_session(grid, sid, progress=True, how=None):
         if slow and sid == slow[0]:
@@ -64,7 +67,7 @@ def fake_backend(monkeypatch, events, broken=(), dies=None, slow=None, session=N
             while time.monotonic() < deadline:
                 time.sleep(0.05)
         if sid in broken:
-            raise ServerError("exited with code 1 before it was ready")
+            raise ServerError(why)
         events.append(("start", sid, how.residency))
         try:
             yield (session or FakeSession)(sid, events, dies[1] if dies and dies[0] == sid else None)
@@ -149,6 +152,38 @@ def test_a_member_whose_engine_died_says_so_with_its_root_cause(group, monkeypat
     assert (f"server cell {k7}: its server died during bench cell" in str(e.value)
             and "ModuleNotFoundError: No module named 'flashinfer'" in str(e.value))
     assert "No module named 'flashinfer'" in capsys.readouterr().out     # each failed cell's own FAILED line
+
+
+def test_a_member_whose_engine_refused_to_start_or_died_mid_cell_quotes_the_engines_error_and_fix(
+        group, monkeypatch, tmp_path, capsys):
+    """Issue 52: at start-up (VllmSession's start, engine_death.start_failure) and mid-cell (VllmSession.death), the
+    job's lines quote the engine core's own ValueError and its fix, read from a captured vLLM 0.26 log (reconstructed
+    from the issue's messages, tests/data), never vLLM's "Engine core initialization failed. See root cause above"."""
+    g, lead, (base, k3, k7) = group
+    mamba, no_kv = tmp_path / "mamba.log", tmp_path / "no_kv.log"
+    mamba.write_text((DATA / "vllm026_moe_hybrid_mamba_blocks_log.txt").read_text())
+    no_kv.write_text((DATA / "vllm026_moe_hybrid_no_kv_memory_log.txt").read_text())
+    wrapper = (f"vLLM exited with code 1 before it was ready; log {mamba}, last lines:\n"
+               "RuntimeError: Engine core initialization failed. See root cause above.")
+
+    class Dying(FakeSession):
+        def death(self, lead):
+            return engine_death.death_line(no_kv, self.alive(), lead)
+
+    fake_backend(monkeypatch, [], broken=(k3,), dies=(k7, 1), session=Dying,
+                 why=engine_death.start_failure(wrapper, mamba))
+    with pytest.raises(CellError) as e:
+        runner.run_group(g, lead, tmp_path / "marker.done", progress=False)
+    first = str(e.value).splitlines()[0]
+    assert f"first: server cell {k3}: vLLM exited with code 1 before it was ready: ValueError: max_num_seqs (64) " \
+        "exceeds available Mamba cache blocks (44)" in first
+    assert "(fix: give --max-num-seqs at most 44 in server.extra_args" in first
+    assert (f"server cell {k7}: its server died during bench cell" in str(e.value)
+            and "ValueError: No available memory for the cache blocks" in str(e.value)
+            and "(fix: the weights leave no room for a KV cache" in str(e.value))
+    failed = [line for line in capsys.readouterr().out.splitlines() if "FAILED" in line]
+    assert failed and all("See root cause above" not in line for line in failed)
+    assert any(k3 in line and "Mamba cache blocks (44)" in line for line in failed)
 
 
 def test_relaunch_starts_a_member_for_each_turn(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ from pathlib import Path
 from specsweep.core import registry
 from specsweep.core.claims import port_is_free, port_owner
 from specsweep.core.extra_args import random_weights
+from specsweep.core.errors import ConfigError
 from specsweep.core.nested import aslist
 from specsweep.models import drafter_config, model_shape
 
@@ -320,7 +321,10 @@ def check_residency(configs: list[dict], env):
     from specsweep.plan import residency
 
     grid = expand(configs)
-    lines = [residency.preview(grid, lead, env.get("gpus") or []) for lead in schedule.leads(grid)]
+    try:
+        lines = [residency.preview(grid, lead, env.get("gpus") or []) for lead in schedule.leads(grid)]
+    except ConfigError as e:        # a choice the plan refuses (a backend's, e.g. vLLM's sweep.sleep_level 2)
+        return fail("residency", str(e).removeprefix("config: "))
     message = "; ".join(text for _, text in lines)
     return ok("residency", message) if all(fits for fits, _ in lines) else warn("residency", message)
 

@@ -39,6 +39,13 @@ SGLANG_ATTENTION = ("fa3", "fa4", "flashinfer", "triton", "torch_native", "flex_
 
 SGLANG_DFLASH_MAX_RUNNING = 48     # DFLASH's default --max-running-requests (speculative_hook.py, _handle_dflash)
 
+# SGLang releases whose DFLASH has served a Gated DeltaNet hybrid target here (issue 52, item 4): none yet. SGLang's
+# own source has the pieces (dflash_worker_v2.py commits the target's Mamba/GDN state after each verify,
+# `_need_mamba_verify_commit`, `update_mamba_state_after_mtp_verify`; 0.5.17's /server_info lists
+# linear_attn_verify_backend and the mamba_* options), but which release first serves Qwen3_5ForConditionalGeneration
+# with DFLASH, and a sliding-window drafter, is not said: gpu_sglang_27b_hybrid is the run that answers it.
+HYBRID_DFLASH_VERIFIED: tuple[str, ...] = ()
+
 
 def environment(server_run: dict) -> dict:
     """SGLang's own Python and what it holds (its server_env), probed without importing SGLang."""
@@ -165,6 +172,25 @@ def check_sglang_mask_token(cfg, env):
     return ok(name, f"{token} -> {in_config if in_config is not None else vocab[token]}")
 
 
+def check_sglang_hybrid(cfg, env):
+    """DFLASH on a Gated DeltaNet hybrid target (Qwen3.5/3.6: linear-attention layers) in the probed SGLang: a
+    warning naming the limit where that release has not served one here (HYBRID_DFLASH_VERIFIED), keyed on the
+    version preflight records; a dense target or a baseline passes."""
+    name, pair = "sglang_hybrid", cfg["pair"]
+    tdir = local_dir(pair["target"])
+    got = model_shape.shape(tdir) if tdir else None
+    if got is None or not got.hybrid or pair["method"] != "dflash":
+        return ok(name, "a dense target or no DFLASH: nothing hybrid to check")
+    version = (env.get("server_env") or {}).get("sglang")
+    what = f"a Gated DeltaNet hybrid target ({got.linear_attention_layers} linear-attention layers)"
+    if version in HYBRID_DFLASH_VERIFIED:
+        return ok(name, f"SGLang {version} has served DFLASH on {what}")
+    return warn(name, f"SGLang {version or '(not probed)'}: DFLASH on {what} has not run here; its source commits "
+                      "the linear-attention state after each verify, but no release note says 0.5.17 serves "
+                      "Qwen3.5/3.6 with DFLASH (nor a sliding-window drafter): expect the study to answer it "
+                      "(docs/backends.md#sglang-on-a-hybrid-target)")
+
+
 CHECKS = [check_dataset, check_sglang_device, check_parallel, check_sglang_server, check_sglang_dflash,
           check_sglang_kernel, check_pair_paths, check_drafter, check_sglang_mask_token, check_num_speculative_tokens, check_thinking,
-          check_port, check_memory, check_max_tokens, check_prompt_length]   # and the shared refusals of all FEATURES (checks.refusals)
+          check_port, check_memory, check_max_tokens, check_prompt_length, check_sglang_hybrid]   # and the shared refusals of all FEATURES (checks.refusals)

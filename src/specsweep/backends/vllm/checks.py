@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from specsweep.backends.vllm import known_issues, memory
+from specsweep.backends.vllm import known_issues, memory, sleep_plan
 from specsweep.backends.vllm.launch import (
     executor_env,
     interpreter_of,
@@ -333,6 +333,15 @@ def check_launch_flags(cfg, env):
     return ok(name, "; ".join(plan.notes) or "nothing added for this target on this server's Python")
 
 
+def check_sleep_level(cfg, env):
+    """sweep.sleep_level 2 needs weights from files: its wake reloads them from disk, which vLLM cannot do for random
+    ones (--load-format dummy: sleep_plan.level_refusal)."""
+    refused = sleep_plan.level_refusal(cfg["sweep"], cfg["server"])
+    if refused:
+        return fail("sleep_level", refused)
+    return ok("sleep_level", f"sweep.sleep_level {sleep_plan.asked(cfg['sweep'])}")
+
+
 def known_issue_check(row: known_issues.KnownIssue):
     """A preflight check of one row of known_issues.ROWS, against the server's own vLLM."""
     def check(cfg, env):
@@ -355,5 +364,5 @@ def known_issue_check(row: known_issues.KnownIssue):
 CHECKS = [check_dataset, check_parallel, check_flash_attn, check_vllm_executable, check_dflash_support,
           check_per_request_metrics, check_pair_paths, check_drafter, check_num_speculative_tokens, check_thinking, check_port,
           check_attention_backend, check_memory, check_max_tokens, check_prompt_length, check_set_acceptance, check_verification,
-          check_k_schedule, check_executor, check_kv_cache, check_gpu_fit, check_launch_flags,
+          check_k_schedule, check_executor, check_kv_cache, check_gpu_fit, check_launch_flags, check_sleep_level,
           *map(known_issue_check, known_issues.ROWS)]

@@ -319,9 +319,24 @@ def kv_shortfall(info: dict, server: dict, concurrency: int) -> str | None:
 
 
 @contextmanager
+def started(srv: Server) -> Iterator[Server]:
+    """The server up (Server.__enter__), stopped on leaving; a start that fails says the engine core's own error and
+    its fix (engine_death.start_failure), not vLLM's wrapper ("Engine core initialization failed. See root cause
+    above")."""
+    try:
+        srv.__enter__()
+    except ServerError as e:
+        raise ServerError(engine_death.start_failure(str(e), srv.log_path)) from None
+    try:
+        yield srv
+    finally:
+        srv.__exit__(None, None, None)
+
+
+@contextmanager
 def open_session(grid: Grid, sid: str, progress: bool = True, how: Launch | None = None) -> Iterator[VllmSession]:
     t0 = time.monotonic()
-    with server_for(grid, sid, how=how) as srv:
+    with started(server_for(grid, sid, how=how)) as srv:
         print(f"[specsweep] {sid}: vLLM ready on {srv.url} in {time.monotonic() - t0:.0f} s "
               f"(vLLM {srv.info['vllm_version']}, {srv.info['python']})", flush=True)
         short = kv_shortfall(srv.info, grid.servers[sid].spec["server"], grid.max_concurrency(sid))

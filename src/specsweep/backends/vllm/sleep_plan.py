@@ -10,11 +10,17 @@ refuses to start, or wake into, a member whose gpu_memory_utilization of the dev
 leftovers must fit in the budget's rest. Random weights (--load-format dummy) cannot be restored: vLLM 0.26's
 reload_weights raises "NotImplementedError: Model reloading with `dummy` format" (seen on the H200, 2026-12-04), so
 such a group that does not fit level 1 is relaunched.
+
+`sweep.sleep_level` chooses: `auto` (the rule above), 1 or 2 (that level, where it can run at all). Level 2 with
+random weights is refused in one line (`level_refusal`, preflight's `sleep_level` check), since its wake cannot
+restore them: it needs weights on disk (`specsweep shape qwen3-8b DEST --weights`, issue 52).
 """
 from __future__ import annotations
 
 import psutil
 
+from specsweep.core.errors import ConfigError
+from specsweep.core.extra_args import random_weights
 from specsweep.grid.cells import Grid
 from specsweep.models import model_shape
 
@@ -29,31 +35,59 @@ def host_available() -> int:
     return psutil.virtual_memory().available
 
 
+def asked(sweep: dict) -> str | int:
+    """sweep.sleep_level: `auto` (sleep_level's rule), or the level 1 or 2 the user chose."""
+    got = (sweep or {}).get("sleep_level", "auto")
+    return "auto" if got in (None, "auto") else int(got)
+
+
+def level_refusal(sweep: dict, server: dict) -> str | None:
+    """The one line that refuses sweep.sleep_level 2 with random weights, or None."""
+    if asked(sweep) == 2 and random_weights(server.get("extra_args") or []):
+        return ("sweep.sleep_level 2 with random weights (--load-format dummy in server.extra_args): a level-2 wake "
+                "reloads the weights from disk and vLLM cannot restore dummy ones; serve weights from files "
+                "(`specsweep shape qwen3-8b DEST --weights`), or set sweep.sleep_level auto or 1")
+    return None
+
+
 def sleeping_weights_bytes(grid: Grid, sid: str) -> int | None:
-    """What a member backs up in host memory at sleep level 1: its weights on the GPU (model_shape's count, the
-    language model only where the launch drops a vision tower), target and drafter; None where a shape is unknown."""
+    """What a member backs up in host memory at sleep level 1: its weights on the GPU, target and drafter
+    (model_shape.weights_bytes: the safetensors files where it loads them, else the shape's count of the language
+    model); None where a model is unknown."""
     cell = grid.servers[sid]
     spec = cell.spec
     width = model_shape.dtype_bytes(spec["server"]["dtype"])
     total = 0
     for path in [spec["target"]] + ([spec["drafter"]] if not cell.is_baseline and spec.get("drafter") else []):
-        got = model_shape.shape(path)
+        got = model_shape.weights_bytes(path, cell.random_weights, width)
         if got is None:
             return None
-        total += got.weights_bytes(width, language_only=True)
+        total += got
     return total
 
 
 def sleep_level(grid: Grid, members: list[str], device_bytes: int | None, budget: float,
                 available_bytes: int | None = None) -> tuple[int | None, str]:
-    """vLLM's sleep level for a group (1, 2, or None: relaunch instead) and why. Level 1 where the members' weights
-    fit in HOST_FRACTION of the host's available memory (`available_bytes`, looked up where not given); else level
-    2, where the sleeping members' leftovers on the GPU (SLEEP_GPU_GIB each) fit beside the awake one's budget; else
-    None."""
+    """vLLM's sleep level for a group (1, 2, or None: relaunch instead) and why. With sweep.sleep_level auto: level 1
+    where the members' weights fit in HOST_FRACTION of the host's available memory (`available_bytes`, looked up
+    where not given); else level 2, where the sleeping members' leftovers on the GPU (SLEEP_GPU_GIB each) fit beside
+    the awake one's budget; else None. sweep.sleep_level 1 or 2: that level (2 where its leftovers fit, else None);
+    2 with random weights is refused (level_refusal)."""
+    sweep = grid.configs.get(members[0], {}).get("sweep", {})
+    level = asked(sweep)
+    refused = level_refusal(sweep, grid.servers[members[0]].spec["server"])
+    if refused:
+        raise ConfigError(f"config: {refused}")
     weights = {s: sleeping_weights_bytes(grid, s) for s in members}
     free = available_bytes if available_bytes is not None else host_available()
     dummy = [s for s in members if grid.servers[s].random_weights]
-    if all(w is not None for w in weights.values()):
+    if level == 1:
+        sizes = f"{sum(weights.values()) / GIB:.1f} GiB" if all(w is not None for w in weights.values()) else "unknown"
+        return 1, (f"sleep level 1 (sweep.sleep_level): the members' weights ({sizes}) backed up in host memory "
+                   f"({free / GIB:.1f} GiB available)")
+    if level == 2:
+        host = "sweep.sleep_level 2"
+    elif all(w is not None for w in weights.values()):
         asleep = sum(weights.values())
         if asleep <= HOST_FRACTION * free:
             return 1, (f"sleep level 1: the members' weights ({asleep / GIB:.1f} GiB) fit in host memory "

@@ -1,0 +1,122 @@
+"""Real-format weights for a config-only replica (`specsweep shape NAME DEST --weights`, issue 52): random values in
+bf16 safetensors, sharded, with `model.safetensors.index.json`, so that a server loads them from files as it loads a
+published checkpoint (no `--load-format dummy`): the load path, the planner's reading of weights from safetensors
+(model_shape.files_bytes) and a level-2 sleep, whose wake reloads the weights from disk, all run as a user's would.
+
+Dense Qwen3 layouts only (the target's `Qwen3ForCausalLM` names under `model.`, and a DFlash drafter's, which has no
+`model.` prefix, no embedding and no LM head: `layers.{i}.*`, `norm`, `hidden_norm`, `fc`; shared/notes/dflash.md).
+The file is written tensor by tensor and each tensor in chunks, so memory stays at one chunk whatever the model's
+size; the safetensors format (an 8-byte header length, a JSON header of dtype, shape and offsets, the raw bytes) is
+written directly, which needs neither torch nor the safetensors package on the host. A matrix's values are random
+bf16 bit patterns: a random sign and mantissa under one exponent, so each is +-[2^-6, 2^-5) (standard deviation
+about 0.024, mean 0), drawn as random 16-bit integers: 240 M values a second on one loaded core here, where a
+normal draw made 14 M (9.2 G values for the 8B pair). Norms are 1: random text, no NaN or overflow.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from specsweep.core.errors import SpecsweepError
+
+INDEX = "model.safetensors.index.json"
+SIGN_MANTISSA, EXPONENT = 0x807F, 121 << 7     # bf16: sign, 8-bit exponent (bias 127), 7-bit mantissa
+CHUNK = 1 << 24            # values drawn at once (32 MiB)
+SHARD_BYTES = 2 << 30      # a shard's size, at most (a tensor larger than this is a shard of its own)
+
+
+def tensors(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
+    """Each tensor's name and shape, in the order written, of a dense Qwen3 target or a DFlash drafter's config."""
+    if cfg.get("text_config") or any(t != "full_attention" for t in cfg.get("layer_types") or []
+                                     if t != "sliding_attention"):
+        raise SpecsweepError("shape --weights: only dense Qwen3 layouts are written (qwen3-8b); a multimodal or "
+                             "hybrid target has no writer here: serve it with --load-format dummy")
+    h, n = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
+    heads, kv = int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"])
+    hd, inter, vocab = int(cfg.get("head_dim") or h // heads), int(cfg["intermediate_size"]), int(cfg["vocab_size"])
+    drafter = "DFlashDraftModel" in (cfg.get("architectures") or [])
+    pre = "" if drafter else "model."
+    out: list[tuple[str, tuple[int, ...]]] = [] if drafter else [("model.embed_tokens.weight", (vocab, h))]
+    for i in range(n):
+        p = f"{pre}layers.{i}."
+        out += [(p + "input_layernorm.weight", (h,)), (p + "post_attention_layernorm.weight", (h,)),
+                (p + "self_attn.q_proj.weight", (heads * hd, h)), (p + "self_attn.k_proj.weight", (kv * hd, h)),
+                (p + "self_attn.v_proj.weight", (kv * hd, h)), (p + "self_attn.o_proj.weight", (h, heads * hd)),
+                (p + "self_attn.q_norm.weight", (hd,)), (p + "self_attn.k_norm.weight", (hd,)),
+                (p + "mlp.gate_proj.weight", (inter, h)), (p + "mlp.up_proj.weight", (inter, h)),
+                (p + "mlp.down_proj.weight", (h, inter))]
+    out.append((f"{pre}norm.weight", (h,)))
+    if drafter:
+        ids = (cfg.get("dflash_config") or {}).get("target_layer_ids") or cfg.get("target_layer_ids") or []
+        out += [("hidden_norm.weight", (h,)), ("fc.weight", (h, h * len(ids)))]
+    elif not cfg.get("tie_word_embeddings", False):
+        out.append(("lm_head.weight", (vocab, h)))
+    return out
+
+
+def _size(shape: tuple[int, ...]) -> int:
+    return 2 * int(np.prod(shape))
+
+
+def shards(named: list[tuple[str, tuple[int, ...]]], shard_bytes: int) -> list[list[tuple[str, tuple[int, ...]]]]:
+    """The tensors packed in order into shards of at most `shard_bytes` (a larger tensor alone)."""
+    out: list[list] = [[]]
+    used = 0
+    for name, shape in named:
+        if out[-1] and used + _size(shape) > shard_bytes:
+            out.append([])
+            used = 0
+        out[-1].append((name, shape))
+        used += _size(shape)
+    return out
+
+
+def _write_tensor(f, name: str, shape: tuple[int, ...], rng: np.random.Generator) -> None:
+    count = int(np.prod(shape))
+    if name.endswith("norm.weight"):        # RMSNorm weights: 1.0 in bf16 is 0x3F80
+        f.write(np.full(count, 0x3F80, dtype="<u2").tobytes())
+        return
+    for start in range(0, count, CHUNK):
+        bits = rng.integers(0, 1 << 16, size=min(CHUNK, count - start), dtype=np.uint16)
+        bits &= SIGN_MANTISSA
+        bits |= EXPONENT
+        f.write(bits.astype("<u2", copy=False).tobytes())
+
+
+def write_shard(path: Path, named: list[tuple[str, tuple[int, ...]]], rng: np.random.Generator) -> int:
+    """One safetensors file of these tensors, written through a temporary name; returns its tensors' bytes."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape in named:
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + _size(shape)]}
+        offset += _size(shape)
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)                      # the data starts 8-byte aligned
+    tmp = path.with_name(path.name + ".partial")
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        for name, shape in named:
+            _write_tensor(f, name, shape, rng)
+    os.replace(tmp, path)
+    return offset
+
+
+def write_weights(folder: str | Path, shard_bytes: int = SHARD_BYTES, seed: int = 0, progress=None) -> int:
+    """Random bf16 weights for the config.json in `folder`: model-0000i-of-0000n.safetensors and the index (its
+    metadata's total_size: what model_shape.files_bytes reads). Returns the bytes written."""
+    d = Path(folder)
+    cfg = json.loads((d / "config.json").read_text())
+    parts = shards(tensors(cfg), shard_bytes)
+    rng = np.random.default_rng(seed)
+    weight_map, total = {}, 0
+    for i, part in enumerate(parts, 1):
+        name = f"model-{i:05d}-of-{len(parts):05d}.safetensors"
+        total += write_shard(d / name, part, rng)
+        weight_map.update({t: name for t, _ in part})
+        if progress:
+            progress(f"{d.name}: {name} ({total / 2 ** 30:.1f} GiB so far)")
+    (d / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    return total
