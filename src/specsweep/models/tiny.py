@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from specsweep.core import layout
+from specsweep.core.progress import Steps, say
 from specsweep.core.results import atomic_write_json
 from specsweep.grid.datasets import synthetic_problem
 
@@ -129,6 +130,7 @@ def train_target(tokenizer_dir: str | Path, out: str | Path, seed: int = 0, step
     rng = random.Random(seed)
     model.train()
     losses = []
+    progress = Steps("tiny pair: target", steps)
     for step in range(steps):
         picked = [rows[rng.randrange(len(rows))] for _ in range(batch)]
         width = max(len(p) + len(a) for p, a, _, _ in picked)
@@ -145,9 +147,9 @@ def train_target(tokenizer_dir: str | Path, out: str | Path, seed: int = 0, step
         opt.step()
         sched.step()
         losses.append(loss.item())
-        if step % 100 == 0 or step == steps - 1:
-            print(f"target step {step}: loss {loss.item():.4f} ({time.monotonic() - t0:.0f} s)", flush=True)
+        progress.tick(step, loss.item())
     model.eval()
+    say(f"tiny pair: target: evaluating on {EVAL_PROMPTS} held-out prompts in each thinking mode")
     out = Path(out)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
@@ -196,13 +198,15 @@ def train_drafter_for(target_dir: str | Path, out: str | Path, seed: int = 0, pr
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     train_prompts = [p for p, *_ in examples(tok, prompts, TRAIN_SEED + 7 + seed, exclude=held_out())]
     answers = []
+    say(f"tiny pair: drafter: the target answers its {len(train_prompts)} training prompts (about a minute)")
     for i in range(0, len(train_prompts), 64):
         answers += generate(target, None, train_prompts[i:i + 64], 1, 96, stop_ids={eos}).sequences
     gen_s = time.monotonic() - t0
     losses = train_drafter(drafter, target, [p + a for p, a in zip(train_prompts, answers)],
                            [len(p) for p in train_prompts], steps=steps, batch=batch, anchors=anchors, lr=lr,
-                           seed=seed, log=print)
+                           seed=seed, log=Steps("tiny pair: drafter", steps).tick)
     drafter.save_pretrained(out)
+    say(f"tiny pair: drafter: evaluating its acceptance on {EVAL_PROMPTS} held-out prompts")
     report = {"train_s": round(time.monotonic() - t0, 1), "target_answers_s": round(gen_s, 1), "steps": steps,
               "prompts": prompts, "loss_first": round(losses[0], 3), "loss_last": round(losses[-1], 3),
               "params": sum(p.numel() for p in drafter.parameters()),

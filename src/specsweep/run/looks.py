@@ -21,6 +21,7 @@ import itertools
 import time
 
 from specsweep.core import layout
+from specsweep.core.progress import say
 from specsweep.core.errors import ConfigError
 from specsweep.core.results import atomic_write_json, read_json, read_jsonl
 from specsweep.grid import repeats
@@ -102,6 +103,7 @@ class Looks:
         self.rule = rule(grid.configs[members[0]]["sweep"])
         check_plan(grid, self.lead)
         self.started, self.last, self.stopped = time.monotonic(), None, False
+        self.said: set[str] = set()          # the comparisons whose answer the console was told
         self._rows: dict[tuple[str, str], list[dict]] = {}
         self.cell_of: dict[str, str] = {}           # a comparison's name -> its cell
 
@@ -124,6 +126,15 @@ class Looks:
         """The look after the job's last turn: the budget's end, or a repeat that failed and is left to a rerun."""
         if not self.stopped and self.last is not None:
             self._look(self.last + 1)
+
+    def short(self, name: str) -> str:
+        """A comparison as the console names it: `K=3 vs baseline at <setting>`, `A/A vs baseline at ...`."""
+        spec = self.grid.servers[self.cell_of[name]].spec
+        who = "A/A" if spec.get("aa") else f"K={spec.get('num_speculative_tokens')}"
+        vs, at = name.split(" vs ", 1)[1].split(" at ", 1)
+        ref = self.grid.servers[vs].spec if vs in self.grid.servers else {}
+        return f"{who} vs {'baseline' if ref.get('method') == 'none' else 'K=' + str(ref.get('num_speculative_tokens'))}" \
+               f" at {at.rsplit(' (', 1)[0]}"
 
     def blocks(self, done: int) -> dict[str, list[float]]:
         """Each comparison's blocks (sequential.block_log_ratios) over repeats 0 .. done - 1."""
@@ -162,9 +173,14 @@ class Looks:
                                      "written_at": time.time()})
         late = bool(b["max_minutes"]) and time.monotonic() - self.started > 60 * b["max_minutes"]
         answered = sum(r["verdict"] not in (None, sequential.UNRESOLVED) for r in records.values())
+        for n, r in sorted(records.items()):          # each comparison once, at the look that answers it
+            if r["verdict"] not in (None, sequential.UNRESOLVED) and n not in self.said:
+                self.said.add(n)
+                say(f"[specsweep] group {self.lead}: answered after {done} repeat(s): {self.short(n)}: "
+                    f"{stats.format_ratio(r.get('ratio'), r.get('ci_low'), r.get('ci_high'))} {r['verdict']}")
         if not (stop or late):
-            print(f"[specsweep] group {self.lead}: after {done} repeat(s) {answered} of {len(records)} comparisons "
-                  "answered: the group goes on", flush=True)
+            say(f"[specsweep] group {self.lead}: after {done} repeat(s) {answered} of {len(records)} comparisons "
+                "answered: the group goes on")
             return False
         if done >= b["max_repeats"]:
             why, stopped = f"the budget of {b['max_repeats']} repeats is spent", BUDGET
@@ -185,8 +201,8 @@ class Looks:
                           {"budget": b, "repeats": done, "stopped": stopped, "why": why, "not_needed": len(skipped),
                            "comparisons": records, "minutes": (time.monotonic() - self.started) / 60,
                            "written_at": time.time()})
-        print(f"[specsweep] group {self.lead}: {answered} of {len(records)} comparisons answered after {done} "
-              f"repeat(s): {why}; {len(skipped)} bench cell(s) recorded not needed", flush=True)
+        say(f"[specsweep] group {self.lead}: {answered} of {len(records)} comparisons answered after {done} "
+            f"repeat(s): {why}; {len(skipped)} bench cell(s) recorded not needed")
         self.stopped = True
         return True
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from specsweep.core import parts
 from specsweep.core.claims import take_gpus
 from specsweep.core.errors import CellError, ServerError, SpecsweepError
+from specsweep.core.progress import say
 from specsweep.core.results import atomic_write_json
 from specsweep.grid.cells import Grid
 from specsweep.plan import residency
@@ -145,6 +146,7 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
     if turns and looks and looks.stop_before(_repeat(grid, turns[0])):    # a rerun: answered before it starts
         turns = []
     if turns:
+        repeats = 1 + max(int(b.spec["repeat"]) for s in members for b in grid.benches[s].values())
         gpus = max(grid.servers[s].gpus for s in members)
         gpu_ids, claims = take_gpus(gpus) if gpus else ([], [])
         try:
@@ -158,10 +160,13 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
                     print(f"[specsweep] {note}", flush=True)
                 with Members(grid, launches, progress) as group:
                     group.start(up)
-                    for turn in block:
+                    for i, turn in enumerate(block):
                         if looks and looks.stop_before(_repeat(grid, turn)):
                             break
                         failures += _turn(grid, group, turn[1], turn[2], launches[turn[1]], rnd, progress)
+                        if not looks and launches[turn[1]].residency != "relaunch" and (i + 1 == len(block) or _repeat(grid, block[i + 1]) != _repeat(grid, turn)):
+                            say(f"[specsweep] group {members[0]}: repeat {_repeat(grid, turn) + 1} of {repeats} "
+                                f"done ({len(failures)} failure(s) so far)")
                     if also and rnd == turns[-1][0]:
                         _also_served(grid, group, up, launches, rnd, progress, also)
             if looks:
