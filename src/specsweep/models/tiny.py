@@ -261,6 +261,31 @@ def init_drafter(target_cfg, mask_token_id: int, out: Path, seed: int = 0) -> No
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
+MANIFEST = "MANIFEST.json"      # the shipped pair's (models/tiny/): recipe, seed, commit, files
+
+
+def recipe() -> dict:
+    """What the pair's training depends on in this code: the shapes, seeds and each step's defaults."""
+    import inspect
+
+    def defaults(fn):
+        return {k: p.default for k, p in inspect.signature(fn).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    return {"target_shape": TARGET_SHAPE, "draft_layers": DRAFT_LAYERS, "block_size": BLOCK_SIZE,
+            "train_seed": TRAIN_SEED, "eval_seed": EVAL_SEED, "eval_prompts": EVAL_PROMPTS, "special": SPECIAL,
+            "tokenizer": defaults(build_tokenizer), "target": defaults(train_target),
+            "drafter": defaults(train_drafter_for)}
+
+
+def file_digests(root: str | Path, steps=("tokenizer", "target", "drafter")) -> dict[str, str]:
+    """Each file of the pair's steps under root, by its path relative to root: its SHA-256."""
+    import hashlib
+
+    root = Path(root)
+    return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest()
+            for step in steps for f in sorted((root / step).rglob("*")) if f.is_file()}
+
+
 def build_pair(root: str | Path, seed: int = 0) -> dict:
     """All three steps in one call (the DAG runs them as separate cached rules)."""
     root = Path(root)
