@@ -76,3 +76,15 @@ def test_what_libraries_write_goes_to_the_log_and_what_the_user_should_see_to_th
     text = log.read_text() if log.exists() else ""
     for line in ("a library's warning", "leaked 1 instances", "repeat 1 of 2 done", "leaked 2 types at exit"):
         assert line in text, (line, text)
+
+
+def test_training_says_one_line_of_progress_at_a_modest_rate(capsys, monkeypatch):
+    """core.progress.Steps: step, loss and time left, at most once per `every_s`, and always at the last step."""
+    clock = iter([0.0, 1.0, 2.0, 40.0, 41.0, 50.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    steps = progress.Steps("tiny pair: target", 5, every_s=30)
+    for step, loss in enumerate([5.0, 4.0, 3.0, 2.0, 1.0]):
+        steps.tick(step, loss)
+    assert capsys.readouterr().out.splitlines() == [
+        "tiny pair: target: step 3/5, loss 3.000, about 0.4 min left",
+        "tiny pair: target: step 5/5, loss 1.000, done in 0.8 min"]
