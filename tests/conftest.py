@@ -6,9 +6,11 @@ marked `trained_pair` here, one that uses the smoke study (`smoke`, served by vl
 fast tier, `-m "not server and not dag and not trained_pair and not slurm and not browser"`, therefore never trains
 the pair.
 
-The trained pair is trained once per run of the suite, by the DAG's own rules, into a cache that every pytest
-process of the run shares under a lock (`trained_pair_dir`): $SPECSWEEP_TEST_CACHE, which .ci/run makes for its
-two pytest runs, or else the directory that this run's pytest-xdist workers share."""
+The tests that need a trained pair (`tiny_results`) copy the one the repository ships (models/tiny/, made by the
+DAG's own rules: its MANIFEST.json). The training recipe itself is still run once per run of the suite, by the
+DAG's own rules (`--config tiny_pair=train`), for the test that checks the training (`pair_training`), into a cache
+that every pytest process of the run shares under a lock (`trained_pair_dir`): $SPECSWEEP_TEST_CACHE, which .ci/run
+makes for its two pytest runs, or else the directory that this run's pytest-xdist workers share."""
 import fcntl
 import os
 import shutil
@@ -116,7 +118,7 @@ class exclusive:
 
 def trained_pair_dir(tmp_path_factory) -> Path:
     """The cache's trained pair: a folder holding `results/models/tiny`, trained there by the DAG's own rules
-    (`snakemake ... models/tiny/drafter/config.json`, Snakemake's working directory `work/`, its output in
+    (`snakemake --config tiny_pair=train ... models/tiny/drafter/config.json`, Snakemake's working directory `work/`, its output in
     `train.log`) by the first process of the run that asks, under the cache's lock. `done` is written last, so a
     training killed midway is done again, never taken for a pair; one that failed or timed out writes `failed`,
     and every later process of the run fails with its log rather than train again."""
@@ -133,7 +135,7 @@ def trained_pair_dir(tmp_path_factory) -> Path:
             drafter = pair / "results" / "models" / "tiny" / "drafter" / "config.json"
             try:
                 out = run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(pair / "work"), "--cores",
-                           "2", "--config", f"results_dir={pair / 'results'}", "--", str(drafter)],
+                           "2", "--config", "tiny_pair=train", f"results_dir={pair / 'results'}", "--", str(drafter)],
                           timeout=TRAIN_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 (pair / "failed").write_text(f"snakemake did not finish within {TRAIN_TIMEOUT_S} s\n")
@@ -157,15 +159,15 @@ def pair_training(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_results(tmp_path_factory) -> Path:
-    """A results_dir of this session's own holding the embedded tiny pair, copied from the run's cache
-    (trained_pair_dir: trained there once per run by the DAG's own rules) or, while developing, from
-    $SPECSWEEP_TEST_PAIR (a models/tiny built earlier). Its sibling `work/` is the smoke study's Snakemake
-    working directory."""
+    """A results_dir of this session's own holding the embedded tiny pair, copied from the one the repository
+    ships (models/tiny/, trained by the DAG's own rules: its MANIFEST.json) or from $SPECSWEEP_TEST_PAIR (a
+    models/tiny built earlier, say by `--config tiny_pair=train`). Its sibling `work/` is the smoke study's
+    Snakemake working directory."""
     root = tmp_path_factory.mktemp("session")
     results = root / "results"
-    source = os.environ.get("SPECSWEEP_TEST_PAIR") or trained_pair_dir(tmp_path_factory) / "results" / "models" / "tiny"
+    source = os.environ.get("SPECSWEEP_TEST_PAIR") or REPO / "models" / "tiny"
     tiny = results / "models" / "tiny"
-    shutil.copytree(source, tiny)
+    shutil.copytree(source, tiny, ignore=shutil.ignore_patterns("MANIFEST.json"))
     # as fresh as a pair trained now, each step newer than its input: Snakemake would retrain a step whose
     # output is older than its script in this checkout, so the DAG tests in `work/` would train again
     now = time.time()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import BIN, popen_group, snakemake, wait_for
 
+from specsweep.read import tracking
 from specsweep.run.server import stop_group
 
 pytestmark = pytest.mark.browser
@@ -151,6 +152,33 @@ def close_assistant(page) -> None:
         close.first.click()
 
 
+# the toggle before a parent run's name in MLflow's runs table, which shows or hides its child runs
+EXPAND = '[col-id="attributes.`Run Name`"] button[data-component-id*="runnamecellrenderer"]'
+NAME_CELL = '[role=row][row-index] [role=gridcell][col-id="attributes.`Run Name`"]'
+
+
+def study_row(study: str) -> str:
+    return f"{study} · summary and plots"
+
+
+def expand_studies(page) -> None:
+    """Open every study's run onto its configurations, as a user clicks the toggle before each study's name."""
+    page.get_by_role("row").filter(has_text="· summary and plots").first.wait_for()
+    for row in page.get_by_role("row").filter(has_text="· summary and plots").all():
+        toggle = row.locator(EXPAND)
+        if toggle.count():
+            toggle.first.click()
+            page.wait_for_timeout(300)
+
+
+def name_cells(page) -> list[dict]:
+    """The runs table's Run Name cells in row order: each one's text and whether the column shows it whole."""
+    return page.evaluate(f"""() => Array.from(document.querySelectorAll({NAME_CELL!r}))
+      .map(c => ({{row: Number(c.closest('[row-index]').getAttribute('row-index')),
+                  text: (c.querySelector('a') || c).innerText.trim(), whole: c.scrollWidth <= c.clientWidth + 1}}))
+      .sort((a, b) => a.row - b.row)""")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -159,21 +187,23 @@ def free_port() -> int:
 
 @pytest.fixture
 def verdict_store(tmp_path):
-    """A study with CIs (the verdict tests' fake sessions: K=3 and K=7 at set speedups, 2 repeats, 12 prompts),
-    summarised and ingested into its own SQLite store: no server, and figures the compare view can show."""
+    """Two studies with CIs (the verdict tests' fake sessions: K=3 and K=7 at set speedups, 2 repeats, 12 prompts;
+    `w` with an A/A member), summarised and ingested into one SQLite store: no server, and figures the compare view
+    can show. Gives the store, study v's folder and the link the last ingest printed."""
     from test_verdicts import ingest_args, study, summarize
 
     from specsweep.read import tracking
     from specsweep.read.study import Study
 
     results = tmp_path / "results"
-    grid = study(results, {0: 1.0, 3: 1.4, 7: 1.8})
-    out = results / "v"
-    summarize(grid)
-    (out / "plots").mkdir()
-    (out / "env.json").write_text("{}")
-    tracking.ingest(Study.load(out, grid), *ingest_args(grid))
-    return results / "mlflow.db", out
+    for name, speeds, extra in (("v", {0: 1.0, 3: 1.4, 7: 1.8}, ()), ("w", {0: 1.0, 3: 1.2, 7: 0.8}, ("sweep.aa=true",))):
+        grid = study(results, speeds, extra=extra, name=name)
+        out = results / name
+        summarize(grid, name)
+        (out / "plots").mkdir()
+        (out / "env.json").write_text("{}")
+        record = tracking.ingest(Study.load(out, grid), *ingest_args(grid, name))
+    return results / "mlflow.db", results / "v", record["url"]
 
 
 @pytest.fixture
@@ -181,7 +211,7 @@ def mlflow_ui(verdict_store, tmp_path):
     """A real `mlflow server` over that store: its own log, stopped by its process group."""
     import httpx
 
-    db, _ = verdict_store
+    db, *_ = verdict_store
     port = free_port()
     argv = [str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{db}",
             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
@@ -215,20 +245,20 @@ def test_mlflow_ui_opens_on_one_run_per_configuration_and_compares_k3_with_k7(ve
 
     from specsweep.read import tracking
 
-    db, out = verdict_store
+    db, out, _ = verdict_store
     rows = list(csv.DictReader(open(out / "summary.csv")))
     client = MlflowClient(tracking_uri=f"sqlite:///{db}")
     exp = client.get_experiment_by_name("specsweep")
-    runs = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.kind` = 'configuration'")
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.kind` = 'configuration' and "
+                              "tags.`specsweep.read.study` = 'v'")
     names = {r.info.run_name for r in runs}
-    assert len(runs) == len(rows) == 3 and names == {
-        "tiny · baseline · data=jsonl · c=4", "tiny · dflash K=3 · data=jsonl · c=4",
-        "tiny · dflash K=7 · data=jsonl · c=4"}, names
+    assert len(runs) == len(rows) == 3 and {n.split(" · ")[0] for n in names} == {"baseline", "K=3", "K=7"}, names
     by_k = {r.data.tags["K"]: r for r in runs}
 
     page.goto(tracking.experiment_url(exp.experiment_id, mlflow_ui))     # the link ingest prints
-    for name in names:
-        page.get_by_role("row").filter(has_text=name).wait_for()
+    expand_studies(page)
+    for name in names:                       # study w's baseline has the same name
+        page.get_by_role("row").filter(has_text=name).first.wait_for()
     assert "/runs" in page.url and "overview" not in page.url and "workflowType=machine_learning" in page.url
     assert page.get_by_role("row").filter(has_text="v · summary and plots").count() == 1
     close_assistant(page)
@@ -270,3 +300,51 @@ def test_mlflow_ui_opens_on_one_run_per_configuration_and_compares_k3_with_k7(ve
     page.mouse.wheel(0, 1)
     page.wait_for_timeout(1000)
     screenshot(page, tmp_path, "mlflow-compare")
+
+
+def test_mlflow_ui_groups_each_study_and_shows_each_runs_k_speedup_and_verdict(verdict_store, mlflow_ui, page,
+                                                                             tmp_path):
+    """The link ingest prints, over a store of two studies (one with an A/A member), in a fresh browser profile:
+    each study is one run with its configurations nested under it (MLflow's parent and child runs), and each
+    configuration's name, read in the table without opening the run, starts with what differs (K, the concurrency)
+    and holds its speedup with its CI and its verdict; the A/A member is named as one, and the baselines as such."""
+    from mlflow.tracking import MlflowClient
+
+    db, _, url = verdict_store
+    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("specsweep")
+    runs = client.search_runs([exp.experiment_id])
+    parents = {r.data.tags["specsweep.read.study"]: r for r in runs if r.data.tags["specsweep.kind"] == "study"}
+    children = {s: [r for r in runs if r.data.tags.get("mlflow.parentRunId") == p.info.run_id]
+                for s, p in parents.items()}
+    assert sorted(parents) == ["v", "w"] and {s: len(c) for s, c in children.items()} == {"v": 3, "w": 4}
+    leads = {r.info.run_name.split(" · ")[0] for r in children["w"]}
+    assert leads == {"A/A baseline", "baseline", "K=3", "K=7"}, leads
+    assert not any(r.info.run_name.startswith("A/A/") for r in runs)
+
+    page.goto(url.replace(tracking.UI, mlflow_ui))
+    expand_studies(page)
+    close_assistant(page)
+    resize = page.locator('[role=columnheader][col-id="attributes.`Run Name`"] .ag-header-cell-resize')
+    if resize.count():
+        resize.first.dblclick()
+    want = sum(len(c) for c in children.values()) + len(parents)
+    page.wait_for_function(f"() => document.querySelectorAll({NAME_CELL!r}).length >= {want}")
+    cells = name_cells(page)
+    screenshot(page, tmp_path, "mlflow-studies")
+    texts = [c["text"] for c in cells]
+    starts = sorted(texts.index(study_row(s)) for s in parents)
+    assert len(texts) == want and starts[0] == 0, texts
+    for a, b in zip(starts, starts[1:] + [len(texts)]):          # a study's row, then its configurations
+        study = texts[a].split(" · ")[0]
+        assert sorted(texts[a + 1:b]) == sorted(r.info.run_name for r in children[study]), (study, texts)
+    for r in (r for c in children.values() for r in c):
+        name, tags = r.info.run_name, r.data.tags
+        cell = next(c for c in cells if c["text"] == name)
+        assert cell["whole"], name
+        if tags.get("K") and tags.get("method") == "dflash":
+            assert name.startswith(f"K={tags['K']} · c={tags['concurrency']} · "), name
+        if "speedup_e2e" in tags:                                   # every configuration but the baselines
+            assert f"{tags['speedup_e2e']} {tags['verdict']}" in name, (name, tags)
+        else:
+            assert name.startswith("baseline · "), name

@@ -270,11 +270,14 @@ def test_on_a_cluster_only_server_cells_and_training_are_jobs():
 
     repo = PKG.parents[1]
     rules = {m for f in (repo / "workflow" / "rules").glob("*.smk")
-             for m in re.findall(r"^(?:rule|checkpoint) (\w+):", f.read_text(), re.M)}
+             for m in re.findall(r"^\s*(?:rule|checkpoint) (\w+):", f.read_text(), re.M)}
     # snakefmt writes the list one rule a line
     [local] = re.findall(r"^localrules:\n((?:[ \t]+\w+,?\n)+)", (repo / "Snakefile").read_text(), re.M)
     assert rules - {r.strip() for r in local.split(",")} - {""} == {"serve_and_bench", "diagnose", "tiny_tokenizer",
                                                               "tiny_target", "tiny_drafter"}
+    # the shipped pair's copies (the tiny rules' other branch) are local by their own `localrule: True`
+    models = (repo / "workflow" / "rules" / "models.smk").read_text()
+    assert models.count("localrule: True") == 3 and models.count("shell:") == 3
 
 
 # ---- the results tree has one owner: layout -------------------------------------------------------------------

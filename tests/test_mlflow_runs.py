@@ -47,7 +47,9 @@ def run(tmp_path, k, speedup=1.4, **kw):
 
 def test_a_configurations_run_is_named_tagged_and_measured_from_its_row_and_repeats(tmp_path):
     k3 = run(tmp_path, 3, vs={"vs_K1": "1.1x"})
-    assert (k3.config_id, k3.name) == ("tiny-dflash-k3-bb/synthetic-t0-c4", "tiny · dflash K=3 · data=synthetic · c=4")
+    # what differs within a study first, then the answer: MLflow's runs table shows a name's start
+    assert (k3.config_id, k3.name) == ("tiny-dflash-k3-bb/synthetic-t0-c4",
+                                       "K=3 · c=4 · 1.40x [1.30, 1.50] faster · tiny · data=synthetic")
     assert {k: k3.tags[k] for k in ("K", "thinking", "concurrency", "valid", "verdict", "speedup_e2e", "vs_K1",
                                     "specsweep.baseline_cell")} == {
         "K": "3", "thinking": "false", "concurrency": "4", "valid": "true", "verdict": "faster",
@@ -74,8 +76,21 @@ def test_params_are_the_configurations_own_settings_one_name_per_value(tmp_path)
 
 def test_a_baseline_is_named_by_its_pairs_and_has_no_speedup(tmp_path):
     base = run(tmp_path, 0, pair="tiny")
-    assert base.name == "tiny · baseline · data=synthetic · c=4"
+    assert base.name == "baseline · c=4 · tiny · data=synthetic"
     assert not {"speedup_e2e", "verdict", "specsweep.baseline_cell"} & set(base.tags)
+
+
+def test_an_aa_member_is_named_as_one_with_its_answer_and_a_thinking_cell_says_so():
+    """An A/A cell (sweep.aa: the baseline's twin, pair name "A/A") is `A/A baseline` with its pair's name and its
+    speedup against the baseline; `think` follows the settings."""
+    from specsweep.grid.cells import AA
+
+    aa = {**row(0, 1.01), "pair": AA, "verdict": "equivalent within ±5%"}
+    assert mlflow_runs.run_name(aa, "tiny") == (
+        "A/A baseline · c=4 · 1.01x [0.91, 1.11] equivalent within ±5% · tiny · data=synthetic")
+    assert mlflow_runs.row_tags(aa)["speedup_e2e"] == "1.01x [0.91, 1.11]"
+    assert mlflow_runs.run_name({**row(7, 1.2), "thinking": True, "method": "eagle3"}).startswith(
+        "eagle3 K=7 · think · c=4 · 1.20x")
 
 
 def test_the_digest_is_the_runs_and_moves_with_it(tmp_path):

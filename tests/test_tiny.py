@@ -33,15 +33,17 @@ def test_tiny_tokenizer_has_a_mask_token_and_honours_enable_thinking(tiny_result
 
 
 def test_the_workflows_rules_trained_the_pair_once_and_a_rerun_trains_nothing(pair_training):
-    """The run's one training of the pair, by the DAG's own three rules (conftest.trained_pair_dir): each ran
-    once and wrote its report, and Snakemake, asked again in the same working directory, has nothing to do."""
+    """The run's one training of the pair, by the DAG's own three rules (`--config tiny_pair=train`,
+    conftest.trained_pair_dir): each ran once and wrote its report, and Snakemake, asked again in the same
+    working directory, has nothing to do. What the training reached is an outcome, and not asserted."""
     log = (pair_training / "train.log").read_text()
-    for rule in ("tiny_tokenizer", "tiny_target", "tiny_drafter"):
-        assert log.count(f"rule {rule}:") == 1, (rule, log[-3000:])
+    for rule in ("tiny_tokenizer", "tiny_target", "tiny_drafter"):      # Snakemake 9: "Finished jobid: 3 (Rule: x)"
+        assert log.count(f"(Rule: {rule})") == 1, (rule, log[-3000:])
+    assert "tiny pair: training the target" in log and "copying the shipped pair" not in log
     models = pair_training / "results" / "models" / "tiny"
     assert all((models / step / "train.json").exists() for step in ("target", "drafter"))
     again = run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(pair_training / "work"), "-n",
-                 "--cores", "2", "--config", f"results_dir={pair_training / 'results'}", "--",
+                 "--cores", "2", "--config", "tiny_pair=train", f"results_dir={pair_training / 'results'}", "--",
                  str(models / "drafter" / "config.json")], timeout=300)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stderr[-2000:]
 
@@ -73,3 +75,17 @@ def test_held_out_prompts_never_appear_in_training(tiny_results):
     held = held_out()
     train = {tok.decode(p) for p, *_ in examples(tok, 2000, TRAIN_SEED, exclude=held)}
     assert not any(q in t for t in train for q in list(held)[:50])
+
+
+def test_the_shipped_pair_is_its_manifests_and_was_trained_by_this_codes_recipe():
+    """models/tiny/ (what the DAG copies by default) holds exactly the files its MANIFEST.json lists, none over
+    5 MB, and the recipe it records is the one models/tiny.py holds now: a change to the recipe fails here until
+    the pair is trained again and shipped (scripts/ship_tiny_pair.py)."""
+    from specsweep.models import tiny
+
+    shipped = REPO / "models" / "tiny"
+    manifest = json.loads((shipped / tiny.MANIFEST).read_text())
+    assert tiny.file_digests(shipped) == manifest["files"]
+    assert all((shipped / f).stat().st_size < 5_000_000 for f in manifest["files"])
+    assert manifest["recipe"] == json.loads(json.dumps(tiny.recipe())), "retrain and ship the tiny pair"
+    assert len(manifest["commit"]) == 40 and manifest["command"].endswith("tiny_pair=train")

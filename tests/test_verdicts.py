@@ -56,10 +56,10 @@ class FakeSession(ServerlessSession):
         return Measurement(rows, figures)
 
 
-def study(results, speedup, noise=0.03, seed=0, extra=(), bursty=(), degenerate=(), starve=()):
+def study(results, speedup, noise=0.03, seed=0, extra=(), bursty=(), degenerate=(), starve=(), name="v"):
     """A study on the two-category file, K in the speedup dict, every cell measured by FakeSession."""
     ks = sorted(k for k in speedup if k)
-    grid = expand(compose_jobs([f"results_dir={results}", "study=v", "dataset=jsonl", f"dataset.path={TWO_CATEGORIES}",
+    grid = expand(compose_jobs([f"results_dir={results}", f"study={name}", "dataset=jsonl", f"dataset.path={TWO_CATEGORIES}",
                                 f"sweep.num_speculative_tokens=[{','.join(map(str, ks))}]", "sweep.repeats=2",
                                 "pair.target=/nonexistent/target", "pair.drafter=/nonexistent/drafter",
                                 "pair.built_by_workflow=false", *extra]))
@@ -218,7 +218,8 @@ def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_st
     assert {r.data.tags["K"] for r in faster} == {"3", "7"}
     for run in faster:
         row = next(x for x in rows if x["num_speculative_tokens"] == run.data.tags["K"])
-        assert run.info.run_name == f"tiny · dflash K={row['num_speculative_tokens']} · data=jsonl · c=4"
+        assert run.info.run_name == (f"K={row['num_speculative_tokens']} · c=4 · {run.data.tags['speedup_e2e']} faster"
+                                     " · tiny · data=jsonl")
         for figure in tables.metric_names():        # every figure of the summary's own, none recomputed
             if row[figure] and tables.columns(tables.SUMMARY)[figure].encoding != tables.JSON:   # a list: `.<i>`
                 assert run.data.metrics[figure] == pytest.approx(float(row[figure]))
@@ -233,8 +234,9 @@ def test_mlflow_has_one_run_per_configuration_with_its_verdict_and_repeats_as_st
     assert statement == f"K=7 vs K=3: {k7.data.tags['vs_K3']}" and "equivalent within ±5%" in statement
     [base] = [r for r in configs if r.data.tags["method"] == "none"]
 
-    assert base.info.run_name == "tiny · baseline · data=jsonl · c=4" and "verdict" not in base.data.tags
+    assert base.info.run_name == "baseline · c=4 · tiny · data=jsonl" and "verdict" not in base.data.tags
     [study] = client.search_runs([exp.experiment_id], filter_string="tags.`specsweep.kind` = 'study'")
+    assert {r.data.tags["mlflow.parentRunId"] for r in configs} == {study.info.run_id}    # nested under the study
     assert {"k_comparison.csv", "summary_by_category.csv"} <= {a.path for a in client.list_artifacts(study.info.run_id)}
 
     again = tracking.ingest(Study.load(out, grid), *args)

@@ -76,7 +76,9 @@ def test_smoke_study_writes_summary_plots_and_mlflow(smoke):
     parents = [r for r in runs if r.data.tags.get("specsweep.kind") == "study"]
     assert len(parents) == 1 and len(configs) == 2      # two server cells, each pooled over its two repeats
     child = next(r for r in configs if r.data.tags["method"] == "dflash")
-    assert child.info.run_name == "tiny · dflash K=3 · data=synthetic · c=2"
+    # what differs, then the speedup (4 prompts: no CI, no verdict), then the pair and the data
+    assert child.info.run_name == f"K=3 · c=2 · {child.data.tags['speedup_e2e']} · tiny · data=synthetic"
+    assert all(r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for r in configs)
     assert {"pair", "dataset", "thinking", "vllm_version", "git_commit", "specsweep.cell_id"} <= set(child.data.tags)
     assert "mean_acceptance_length" in child.data.metrics and "repeat.spec_decode.mean_acceptance_length" in \
         child.data.metrics

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from specsweep.core import layout
+from specsweep.core.progress import Steps, say
 from specsweep.core.results import atomic_write_json
 from specsweep.grid.datasets import synthetic_problem
 
@@ -129,6 +130,7 @@ def train_target(tokenizer_dir: str | Path, out: str | Path, seed: int = 0, step
     rng = random.Random(seed)
     model.train()
     losses = []
+    progress = Steps("tiny pair: target", steps)
     for step in range(steps):
         picked = [rows[rng.randrange(len(rows))] for _ in range(batch)]
         width = max(len(p) + len(a) for p, a, _, _ in picked)
@@ -145,9 +147,9 @@ def train_target(tokenizer_dir: str | Path, out: str | Path, seed: int = 0, step
         opt.step()
         sched.step()
         losses.append(loss.item())
-        if step % 100 == 0 or step == steps - 1:
-            print(f"target step {step}: loss {loss.item():.4f} ({time.monotonic() - t0:.0f} s)", flush=True)
+        progress.tick(step, loss.item())
     model.eval()
+    say(f"tiny pair: target: evaluating on {EVAL_PROMPTS} held-out prompts in each thinking mode")
     out = Path(out)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
@@ -196,13 +198,15 @@ def train_drafter_for(target_dir: str | Path, out: str | Path, seed: int = 0, pr
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     train_prompts = [p for p, *_ in examples(tok, prompts, TRAIN_SEED + 7 + seed, exclude=held_out())]
     answers = []
+    say(f"tiny pair: drafter: the target answers its {len(train_prompts)} training prompts (about a minute)")
     for i in range(0, len(train_prompts), 64):
         answers += generate(target, None, train_prompts[i:i + 64], 1, 96, stop_ids={eos}).sequences
     gen_s = time.monotonic() - t0
     losses = train_drafter(drafter, target, [p + a for p, a in zip(train_prompts, answers)],
                            [len(p) for p in train_prompts], steps=steps, batch=batch, anchors=anchors, lr=lr,
-                           seed=seed, log=print)
+                           seed=seed, log=Steps("tiny pair: drafter", steps).tick)
     drafter.save_pretrained(out)
+    say(f"tiny pair: drafter: evaluating its acceptance on {EVAL_PROMPTS} held-out prompts")
     report = {"train_s": round(time.monotonic() - t0, 1), "target_answers_s": round(gen_s, 1), "steps": steps,
               "prompts": prompts, "loss_first": round(losses[0], 3), "loss_last": round(losses[-1], 3),
               "params": sum(p.numel() for p in drafter.parameters()),
@@ -255,6 +259,31 @@ def init_drafter(target_cfg, mask_token_id: int, out: Path, seed: int = 0) -> No
                   num_target_layers=target_cfg.num_hidden_layers,
                   dflash_config={"mask_token_id": mask_token_id, "target_layer_ids": layer_ids})
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+MANIFEST = "MANIFEST.json"      # the shipped pair's (models/tiny/): recipe, seed, commit, files
+
+
+def recipe() -> dict:
+    """What the pair's training depends on in this code: the shapes, seeds and each step's defaults."""
+    import inspect
+
+    def defaults(fn):
+        return {k: p.default for k, p in inspect.signature(fn).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    return {"target_shape": TARGET_SHAPE, "draft_layers": DRAFT_LAYERS, "block_size": BLOCK_SIZE,
+            "train_seed": TRAIN_SEED, "eval_seed": EVAL_SEED, "eval_prompts": EVAL_PROMPTS, "special": SPECIAL,
+            "tokenizer": defaults(build_tokenizer), "target": defaults(train_target),
+            "drafter": defaults(train_drafter_for)}
+
+
+def file_digests(root: str | Path, steps=("tokenizer", "target", "drafter")) -> dict[str, str]:
+    """Each file of the pair's steps under root, by its path relative to root: its SHA-256."""
+    import hashlib
+
+    root = Path(root)
+    return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest()
+            for step in steps for f in sorted((root / step).rglob("*")) if f.is_file()}
 
 
 def build_pair(root: str | Path, seed: int = 0) -> dict:

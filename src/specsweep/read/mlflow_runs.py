@@ -1,7 +1,9 @@
 """What a configuration's MLflow run holds, made without MLflow: `configuration_run(row, cells)` gives its name,
 tags, params, metrics and artifacts (a `RunPayload`); tracking.ingest writes it to a store.
 
-- name: the configuration's label (labels.label): `tiny · dflash K=7 · data=synthetic · c=4`.
+- name: what differs first, then the answer, then what a study mostly shares (run_name):
+  `K=7 · c=4 · 1.16x [1.10, 1.22] faster · tiny · data=synthetic`, so that MLflow's runs table, which cuts a name
+  after about 25 characters, shows the K, the concurrency and the speedup; `baseline · c=4 · tiny · data=synthetic`.
 - tags: the summary row's columns that name a tag (table.Column.tag: the settings, the verdict, the reasons a
   figure is blank), each speedup with its CI as text (`speedup_e2e`: `1.18x [1.10, 1.27]`), the ids
   (`specsweep.server_cell`, `.bench_cells`, `.baseline_cell`), the K comparisons (`vs_K3`) and the server's
@@ -22,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsweep.core import registry, table
-from specsweep.core.labels import config_id, label, several_output_lengths
+from specsweep.core.labels import SEP, bench, config_id, setting, several_output_lengths
 from specsweep.core.nested import flatten
-from specsweep.grid.cells import stable_hash
+from specsweep.grid.cells import AA, stable_hash
 from specsweep.read.study import Cell
 from specsweep.verdicts.stats import format_ratio
 
@@ -62,7 +64,7 @@ def row_tags(row: dict) -> dict[str, str]:
     cols = table.columns(table.SUMMARY)
     tags = {c.tag: _tag_text(row[n], c) for n, c in cols.items()
             if c.tag and n == c.name and not table.blank(row.get(n)) and row.get(n) != ""}
-    if row.get("method") != "none":
+    if row.get("method") != "none" or row.get("pair") == AA:      # an A/A cell has a speedup, a baseline none
         for name, (point, low, high) in table.SPEEDUPS.items():
             if table.value(row, point) is not None:
                 tags[table.SPEEDUP_TAGS[name]] = format_ratio(row[point], table.value(row, low),
@@ -111,6 +113,34 @@ def server_versions(row: dict, repeats: list[dict]) -> dict[str, str]:
     return {key: " ".join(values) for key, values in found.items() if values}
 
 
+def answer(row: dict) -> str:
+    """The e2e speedup with its CI and the verdict, `1.16x [1.10, 1.22] faster`; '' for a row without a speedup
+    (a baseline)."""
+    point, low, high = table.SPEEDUPS["e2e"]
+    if table.value(row, point) is None:
+        return ""
+    verdict = row.get("verdict")
+    text = format_ratio(row[point], table.value(row, low), table.value(row, high))
+    return text + (f" {verdict}" if verdict and not table.blank(verdict) else "")
+
+
+def run_name(row: dict, pair: str | None = None) -> str:
+    """A configuration's run name: the settings that differ within a study first (`K=7`, its method where not
+    DFlash, a set acceptance, the verification; `baseline`, `A/A baseline`), then `think` and the concurrency,
+    then the answer (answer), then the pair and the data. `pair` names a baseline by the pairs it is the baseline
+    of."""
+    aa = row.get("pair") == AA
+    lead = setting(row, method=row.get("method") not in ("dflash", "none"))
+    if aa:
+        lead = ["A/A baseline"]
+    backend = row.get("backend")
+    if backend in registry.names() and registry.get(backend).ID_TAG:
+        lead.append(backend)
+    data, *rest = bench(row)                    # data=..., [think], c=N
+    parts = [*lead, *rest, answer(row), pair or ("" if aa else row.get("pair")), data]
+    return SEP.join(p for p in parts if p)
+
+
 def _numeric(d: dict) -> dict[str, float]:
     return {k: float(v) for k, v in flatten(d, split_lists=True).items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and k not in TIMES}
@@ -146,7 +176,7 @@ def configuration_run(row: dict, cells: list[Cell], pair: str | None = None,
         values = {**_numeric(c.metrics), "valid": float(c.valid)}
         metrics += [(REPEAT + k, v, finished, step) for k, v in values.items()]
     artifacts = [(f, f"repeats/r{step}-{c.bench_cell}") for c, step in zip(cells, steps) for f in c.files()]
-    run = RunPayload(config_id(row, lengths), label(row, pair), tags, run_params(cells), metrics, artifacts, start, end,
+    run = RunPayload(config_id(row, lengths), run_name(row, pair), tags, run_params(cells), metrics, artifacts, start, end,
                      cells[0].bench["dataset"] if cells else None)
     run.digest = stable_hash([run.name, run.tags, run.params, run.metrics, [(f.name, a) for f, a in artifacts],
                               start, end])[:16]

@@ -1,9 +1,11 @@
-"""MLflow ingest: the single writer. One run per configuration, one run for the study.
+"""MLflow ingest: the single writer. One run for the study, and under it one run per configuration.
 
 A configuration is one row of summary.csv: a server cell with its bench settings (dataset, thinking,
 concurrency), pooled over its repeats. What its run holds (name, tags, params, metrics, artifacts) is
 mlflow_runs'; this module keeps the store, the experiment and idempotence. The study's run holds the summary
-table, the plots and the other study files.
+table, the plots and the other study files, and is its configurations' parent: MLflow's convention for a sweep
+(a parent run, its child runs tagged `mlflow.parentRunId`), so the runs table shows each study as one row that
+opens onto its configurations, whatever other studies share the experiment.
 
 Idempotent: a run is keyed by its configuration id (a tag) and carries a digest of what it holds, so a
 re-ingest adds nothing, and a configuration whose run changed (more repeats) is replaced, not duplicated.
@@ -24,19 +26,22 @@ from specsweep.core.errors import TrackingError
 from specsweep.core.labels import config_id, several_output_lengths
 from specsweep.core.paths import REPO, user_cache
 from specsweep.core.results import atomic_write_json, read_json
-from specsweep.grid.cells import Grid
+from specsweep.grid.cells import AA, Grid
 from specsweep.read.mlflow_runs import RunPayload, configuration_run, k_tags
 from specsweep.read.study import Study
 
 CELL_TAG = "specsweep.cell_id"          # a configuration's id (server cell / bench settings), or study:<study>
 STUDY_TAG = "specsweep.read.study"
 KIND_TAG = "specsweep.kind"             # "configuration" or "study"
+PARENT_TAG = "mlflow.parentRunId"       # MLflow's own tag of a nested run (mlflow.utils.mlflow_tags)
 DIGEST_TAG = "specsweep.row_digest"     # the digest of what the run holds (mlflow_runs.RunPayload.digest)
 OLD_KIND = "bench_cell"                 # the per-repeat layout's runs (one per bench cell, nested under the study)
 SUMMARY_TABLE = "summary_table.json"
 # MLflow 3.17's UI shows an experiment as GenAI (its traces overview) or classic ML (the runs table) by the
 # sidebar's workflowType, remembered per browser and "genai" by default; this query sets it for one link.
 WORKFLOW_QUERY = "workflowType=machine_learning"
+# No sort in the link (orderByKey): MLflow's runs table nests child runs under their parent only in its default
+# order, by start time; sorted by anything else it lists every run flat.
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")   # read where that switch is off
 UI = "http://127.0.0.1:5000"              # where `mlflow ui` serves a file store by default
 
@@ -155,15 +160,17 @@ def configuration_runs(results: Study, summary_csv: str | Path, k_comparison_csv
     grid = results.grid
     pairs_of: dict[str, set] = {}                    # a baseline server cell -> the pairs it is the baseline of
     for spec, base in grid.baseline_of.items():
-        pairs_of.setdefault(base, set()).add(grid.servers[spec].pair["name"])
+        if grid.servers[spec].pair["name"] != AA:    # an A/A cell is the baseline's twin, not a pair it serves
+            pairs_of.setdefault(base, set()).add(grid.servers[spec].pair["name"])
     ks = k_tags(table.read(k_comparison_csv, table.K_COMPARISON)) if Path(k_comparison_csv).exists() else {}
     out = []
     rows = table.read(summary_csv)
     lengths = several_output_lengths(rows)            # a study of several output lengths: -o<max_tokens> in ids
     for row in rows:
         sid = row["server_cell"]
+        named_by = grid.baseline_of.get(sid, sid) if row.get("pair") == AA else sid    # A/A: its baseline's pairs
         cells = [results.cells[sid, b] for b in (row.get("bench_cells") or "").split() if (sid, b) in results.cells]
-        out.append(configuration_run(row, cells, "/".join(sorted(pairs_of.get(sid, ()))) or None,
+        out.append(configuration_run(row, cells, "/".join(sorted(pairs_of.get(named_by, ()))) or None,
                                      ks.get(config_id(row, lengths)), lengths))
     return out
 
@@ -226,19 +233,6 @@ def ingest(results: Study, summary_csv: str | Path, k_comparison_csv: str | Path
         env = read_json(env_json) if Path(env_json).exists() else {}
         versions = {k: env[k] for k in ("torch", "transformers", "python") if isinstance(env.get(k), str)}
         commit, added, replaced, runs = git_commit(), 0, 0, {}
-        for run in configurations:
-            old = existing.get(run.config_id)
-            if old is not None and old.data.tags.get(DIGEST_TAG) == run.digest:
-                runs[run.config_id] = old.info.run_id
-                continue
-            if old is not None:          # more repeats, a summary that moved, or an ingest cut short: made afresh
-                client.delete_run(old.info.run_id)
-                replaced += 1
-            tags = {STUDY_TAG: study, KIND_TAG: "configuration", CELL_TAG: run.config_id, **versions,
-                    "git_commit": commit}
-            prompts = grid.dataset_file(run.dataset) if run.dataset else None
-            runs[run.config_id] = _log_run(client, exp_id, run, tags, prompts)
-            added += 1
         parent = existing.get(f"study:{study}")
         if parent is None:
             parent = client.create_run(exp_id, run_name=f"{study} · summary and plots",
@@ -246,6 +240,21 @@ def ingest(results: Study, summary_csv: str | Path, k_comparison_csv: str | Path
                                        tags={STUDY_TAG: study, KIND_TAG: "study", CELL_TAG: f"study:{study}",
                                              **versions, "git_commit": commit})
         parent_id = parent.info.run_id
+        for run in configurations:
+            old = existing.get(run.config_id)
+            if old is not None and old.data.tags.get(DIGEST_TAG) == run.digest:
+                runs[run.config_id] = old.info.run_id
+                if old.data.tags.get(PARENT_TAG) != parent_id:      # ingested before runs were nested
+                    client.set_tag(old.info.run_id, PARENT_TAG, parent_id)
+                continue
+            if old is not None:          # more repeats, a summary that moved, or an ingest cut short: made afresh
+                client.delete_run(old.info.run_id)
+                replaced += 1
+            tags = {STUDY_TAG: study, KIND_TAG: "configuration", CELL_TAG: run.config_id, PARENT_TAG: parent_id,
+                    **versions, "git_commit": commit}
+            prompts = grid.dataset_file(run.dataset) if run.dataset else None
+            runs[run.config_id] = _log_run(client, exp_id, run, tags, prompts)
+            added += 1
         client.log_artifact(parent_id, str(summary_csv))
         log_summary_table(client, parent_id, summary_csv)
         for path in (k_comparison_csv, by_category_csv, env_json):

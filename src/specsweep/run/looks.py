@@ -36,6 +36,7 @@ import time
 
 from specsweep.core import layout
 from specsweep.core.errors import ConfigError
+from specsweep.core.progress import say
 from specsweep.core.results import atomic_write_json, read_json, read_jsonl
 from specsweep.grid import repeats, schedule
 from specsweep.grid.cells import Grid, stable_hash
@@ -200,6 +201,14 @@ class Looks:
             self._rows[sid, bid] = read_jsonl(self.grid.bench_dir(sid, bid) / layout.REQUESTS) if valid else []
         return self._rows[sid, bid]
 
+    def short(self, name: str) -> str:
+        """A comparison as the console names it: `K=3 vs baseline at <setting>`, `A/A vs baseline at ...`."""
+        c = self.comparisons[name]
+        spec, ref = self.grid.servers[c["cell"]].spec, self.grid.servers[c["ref"]].spec
+        who = "A/A" if spec.get("aa") else f"K={spec.get('num_speculative_tokens')}"
+        vs = "baseline" if ref.get("method") == "none" else f"K={ref.get('num_speculative_tokens')}"
+        return f"{who} vs {vs} at {c['setting_text']}"
+
     def _running(self, name: str) -> bool:
         """A comparison still taking blocks: its setting open and both its sides taking turns there."""
         c = self.comparisons[name]
@@ -227,6 +236,9 @@ class Looks:
                 rec.update(cell=c["cell"], ref=c["ref"], setting=c["setting_text"], answered_s=None,
                            block_repeats=[r for r, _ in kept], block_values=[v for _, v in kept])
                 rec["answered_s"] = self._answered_s(name, rec, live)
+                if live and rec["stopped"] == ANSWERED and (self.records.get(name) or {}).get("stopped") != ANSWERED:
+                    say(f"[specsweep] group {self.lead}: answered after {done} repeat(s): {self.short(name)}: "
+                        f"{stats.format_ratio(rec.get('ratio'), rec.get('ci_low'), rec.get('ci_high'))} {rec['verdict']}")
                 self.records[name] = rec
         self._plan_record(done)
         late = live and bool(b["max_minutes"]) and time.monotonic() - self.started > 60 * b["max_minutes"]
@@ -320,12 +332,12 @@ class Looks:
                            "comparisons": self.records, "minutes": (time.monotonic() - self.started) / 60,
                            "written_at": time.time()})
         if self.stopped:
-            print(f"[specsweep] group {self.lead}: {answered} of {len(self.records)} comparisons answered after {done} "
-                  f"repeat(s): {why}; {self.not_needed} bench cell(s) recorded not needed", flush=True)
+            say(f"[specsweep] group {self.lead}: {answered} of {len(self.records)} comparisons answered after {done} "
+                f"repeat(s): {why}; {self.not_needed} bench cell(s) recorded not needed")
         else:
-            print(f"[specsweep] group {self.lead}: after {done} repeat(s) "
-                  f"{sum(r['stopped'] == ANSWERED for r in real)} of {len(real)} comparisons answered, {why}: "
-                  "the group goes on", flush=True)
+            say(f"[specsweep] group {self.lead}: after {done} repeat(s) "
+                f"{sum(r['stopped'] == ANSWERED for r in real)} of {len(real)} comparisons answered, {why}: "
+                "the group goes on")
 
 
 def sequence_columns(grid: Grid, sid: str, ref: str, bids: list[str], cell_runs: list[list[dict]],

@@ -18,6 +18,7 @@ from pathlib import Path
 from specsweep.core import parts
 from specsweep.core.claims import take_gpus
 from specsweep.core.errors import CellError, ServerError, SpecsweepError
+from specsweep.core.progress import say
 from specsweep.core.results import atomic_write_json
 from specsweep.grid import schedule
 from specsweep.grid.cells import Grid
@@ -149,6 +150,7 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
         looks.dropped = False
         turns = schedule.turns(grid, members)
     if turns:
+        repeats = 1 + max(int(b.spec["repeat"]) for s in members for b in grid.benches[s].values())
         gpus = max(grid.servers[s].gpus for s in members)
         gpu_ids, claims = take_gpus(gpus) if gpus else ([], [])
         try:
@@ -175,6 +177,11 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
                         if looks:
                             looks.turn_starts()
                         failures += _turn(grid, group, sid, bids, launches[sid], rnd, progress)
+                        rep = _repeat(grid, (rnd, sid, bids))
+                        if not looks and launches[sid].residency != "relaunch" and \
+                                (not block or _repeat(grid, block[0]) != rep):
+                            say(f"[specsweep] group {members[0]}: repeat {rep + 1} of {repeats} done "
+                                f"({len(failures)} failure(s) so far)")
                     if also and rnd == turns[-1][0]:
                         _also_served(grid, group, up, launches, rnd, progress, also)
             if looks:

@@ -24,7 +24,7 @@ import psutil
 from specsweep.core import layout
 from specsweep.core.claims import Claim, claim_port, listeners, lock_dir, port_is_free, port_owner, take_gpus
 from specsweep.core.errors import ServerError
-from specsweep.core.progress import progress_bar
+from specsweep.core.progress import on_terminal, progress_bar, say
 from specsweep.core.results import atomic_write_json, atomic_write_text, launches, tail
 
 # Snakemake sets these to the job's thread count. A server manages its own threads; with MKL_NUM_THREADS=2 on
@@ -219,6 +219,8 @@ class Server:
         deadline = time.monotonic() + timeout_s
         bar = progress_bar(total=int(timeout_s), desc=f"waiting for {self.kind} on :{self.port}", unit="s",
                            disable=not progress)
+        if progress and bar.disable and on_terminal() is False:
+            say(f"[specsweep] starting {self.kind} on :{self.port} (its log: {self.log_path})")
         last = time.monotonic()
         try:
             with httpx.Client(timeout=5.0, headers=self.auth) as http:

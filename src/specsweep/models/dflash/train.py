@@ -74,8 +74,9 @@ def sample_anchors(lengths, starts, n: int, generator) -> torch.Tensor:
 
 def train_drafter(drafter: DFlashDrafter, target, sequences: list[list[int]], starts: list[int], steps: int,
                   batch: int = 16, anchors: int = 16, lr: float = 3e-3, gamma: float = 4.0, pad_id: int = 0,
-                  seed: int = 0, log=print) -> list[float]:
-    """Train the drafter on sequences (ideally the target's own outputs); anchors fall at or after starts."""
+                  seed: int = 0, log=None) -> list[float]:
+    """Train the drafter on sequences (ideally the target's own outputs); anchors fall at or after starts.
+    `log(step, loss)` after each step (core.progress.Steps.tick: a line at a modest rate)."""
     target.requires_grad_(False)
     drafter.train()
     gen = torch.Generator().manual_seed(seed)
@@ -96,7 +97,7 @@ def train_drafter(drafter: DFlashDrafter, target, sequences: list[list[int]], st
         opt.step()
         sched.step()
         losses.append(loss.item())
-        if log and (step % 50 == 0 or step == steps - 1):
-            log(f"step {step}: loss {loss.item():.3f}")
+        if log:
+            log(step, loss.item())
     drafter.eval()
     return losses
