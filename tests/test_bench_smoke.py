@@ -71,6 +71,17 @@ def test_cross_hardware_smoke():
     assert "same text 48/48" in out and "nothing written" in out    # the kept study against itself
 
 
+def test_calibrate_boundaries_smoke():
+    out = smoke("calibrate_boundaries.py")          # issue 54: the planned looks' boundaries, simulated
+    assert "max_repeats 20: looks (6, 10, 14, 20)" in out and "nothing written" in out
+
+
+def test_aa_looks_smoke():
+    out = smoke("aa_looks.py")                       # issue 54: A/A studies through each rule
+    assert "planned  normal    500 studies" in out and "every    normal    500 studies" in out
+    assert "nothing written" in out
+
+
 def test_replay_looks_smoke(tmp_path):
     out = smoke("replay_looks.py")                   # seeded normal blocks through each rule
     assert "mean group repeats" in out and "nothing written" in out
