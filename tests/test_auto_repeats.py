@@ -395,3 +395,28 @@ def test_a_precision_keeps_a_decided_comparison_open_until_its_interval_is_that_
     for r in record["comparisons"].values():
         assert r["verdict"] == "faster" and r["precision"] == 0.02
         assert r["stopped"] == looks.BUDGET or r["ci_high"] / r["ci_low"] <= 1.02
+
+
+def test_doctor_forecasts_each_comparison_from_the_spreads_this_host_recorded(tmp_path, monkeypatch):
+    """Issue 54 item 4: after an auto study, the next one's forecast reads the recorded blocks of the same
+    comparison and setting (looks.json keeps them): the repeat at which a typical study answers it and about how
+    long that takes, or that the budget will not."""
+    from specsweep.read import spreads
+    from specsweep.verdicts import forecast
+    g, lead, members = auto_group(tmp_path, "sweep.max_repeats=8", "sweep.looks=every")
+    events = []
+    timed_backend(monkeypatch, events, k_factor(g, {0: 1.0, 3: 0.7, 7: 0.5}), noise=0.02)
+    runner.run_group(g, lead, tmp_path / "m.done", progress=False)
+    entries = spreads.recorded(tmp_path)
+    assert {e["label"] for e in entries} == {"K=3 vs baseline", "K=7 vs baseline", "K=7 vs K=3"}
+    lines = spreads.forecast_lines(auto_group(tmp_path, "sweep.max_repeats=20")[0])
+    assert len(lines) == 3 and all("answered at about repeat 6, about " in line for line in lines), lines
+    tight = spreads.forecast_lines(auto_group(tmp_path, "sweep.max_repeats=4", "sweep.precision=0.001")[0])
+    assert all("unlikely to answer" in line for line in tight), tight
+    assert spreads.forecast_lines(g, host="another-host")[0].endswith("no blocks recorded on this host: no forecast")
+    # the rule's own arithmetic: at a spread of 1.4% a 1.16x difference is decided at the first planned look of
+    # 20 (6), 2% wide at the last (20); a budget of 10 cannot make it 2% wide; every repeat: 33 blocks
+    assert forecast.repeats_to_answer(0.014, 0.15, 20) == 6
+    assert forecast.repeats_to_answer(0.014, 0.15, 20, precision=0.02) == 20
+    assert forecast.repeats_to_answer(0.014, 0.15, 10, precision=0.02) is None
+    assert forecast.repeats_to_answer(0.014, 0.15, 40, looks="every", precision=0.02) == 33

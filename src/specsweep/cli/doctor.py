@@ -1,4 +1,5 @@
-"""`specsweep doctor`: every preflight check on a composed config and this machine."""
+"""`specsweep doctor`: every preflight check on a composed config and this machine; for `sweep.repeats: auto`, each
+comparison's forecast repeats and seconds from the block spreads this host recorded (read.spreads)."""
 from __future__ import annotations
 
 from specsweep.core import layout, registry
@@ -30,5 +31,10 @@ def main(args) -> int:
           f"flash-attn {env['flash_attn']}")
     print(registry.get(jobs[0]["server"]["backend"]).describe(env))
     print(f"GPUs: {gpus or 'none'}  CUDA_VISIBLE_DEVICES={env['cuda_visible_devices']}")
+    from specsweep.grid.cells import expand
+    from specsweep.read import spreads
+
+    for line in spreads.forecast_lines(expand(jobs)):      # sweep.repeats=auto: time to answer, before it runs
+        print(f"forecast: {line}")
     print(f"wrote {out}")
     return 1 if any(c.status == "fail" for c in checks) else 0

@@ -32,10 +32,12 @@ repeat its record says it stopped at.
 from __future__ import annotations
 
 import itertools
+import socket
 import time
 
 from specsweep.core import layout
 from specsweep.core.errors import ConfigError
+from specsweep.core.labels import k_label
 from specsweep.core.progress import say
 from specsweep.core.results import atomic_write_json, read_json, read_jsonl
 from specsweep.grid import repeats, schedule
@@ -71,6 +73,17 @@ def comparison_name(grid: Grid, cell: str, ref: str, setting: str, by_repeat: di
     """A comparison's name in the group's record: its sides and setting."""
     spec = grid.benches[cell][next(iter(by_repeat.values()))].spec
     return f"{cell} vs {ref} at {setting_text(spec)} ({setting[:6]})"
+
+
+def comparison_label(grid: Grid, cell: str, ref: str) -> str:
+    """`K=7 vs K=3`, `K=3 vs baseline`, `A/A vs baseline`: a comparison as a reader (and doctor) names it."""
+    def side(sid: str) -> str:
+        spec = grid.servers[sid].spec
+        if spec.get("aa"):
+            return "A/A"
+        return "baseline" if grid.servers[sid].is_baseline else k_label(spec["num_speculative_tokens"],
+                                                                         spec.get("k_schedule"))
+    return f"{side(cell)} vs {side(ref)}"
 
 
 def setting_text(spec: dict) -> str:
@@ -151,6 +164,7 @@ class Looks:
             for setting in sorted(mine.keys() & theirs.keys()):
                 name = comparison_name(self.grid, cell, ref, setting, mine[setting])
                 out[name] = {"cell": cell, "ref": ref, "setting": setting, "by_repeat": (mine[setting], theirs[setting]),
+                             "label": comparison_label(self.grid, cell, ref),
                              "setting_text": setting_text(self.grid.benches[cell][next(iter(mine[setting].values()))].spec),
                              "aa": bool(self.grid.servers[cell].spec.get("aa"))}
         return out
@@ -233,7 +247,7 @@ class Looks:
                 rec = self.rule.comparison([v for _, v in kept], b["max_repeats"], b["equivalence"], repeats=done,
                                            precision=self.precision, **self._calibration())
                 # the block values themselves, for a replay (issue 54 item 6): repeat and mean log(ref / cell) e2e
-                rec.update(cell=c["cell"], ref=c["ref"], setting=c["setting_text"], answered_s=None,
+                rec.update(cell=c["cell"], ref=c["ref"], setting=c["setting_text"], label=c["label"], answered_s=None,
                            block_repeats=[r for r, _ in kept], block_values=[v for _, v in kept])
                 rec["answered_s"] = self._answered_s(name, rec, live)
                 if live and rec["stopped"] == ANSWERED and (self.records.get(name) or {}).get("stopped") != ANSWERED:
@@ -325,6 +339,7 @@ class Looks:
             stopped, why = None, f"{len(self.settings) - len(self.closed)} of {len(self.settings)} setting(s) open"
         atomic_write_json(self.grid.server_dir(self.lead) / layout.LOOKS,
                           {"budget": self.budget, "repeats": done, "stopped": stopped, "why": why,
+                           "host": socket.gethostname(),
                            "not_needed": self.not_needed, "seconds": round(self.seconds(), 3),
                            "settings": {s: {"setting": self.settings[s], **self.closed.get(s, {}),
                                             "members": sorted(self.live[s]) if s not in self.closed else []}

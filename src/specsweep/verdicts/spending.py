@@ -163,6 +163,7 @@ def t_boundaries(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = O
     return calibrate(looks, alpha, spending, FALLBACK_STUDIES)
 
 
+@functools.lru_cache(maxsize=256)
 def nominal_levels(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = OBF,
                    calibration: str = CALIBRATED) -> tuple[float, ...]:
     """Each look's nominal two-sided level: what a one-look t interval at that look would be. CALIBRATED: 2 P(t_{n_k
@@ -175,16 +176,22 @@ def nominal_levels(looks: tuple[int, ...], alpha: float = ALPHA, spending: str =
     return tuple(float(2 * student.sf(b, max(n - 1, 1))) for n, b in zip(looks, t_boundaries(looks, alpha, spending)))
 
 
+@functools.lru_cache(maxsize=4096)
+def _t_quantile(nominal: float, df: int) -> float:
+    """Student's t upper nominal/2 quantile (cached: a study's looks ask for a few, an A/A simulation for millions)."""
+    from scipy.stats import t as student
+
+    return float(student.isf(nominal / 2, df))
+
+
 def interval(blocks: Sequence[float], nominal: float) -> tuple[float, float]:
     """(low, high) on the log scale: the t interval of the blocks' mean at the nominal two-sided level; unbounded
     with fewer than 2 blocks, or where it spans more than e^+-300 (a tiny level at 1 degree of freedom)."""
-    from scipy.stats import t as student
-
     n = len(blocks)
     if n < 2:
         return -math.inf, math.inf
     d = np.asarray(blocks, dtype=float)
-    half = float(student.isf(nominal / 2, n - 1)) * float(d.std(ddof=1)) / math.sqrt(n)
+    half = _t_quantile(nominal, n - 1) * float(d.std(ddof=1)) / math.sqrt(n)
     if not half < 300:
         return -math.inf, math.inf
     return float(d.mean()) - half, float(d.mean()) + half
