@@ -43,8 +43,8 @@ from specsweep.core.results import atomic_write_json, read_json, read_jsonl
 from specsweep.grid import repeats, schedule
 from specsweep.grid.cells import Grid, stable_hash
 from specsweep.verdicts import sequential, spending, stats
+from specsweep.verdicts.sequential import ANSWERED, BUDGET, FIXED, TIME  # why a comparison stopped
 
-ANSWERED, BUDGET, TIME, FIXED = "answered", "budget", "time", "fixed"   # why a comparison stopped
 GROUP = "with its group"      # an A/A comparison not answered where the others were
 
 

@@ -38,7 +38,9 @@ EVERY = "every"       # sweep.looks: this rule's name in a record (spending.py's
 
 ALPHA = 1 - stats.CONFIDENCE
 MIXTURE = 0.03       # the mixture's precision c: the narrowest interval at 3-6 blocks (docs/methods.md)
-ANSWERED, BUDGET = "answered", "budget"     # why a comparison stopped
+# Why a comparison stopped, the one spelling (looks.json, the summary): its verdict decided (and as narrow as
+# sweep.precision asks), the budget of repeats spent, a group job's time budget spent, or a fixed study read once
+ANSWERED, BUDGET, TIME, FIXED = "answered", "budget", "time", "fixed"
 
 
 def block_log_ratios(cell_runs: list[list[dict]], ref_runs: list[list[dict]], figure: str = "e2e") -> list[float]:
