@@ -14,12 +14,13 @@ A backend package owns everything it knows (docs/development.md, adding a backen
 - `session.py`: `open_session(grid, sid, progress)`, a context manager that brings a server cell up and
   yields a `bench_cell.Session`;
 - `checks.py`: `CHECKS`, its preflight checks in order, and `environment(server_run)`, what preflight
-  records about the Python it runs in.
+  records about the Python it runs in;
+- `machine.py`: its answers to the planner's questions about the machine (plan/machine.py).
 Its launch (argv, probe, version) and whatever else it needs live beside them, in its own package.
 
-The facts are imported from here (`get`); a backend's other parts through `backends.parts`, so that neither
-config nor cells reaches a session, and a vLLM job never imports torch. Nothing outside backends/ imports a
-backend package (tests/test_layout.py).
+The facts are imported from here (`get`); a backend's session and checks through `core.parts`, its machine part
+through `core.machines`, so that neither config nor cells reaches a session, and a vLLM job never imports torch.
+Nothing outside backends/ imports a backend package (tests/test_layout.py).
 """
 from __future__ import annotations
 
