@@ -8,6 +8,7 @@ import functools
 import hashlib
 import json
 import re
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -329,7 +330,10 @@ def started(srv: Server) -> Iterator[Server]:
         raise ServerError(engine_death.start_failure(str(e), srv.log_path)) from None
     try:
         yield srv
-    finally:
+    except BaseException:
+        if not srv.__exit__(*sys.exc_info()):      # the server sees why it stops, as a `with` would show it
+            raise
+    else:
         srv.__exit__(None, None, None)
 
 
