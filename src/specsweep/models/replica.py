@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from specsweep.core.errors import SpecsweepError
+from specsweep.models import model_shape
 
 INDEX = "model.safetensors.index.json"
 SIGN_MANTISSA, EXPONENT = 0x807F, 121 << 7     # bf16: sign, 8-bit exponent (bias 127), 7-bit mantissa
@@ -35,9 +36,8 @@ def tensors(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
                                      if t != "sliding_attention"):
         raise SpecsweepError("shape --weights: only dense Qwen3 layouts are written (qwen3-8b); a multimodal or "
                              "hybrid target has no writer here: serve it with --load-format dummy")
-    h, n = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
-    heads, kv = int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"])
-    hd, inter, vocab = int(cfg.get("head_dim") or h // heads), int(cfg["intermediate_size"]), int(cfg["vocab_size"])
+    s = model_shape.shape(cfg)          # the one reader of a model's shape
+    h, n, heads, kv, hd, inter, vocab = s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim, s.intermediate, s.vocab
     drafter = "DFlashDraftModel" in (cfg.get("architectures") or [])
     pre = "" if drafter else "model."
     out: list[tuple[str, tuple[int, ...]]] = [] if drafter else [("model.embed_tokens.weight", (vocab, h))]
