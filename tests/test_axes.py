@@ -3,6 +3,7 @@ columns, the multirun over output length, the too-long prompt refusal, and promp
 import pytest
 from helpers import DATA, ServerlessSession
 
+from specsweep.core.errors import CellError, ConfigError
 from specsweep.core.table import AXES, names
 from specsweep.grid.cells import BenchCell, expand
 from specsweep.grid.config import compose_jobs
@@ -148,3 +149,29 @@ def test_the_length_and_phase_plots(tmp_path):
     assert acceptance_by_phase(table, styles, tmp_path / "ph.png") is True
     blank = table.assign(think_acceptance_length=None, answer_acceptance_length=None)
     assert acceptance_by_phase(blank, styles, tmp_path / "none.png") is False
+
+
+def test_waves_send_the_datasets_first_waves_x_concurrency_prompts_and_leave_old_ids(tmp_path):
+    """sweep.waves: each turn the dataset's first waves x concurrency prompts (the wave barrier itself:
+    test_client.py); null keeps the ids of a study made before the option; too small a dataset is refused."""
+    plain = expand(jobs(tmp_path, "sweep.concurrency=[1,2]"))
+    assert bench_ids(expand(jobs(tmp_path, "sweep.concurrency=[1,2]", "sweep.waves=null"))) == bench_ids(plain)
+    grid = expand(jobs(tmp_path / "results", "sweep.concurrency=[1,2]", "sweep.waves=3"))
+    assert not bench_ids(grid) & bench_ids(plain)
+    sent = {}
+
+    class Counting(PhaseSession):
+        def measure(self, prompts, bench, progress, desc):
+            sent[bench["concurrency"]] = len(prompts)
+            return super().measure(prompts, bench, progress, desc)
+
+    sid = next(s for s in grid.servers if grid.servers[s].is_baseline)
+    for bid in grid.benches[sid]:
+        run_bench_cell(grid, sid, bid, Counting(0), progress=False)
+    assert sent == {1: 3, 2: 6}                              # of the dataset's 12
+    with pytest.raises(ConfigError, match="dataset.num_prompts=8"):
+        expand(jobs(tmp_path, "sweep.concurrency=[1,2]", "sweep.waves=4", "dataset.num_prompts=6"))
+    big = expand(jobs(tmp_path / "r2", "sweep.concurrency=[4]", "sweep.waves=4"))   # 16 of 12: the cell says so
+    sid = next(s for s in big.servers if big.servers[s].is_baseline)
+    with pytest.raises(CellError, match="needs 16 prompts, but the dataset holds 12"):
+        run_bench_cell(big, sid, next(iter(big.benches[sid])), Counting(0), progress=False)

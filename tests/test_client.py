@@ -61,6 +61,10 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(200, "text/event-stream; charset=utf-8", (DATA / "sglang0517" / "dflash_chat_stream.txt").read_text())
         elif mode == "counted":
             self._reply(200, "text/event-stream", sse(COUNTED))
+        elif mode.startswith("wait"):      # "wait0.4": answer after that many seconds
+            import time
+            time.sleep(float(mode[4:]))
+            self._reply(200, "text/event-stream", sse(GOOD))
         elif mode == "slow":
             import time
             time.sleep(3)
@@ -105,6 +109,24 @@ def test_bad_answers_become_errors_with_reasons(server):
     assert "expected an event stream" in by[5].error
     assert "timed out" in by[6].error
     assert sum(r.ok for r in records) == 1
+
+
+@pytest.mark.parametrize("waves", [False, True])
+def test_waves_send_each_wave_together_once_the_one_before_has_finished(server, waves):
+    """sweep.waves: at concurrency 2, prompts 2 and 3 go out together once 0 (slow) and 1 have both finished;
+    without waves, prompt 2 takes prompt 1's slot as soon as it frees, while 0 is still running."""
+    url = f"http://127.0.0.1:{server.server_port}"
+    s = ChatSettings(model="m", max_tokens=8, temperature=0.0, seed=0, thinking=False, timeout_s=10.0, waves=waves)
+    prompts = [["wait0.6"], ["wait0.02"], ["wait0.02"], ["wait0.02"], ["wait0.02"]]
+    records, _ = asyncio.run(run_requests(url, prompts, s, concurrency=2, progress=False))
+    by = {r.index: r for r in records}
+    assert all(r.ok for r in records) and len(records) == 5
+    end = {i: r.start_s + r.e2e_s for i, r in by.items()}
+    if waves:
+        assert min(by[2].start_s, by[3].start_s) >= max(end[0], end[1])
+        assert by[4].start_s >= max(end[2], end[3])
+    else:
+        assert by[2].start_s < end[0] and by[4].start_s < end[0]
 
 
 def test_thinking_and_sampling_settings_reach_the_server(server):

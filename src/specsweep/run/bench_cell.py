@@ -170,6 +170,13 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     prompt_rows, skipped = load_prompt_rows(grid.dataset_file(bench["dataset"]), bench["dataset"])
     if bench.get("prompts_limit"):            # a counterfactual cell of a diagnosis: the dataset's first prompts
         prompt_rows = prompt_rows[: bench["prompts_limit"]]
+    if bench.get("waves"):                    # sweep.waves: the dataset's first waves x concurrency prompts
+        want = bench["waves"] * bench["concurrency"]
+        if len(prompt_rows) < want:
+            raise CellError(f"bench cell {sid}/{bid}: sweep.waves={bench['waves']} at concurrency "
+                            f"{bench['concurrency']} needs {want} prompts, but the dataset holds {len(prompt_rows)}: "
+                            "give a larger dataset or fewer waves")
+        prompt_rows = prompt_rows[:want]
     prompts = [p["turns"] for p in prompt_rows]
     lengthened = lengthen_prompts(grid, sid, prompts, bench.get("prompt_length"))   # sweep.prompt_length
     prompts = lengthened["prompts"] if lengthened else prompts

@@ -57,13 +57,14 @@ class ChatSettings:
     timing_field: tuple[str, ...] = ()   # the key path at which a stream chunk carries the server's request timing
     per_chunk_usage: bool = True         # continuous_usage_stats: each chunk's token count (off only to measure its cost)
     return_token_ids: bool = False       # vLLM's return_token_ids: each chunk's token ids (where </think> falls)
+    waves: bool = False                  # sweep.waves: `concurrency` prompts at once, the next wave once all finished
 
 
 def settings_for(bench: dict, model: str, timeout_s: float, **server_fields) -> ChatSettings:
     """A bench cell's request settings, as every server backend sends them."""
     return ChatSettings(model=model, max_tokens=bench["max_tokens"], temperature=bench["temperature"],
                         seed=bench["seed"], thinking=bench["thinking"], timeout_s=timeout_s,
-                        ignore_eos=bench.get("ignore_eos", False), **server_fields)
+                        ignore_eos=bench.get("ignore_eos", False), waves=bool(bench.get("waves")), **server_fields)
 
 
 def request_seed(seed: int, index: int, turn: int) -> int:
@@ -214,7 +215,9 @@ async def run_conversation(http, url, turns: list[str], index: int, s: ChatSetti
 
 async def run_requests(url: str, prompts: list[list[str]], s: ChatSettings, concurrency: int,
                        progress: bool = True, desc: str = "requests") -> tuple[list[RequestRecord], float]:
-    """Send every prompt (a list of turns) with at most `concurrency` requests in flight."""
+    """Send every prompt (a list of turns) with at most `concurrency` requests in flight: a new one as soon as one
+    finishes, or (s.waves) in waves of `concurrency` prompts sent together, each once the wave before has finished,
+    so that every wave's requests arrive, prefill and decode as one batch (sweep.waves, docs/methods.md)."""
     sem = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     bar = progress_bar(total=len(prompts), desc=desc, unit="prompt", disable=not progress)
@@ -228,7 +231,13 @@ async def run_requests(url: str, prompts: list[list[str]], s: ChatSettings, conc
             bar.update(1)
             return out
 
-        results = await asyncio.gather(*(one(i, t) for i, t in enumerate(prompts)))
+        if s.waves:
+            results = []
+            for start in range(0, len(prompts), concurrency):
+                results += await asyncio.gather(*(one(i, prompts[i]) for i in range(start, min(start + concurrency,
+                                                                                              len(prompts)))))
+        else:
+            results = await asyncio.gather(*(one(i, t) for i, t in enumerate(prompts)))
         wall = time.perf_counter() - t0
     bar.close()
     return [r for conv in results for r in conv], wall
