@@ -608,7 +608,7 @@ def test_the_moe_hybrid_on_an_80_gb_h100_is_refused_as_vllm_refused_it(shaped_re
     assert ": 65.3 GiB of weights and 2.25 GiB to start leave 0.17 GiB of its 67.7 GiB share of the 80 GiB GPU for " \
            "KV, less than one request of max_model_len holds (2.45 GiB); run it on a GPU of at least 90 GiB at " \
            "server.gpu_memory_utilization=0.95 with --max-num-seqs 8 (it needs 84.9 GiB at concurrency 8), or send " \
-           "at most 3 at once here (sweep.concurrency) at server.gpu_memory_utilization=0.95 with --max-num-seqs 3" in k15
+           "at most 2 at once here (sweep.concurrency) at server.gpu_memory_utilization=0.95 with --max-num-seqs 2" in k15
     # the preset's --max-num-seqs 8: the baseline starts; the K=15 member's state for 8 sequences needs more than
     # the H100 gives it, even at 0.95
     c = gpu_fit(shaped_results, H100)
@@ -618,10 +618,26 @@ def test_the_moe_hybrid_on_an_80_gb_h100_is_refused_as_vllm_refused_it(shaped_re
     assert c.status == "fail" and "8.14 GiB of KV in its 75.7 GiB share of the 80 GiB GPU hold one request of " \
         "max_model_len (2.45 GiB) but not the state of 7 more sequences (2.14 GiB each, whatever their length), so " \
         "its cells at concurrency 8 would queue" in c.message
-    # the fix it names fits
-    c = gpu_fit(shaped_results, H100, "server.gpu_memory_utilization=0.95", "sweep.concurrency=[1,3]",
-                'server.extra_args=[--load-format,dummy,--max-num-seqs,"3"]')
-    assert c.status == "pass", c.message
+    # the fix it names fits, and its decode steps run in the full CUDA graphs
+    fix = ("server.gpu_memory_utilization=0.95", "sweep.concurrency=[1,2]",
+           'server.extra_args=[--load-format,dummy,--max-num-seqs,"2"]')
+    assert gpu_fit(shaped_results, H100, *fix).status == "pass"
+    cfg = job("experiment=gpu_35b_moe_hybrid", "server=vllm_gpu", *fix, results=str(shaped_results))
+    assert vllm_checks.check_cuda_graphs(cfg, {"gpus": [H100], "server_env": {"vllm": "0.26.0"}}).status == "pass"
+
+
+def test_a_baseline_outside_its_full_cuda_graphs_is_refused_as_the_h100_moe_run_found(shaped_results):
+    """The H100 run of this session (3 sequences fit, so the fix then named concurrency 3 at --max-num-seqs 3): vLLM
+    captured the baseline's FULL decode graphs for 1 and 2 requests only, and at 3 its step took 20 ms against 4.8
+    ms at 1, where the K=15 member's did not slow. Now gpu_fit passes it and cuda_graphs refuses the baseline."""
+    run = ("server.gpu_memory_utilization=0.95", "sweep.concurrency=[1,3]",
+           'server.extra_args=[--load-format,dummy,--max-num-seqs,"3"]')
+    assert gpu_fit(shaped_results, H100, *run).status == "pass"
+    cfg = job("experiment=gpu_35b_moe_hybrid", "server=vllm_gpu", *run, results=str(shaped_results))
+    c = vllm_checks.check_cuda_graphs(cfg, {"gpus": [H100], "server_env": {"vllm": "0.26.0"}})
+    assert c.status == "fail" and c.message.startswith("base-target-") and ";" not in c.message, c.message
+    assert "at concurrency 3 its decode steps (3 tokens) run outside vLLM's full CUDA graphs, which --max-num-seqs " \
+           "3 captures for at most 2 request(s)" in c.message and "set --max-num-seqs 4" in c.message
 
 
 def test_the_moe_hybrid_fits_an_h200_and_a_member_whose_weights_exceed_its_share_is_one_line(shaped_results):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specsweep.backends.vllm import graphs
 from specsweep.core.extra_args import flag_value
 from specsweep.models import model_shape
 from specsweep.models.model_shape import LINEAR_TYPES, SLIDING_TYPES, Shape, cdiv
@@ -223,18 +224,20 @@ class Fit:
         concurrency, else more of its GPU (at most HIGHEST_SHARE of it, alone), else a larger GPU or fewer requests
         at once."""
         c = self.concurrency
-        if self.kv >= self.least_kv(c) and (self.sequences or c) >= c:
-            return f"add --max-num-seqs {c} to server.extra_args (at most {self.sequences}; the study sends at most {c})"
-        total = self._total(c)
-        seqs_fix = f" with --max-num-seqs {c}" if self.pool.mamba_groups and self.max_num_seqs > c else ""
+        m = graphs.least_seqs(c)      # fewer would leave c requests' decode steps outside the full CUDA graphs
+        if self.kv >= self.least_kv(m) and (self.sequences or m) >= m:
+            return f"add --max-num-seqs {m} to server.extra_args (at most {self.sequences}; the study sends at most {c})"
+        total = self._total(m)
+        seqs_fix = f" with --max-num-seqs {m}" if self.pool.mamba_groups and self.max_num_seqs > m else ""
         if not self.fixed_kv and total <= HIGHEST_SHARE * self.device:
             return (f"raise server.gpu_memory_utilization to {cdiv(total * 100, self.device) / 100:.2f}{seqs_fix} "
                     f"(it needs {total / GIB:.1f} GiB)")
         if self.fixed_kv:
             return f"run its group with sweep.residency=relaunch{seqs_fix}, or on a larger GPU"
-        fewer = max((n for n in range(1, c) if self._total(n) <= HIGHEST_SHARE * self.device), default=0)
+        fewer = max((n for n in range(1, c) if self._total(graphs.least_seqs(n)) <= HIGHEST_SHARE * self.device),
+                    default=0)
         here = (f", or send at most {fewer} at once here (sweep.concurrency) at server.gpu_memory_utilization="
-                f"{HIGHEST_SHARE} with --max-num-seqs {fewer}") if fewer else ""
+                f"{HIGHEST_SHARE} with --max-num-seqs {graphs.least_seqs(fewer)}") if fewer else ""
         return (f"run it on a GPU of at least {cdiv(total, int(HIGHEST_SHARE * GIB))} GiB at "
                 f"server.gpu_memory_utilization={HIGHEST_SHARE}{seqs_fix} (it needs {total / GIB:.1f} GiB at "
                 f"concurrency {c}){here}")

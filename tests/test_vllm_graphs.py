@@ -1,0 +1,35 @@
+"""vLLM 0.26's CUDA graph sizes and dispatch (backends/vllm/graphs.py), against what its logs said on the H100
+(bench/archive/h100/vllm/qwen3.6-35b-a3b-moe-hybrid: the baseline's "cudagraph_capture_sizes': [1, 2, 4]" and
+"FULL=2 (largest=2)" at --max-num-seqs 3; the K=15 member's three FULL decode graphs) and its source's rules."""
+from specsweep.backends.vllm import graphs
+
+
+def full_requests(seqs, q, tokens=8192):
+    return [c for c in range(1, 4 * seqs) if graphs.full_decode(c, seqs, q, tokens)]
+
+
+def test_the_h100_moe_servers_graphs():
+    assert graphs.capture_sizes(3, 1, 8192) == [1, 2, 4]
+    assert full_requests(3, 1) == [1, 2]                       # FULL=2 (largest=2): 3 requests pad to 4 > 3
+    assert full_requests(3, 16) == [1, 2, 3]                   # three FULL decode graphs: 16, 32, 48 tokens
+
+
+def test_the_default_sizes_and_the_spec_decode_rounding():
+    assert graphs.capture_sizes(64, 1)[:6] == [1, 2, 4, 8, 16, 24] and graphs.capture_sizes(64, 1)[-1] == 128
+    assert graphs.capture_sizes(1024, 1)[-1] == 512 and 264 not in graphs.capture_sizes(1024, 1)
+    assert graphs.capture_sizes(1024, 1, 200)[-1] == 200        # max_num_batched_tokens caps and is captured
+    assert graphs.capture_sizes(8, 3) == [3, 6, 9, 18, 24, 33, 42, 48]   # each rounded up to a multiple of 1 + K
+    assert all(graphs.full_decode(c, 64, q) for c in (1, 8, 32) for q in (1, 8, 16))   # the 8B group's servers
+
+
+def test_least_seqs_is_the_next_capture_size():
+    assert [graphs.least_seqs(c) for c in (1, 2, 3, 5, 8, 9, 17)] == [1, 2, 4, 8, 8, 16, 24]
+    assert all(graphs.full_decode(c, graphs.least_seqs(c), 1) for c in range(1, 300))
+
+
+def test_outside_names_the_fix_and_stays_quiet_where_the_server_sets_its_own_graphs():
+    why = graphs.outside(["--max-num-seqs", "3"], 3, 0, 1024, 8192)
+    assert why.endswith("set --max-num-seqs 4 (a capture size), or a concurrency of at most 2")
+    assert graphs.outside(["--max-num-seqs", "4"], 3, 0, 1024, 8192) is None
+    assert graphs.outside(["--max-num-seqs", "3", "--enforce-eager"], 3, 0, 1024, 8192) is None
+    assert graphs.outside([], 3, 0, 1024, 8192) is None         # vLLM's own 1024
