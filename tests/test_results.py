@@ -27,3 +27,17 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp_file(tmp_path):
         atomic_write_text(path, 3)          # not text: the write fails after the temp file exists
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["m.json"]
+
+
+def test_read_jsonl_reads_an_archives_gzipped_copy_where_the_plain_file_is_absent(tmp_path):
+    import gzip
+
+    from specsweep.core.results import read_jsonl
+
+    (tmp_path / "a.jsonl").write_text('{"x": 1}\n\n{"x": 2}\n')
+    with gzip.open(tmp_path / "b.jsonl.gz", "wt") as f:
+        f.write('{"x": 3}\n')
+    assert read_jsonl(tmp_path / "a.jsonl") == [{"x": 1}, {"x": 2}]
+    assert read_jsonl(tmp_path / "b.jsonl") == [{"x": 3}]
+    with pytest.raises(FileNotFoundError):
+        read_jsonl(tmp_path / "c.jsonl")

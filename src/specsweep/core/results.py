@@ -55,6 +55,14 @@ def read_json(path: str | Path):
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
+    """The records of a JSON-lines file; where it is absent and `<path>.gz` is there (an archive keeps requests
+    gzipped: bench/archive/), that one."""
+    path = Path(path)
+    if not path.exists() and path.with_name(path.name + ".gz").exists():
+        import gzip
+
+        with gzip.open(path.with_name(path.name + ".gz"), "rt", encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 

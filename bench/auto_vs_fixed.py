@@ -1,0 +1,216 @@
+"""`sweep.repeats: auto` against the fixed 10-repeat default, live and replayed, and the launch-to-launch component
+(issue 54's Done-when), from a campaign of default studies run A B A B (bench/archive/cpu/auto-vs-fixed/campaign.sh:
+A = `sweep.repeats=auto`, B = the default), each its own results_dir named a1, b1, a2, ... with a campaign.log.
+
+- live: per study its three comparisons' verdicts, intervals and answers (summary.csv, k_comparison.csv) and its
+  wall (campaign.log); whether A answered all three (`faster`, `slower`, `equivalent`), A's median and 95th
+  percentile wall over B's, and any answered verdict that contradicts the pooled verdict (one 95% t interval over
+  every study's repeat blocks of that comparison);
+- replay: studies drawn from the recorded blocks (a recorded study at random, then each comparison's 20 blocks
+  drawn with replacement from that study's own), each through the planned rule of budget 20
+  (`spending.comparison`), the share that answers all three;
+- launches: each study one launch; per comparison the launches' means and intervals, the precision-weighted mean,
+  Cochran's Q, the launch SD (DerSimonian-Laird) with its Q-profile 95% interval, and how many launches' intervals
+  hold the weighted mean.
+
+    python -m bench.auto_vs_fixed /tmp/avf --out bench/archive/cpu/auto-vs-fixed/auto_vs_fixed.json
+    python -m bench.auto_vs_fixed --smoke      # seeded normal blocks, nothing read or written
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy import optimize, stats as sps
+
+from specsweep.read.replay_looks import study_blocks
+from specsweep.verdicts import spending, stats
+
+NAMES = ("K=3 vs base", "K=7 vs base", "K=7 vs K=3")
+ANSWERS = (stats.FASTER, stats.SLOWER, stats.EQUIVALENT)
+BUDGET = 20       # the default sweep.max_repeats of `auto`; --budget replays another
+
+
+def campaign_walls(root: Path) -> dict[str, float]:
+    out = {}
+    for line in (root / "campaign.log").read_text().splitlines():
+        m = re.match(r"(\w+) end \S+ rc=(\d+) wall_s=([\d.]+)", line)
+        if m and m.group(2) == "0":
+            out[m.group(1)] = float(m.group(3))
+    return out
+
+
+def verdicts(study: Path) -> dict[str, dict]:
+    """Each comparison's verdict, ratio, interval and answered repeat, as the study's tables say."""
+    out = {}
+    for r in csv.DictReader(open(study / "summary.csv")):
+        if r["method"] != "none" and r["pair"] != "A/A":
+            out[f"K={r['num_speculative_tokens']} vs base"] = row(r, "repeats")
+    for r in csv.DictReader(open(study / "k_comparison.csv")):
+        out[f"K={r['k_a']} vs K={r['k_b']}"] = row(r, "repeats_a")
+    return out
+
+
+def row(r: dict, repeats: str) -> dict:
+    answered = r.get("answered_repeat") or ""
+    return {"verdict": r["verdict"], "ratio": float(r["speedup_e2e_geomean"]),
+            "ci": [float(r["speedup_e2e_ci_low"]), float(r["speedup_e2e_ci_high"])],
+            "repeats": int(float(r[repeats])), "answered_repeat": int(float(answered)) if answered else None}
+
+
+def t_interval(blocks) -> tuple[float, float]:
+    return spending.interval(list(blocks), 0.05)
+
+
+def pooled(blocks: dict[str, dict[str, list[float]]]) -> dict[str, dict]:
+    out = {}
+    for name in NAMES:
+        allb = [b for s in blocks.values() for b in s.get(name, [])]
+        low, high = t_interval(allb)
+        ci = (math.exp(low), math.exp(high))
+        out[name] = {"blocks": len(allb), "ratio": math.exp(float(np.mean(allb))), "ci": list(ci),
+                     "verdict": stats.verdict(*ci, at_budget=True)}
+    return out
+
+
+def contradicts(v: str, pool: dict) -> bool:
+    """An answered verdict that the pooled one contradicts: the other direction, or `equivalent` where the pooled
+    interval lies wholly outside ±5%."""
+    pv, (lo, hi) = pool["verdict"], pool["ci"]
+    if v in (stats.FASTER, stats.SLOWER) and pv in (stats.FASTER, stats.SLOWER):
+        return v != pv
+    if v == stats.EQUIVALENT:
+        return lo > 1.05 or hi < 1 / 1.05
+    return False
+
+
+def replay(blocks: dict[str, dict[str, list[float]]], studies: int, seed: int, budget: int = BUDGET) -> dict:
+    """The share of `studies` drawn from the recorded blocks (module doc) that the planned rule of `budget` answers
+    in all three comparisons, and the mean answering repeat of the last one answered."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    names = sorted(blocks)
+    all_three, last = 0, []
+    per = {n: 0 for n in NAMES}
+    for _ in range(studies):
+        s = blocks[names[rng.integers(len(names))]]
+        answered = []
+        for name in NAMES:
+            rec = spending.comparison(list(rng.choice(s[name], budget)), budget)
+            ok = rec["verdict"] in ANSWERS and rec["answered_at"] is not None
+            per[name] += ok
+            answered.append(rec["answered_at"] if ok else None)
+        if all(a is not None for a in answered):
+            all_three += 1
+            last.append(max(answered))
+    return {"studies": studies, "seed": seed, "budget": budget, "plan": list(spending.plan(budget)),
+            "all_three_answered": all_three / studies, "answered": {n: per[n] / studies for n in NAMES},
+            "mean_repeat_all_answered": float(np.mean(last)) if last else None,
+            "recorded_studies": len(names)}
+
+
+def launches(blocks: dict[str, dict[str, list[float]]], intervals: dict[str, dict[str, list[float]]]) -> dict:
+    """Per comparison: Cochran's Q over the launches' block means (weights n / s^2), the launch SD with its
+    Q-profile 95% interval, and how many launches' own intervals (as their tables report them) hold the
+    precision-weighted mean."""
+    out = {}
+    for name in NAMES:
+        m, w, held = [], [], []
+        for study, s in blocks.items():
+            b = np.asarray(s.get(name, []), float)
+            if len(b) < 2:
+                continue
+            m.append(float(b.mean()))
+            w.append(len(b) / float(b.var(ddof=1)))
+        m, w = np.asarray(m), np.asarray(w)
+        mean = float((w * m).sum() / w.sum())
+        k = len(m)
+        q = float((w * (m - mean) ** 2).sum())
+        c = float(w.sum() - (w ** 2).sum() / w.sum())
+        tau2 = max(0.0, (q - (k - 1)) / c)
+
+        def gen_q(t2: float) -> float:
+            ws = 1 / (1 / w + t2)
+            mu = (ws * m).sum() / ws.sum()
+            return float((ws * (m - mu) ** 2).sum())
+
+        def bound(target: float) -> float:
+            if gen_q(0.0) <= target:
+                return 0.0
+            hi = 1.0
+            while gen_q(hi) > target:
+                hi *= 4
+            return float(optimize.brentq(lambda t2: gen_q(t2) - target, 0.0, hi))
+
+        tau2_lo, tau2_hi = bound(sps.chi2.ppf(0.975, k - 1)), bound(sps.chi2.ppf(0.025, k - 1))
+        for study, ci in intervals[name].items():
+            held.append(ci[0] <= math.exp(mean) <= ci[1])
+        out[name] = {"launches": k, "weighted_mean_ratio": math.exp(mean), "cochran_q": q, "df": k - 1,
+                     "q_p": float(sps.chi2.sf(q, k - 1)), "launch_sd": math.sqrt(tau2),
+                     "launch_sd_ci": [math.sqrt(tau2_lo), math.sqrt(tau2_hi)],
+                     "mean_within_sd": float(np.mean([math.sqrt(1 / x) for x in w])),
+                     "intervals_holding_mean": int(sum(held)), "intervals": len(held)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("campaign", nargs="?", type=Path, help="the campaign's folder: a1, b1, ... and campaign.log")
+    ap.add_argument("--replays", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=20261206)
+    ap.add_argument("--budget", type=int, action="append", help="replay these budgets too (default: 20 only)")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--smoke", action="store_true", help="seeded normal blocks, nothing read or written")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        rng = np.random.default_rng(54)
+        blocks = {f"s{i}": {n: list(math.log(e) + 0.16 * rng.standard_normal(10)) for n, e in
+                            zip(NAMES, (1.5, 1.75, 1.17))} for i in range(4)}
+        print(json.dumps({"replay": replay(blocks, 200, args.seed)}))
+        print("nothing written")
+        return
+    if args.campaign is None or not (args.campaign / "campaign.log").exists():
+        sys.exit(f"auto_vs_fixed: {args.campaign}: no campaign.log there: name the campaign's folder "
+                 "(bench/archive/cpu/auto-vs-fixed/campaign.sh DIR), or --smoke")
+    walls = campaign_walls(args.campaign)
+    studies = {n: args.campaign / n / "default" for n in sorted(walls, key=lambda s: (int(s[1:]), s[0]))}
+    table = {n: verdicts(d) for n, d in studies.items()}
+    blocks = {n: study_blocks(d.parent, BUDGET) for n, d in studies.items()}
+    pool = pooled(blocks)
+    a = [n for n in studies if n.startswith("a")]
+    b = [n for n in studies if n.startswith("b")]
+    answered = [n for n in a if all(table[n][c]["verdict"] in ANSWERS for c in NAMES)]
+    bad = [(n, c, table[n][c]["verdict"]) for n in studies for c in NAMES if contradicts(table[n][c]["verdict"], pool[c])]
+    wa, wb = np.asarray([walls[n] for n in a]), np.asarray([walls[n] for n in b])
+    intervals = {c: {n: table[n][c]["ci"] for n in studies} for c in NAMES}
+    out = {"studies": {n: {"wall_s": walls[n], "comparisons": table[n],
+                           "blocks": {c: len(blocks[n].get(c, [])) for c in NAMES}} for n in studies},
+           "live": {"pairs": min(len(a), len(b)), "auto_answered_all_three": len(answered), "auto_studies": len(a),
+                    "wall_median_ratio": float(np.median(wa) / np.median(wb)),
+                    "wall_p95_ratio": float(np.percentile(wa, 95) / np.percentile(wb, 95)),
+                    "wall_median_s": {"auto": float(np.median(wa)), "fixed": float(np.median(wb))},
+                    "wall_p95_s": {"auto": float(np.percentile(wa, 95)), "fixed": float(np.percentile(wb, 95))},
+                    "contradictions": bad},
+           "pooled": pool,
+           "replay": replay(blocks, args.replays, args.seed),
+           "replay_budgets": [replay(blocks, args.replays, args.seed, n) for n in args.budget or [] if n != BUDGET],
+           "launches": {"all": launches(blocks, intervals),
+                        "fixed": launches({n: blocks[n] for n in b}, {c: {n: intervals[c][n] for n in b} for c in NAMES}),
+                        "auto": launches({n: blocks[n] for n in a}, {c: {n: intervals[c][n] for n in a} for c in NAMES})},
+           "command": "python -m bench.auto_vs_fixed " + " ".join(argv if argv is not None else sys.argv[1:])}
+    print(json.dumps({k: out[k] for k in ("live", "pooled", "replay", "replay_budgets")}, indent=1))
+    for name, rec in out["launches"]["all"].items():
+        print(name, json.dumps({k: rec[k] for k in ("launches", "cochran_q", "q_p", "launch_sd", "launch_sd_ci",
+                                                     "mean_within_sd", "intervals_holding_mean", "intervals")}))
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
+        print("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()
