@@ -392,3 +392,28 @@ def test_a_gpu_group_of_vllm_members_starts_at_once_each_with_its_kv_fixed(monke
             m = read_json(g.metrics_path(sid, next(iter(g.benches[sid]))))
             assert m["start_at_once"] == started_together
             assert m.get("kv_cache_mib_given") == given[sid] and (given[sid] is None) == (started_together == 1)
+
+
+@pytest.mark.parametrize("turns", ["every", "first"])
+def test_warmup_turns_first_warms_a_coresident_member_up_on_its_first_turn_only(tmp_path, monkeypatch, turns):
+    """sweep.warmup_turns: `first` sends the warm-up requests on a member's first turn after its start only (it stays
+    up between turns); `every` (the default) on each; each cell records what it sent."""
+    g = expand(compose_jobs([f"results_dir={tmp_path}", "sweep.repeats=3", "dataset.num_prompts=3",
+                             f"sweep.warmup_turns={turns}"]))
+    bench = next(iter(next(iter(g.benches.values())).values())).spec
+    materialise(bench["dataset"], g.dataset_file(bench["dataset"]))
+    events, warmups = [], []
+
+    class Recording(FakeSession):
+        def measure(self, prompts, bench, progress, desc):
+            warmups.append((self.sid, bench["repeat"], bench["warmup"]))
+            return super().measure(prompts, bench, progress, desc)
+    fake_backend(monkeypatch, events, session=Recording)
+    lead = schedule.leads(g)[0]
+    runner.run_group(g, lead, tmp_path / "m.done", progress=False)
+    assert len(warmups) == 9
+    for sid, rep, sent in warmups:
+        first = rep == min(r for s, r, _ in warmups if s == sid)
+        assert sent == (2 if turns == "every" or first else 0), (sid, rep, sent)
+        bid = next(b for b, c in g.benches[sid].items() if c.spec["repeat"] == rep)
+        assert read_json(g.metrics_path(sid, bid))["warmup_requests"] == sent

@@ -53,7 +53,9 @@ ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False,     # bench spec: swe
                                       # server spec: vLLM's prefix caching (false: --no-enable-prefix-caching)
                                       "server.prefix_caching": False,
                                       # bench spec: sweep.waves (null: every prompt, each sent as a slot frees)
-                                      "waves": None}
+                                      "waves": None,
+                                      # bench spec: sweep.warmup_turns (every: each turn warms up first)
+                                      "warmup_turns": "every"}
 
 
 def stable_hash(obj) -> str:
@@ -389,7 +391,8 @@ def _bench_specs(cfg: dict, concurrencies: list[int], ignore_eos: bool = False) 
                                 "temperature": sweep["temperature"], "seed": sweep["seed"],
                                 "warmup": sweep["warmup"], "max_error_rate": sweep["max_error_rate"],
                                 "ignore_eos": ignore_eos or sweep.get("ignore_eos", False),
-                                "prompt_length": prompt_length, "waves": waves})
+                                "prompt_length": prompt_length, "waves": waves,
+                                "warmup_turns": sweep.get("warmup_turns", "every")})
     return out
 
 

@@ -161,10 +161,12 @@ def refresh_comparisons(grid: Grid, base: str, bid: str) -> None:
 
 
 def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: bool = True,
-                   context: dict | None = None) -> dict:
+                   context: dict | None = None, warm: bool = False) -> dict:
     """Measure one bench cell on an open session and write its files; metrics.json last. `context`: how its
-    server was kept (residency.Launch.facts), recorded with its figures."""
+    server was kept (residency.Launch.facts), recorded with its figures; `warm`: the server took a turn since its
+    start and the cell asks `sweep.warmup_turns: first`, so it sends no warm-up requests."""
     bench = grid.benches[sid][bid].spec
+    measured = {**bench, "warmup": 0} if warm and bench.get("warmup_turns") == "first" else bench
     out = grid.bench_dir(sid, bid)
     out.mkdir(parents=True, exist_ok=True)
     prompt_rows, skipped = load_prompt_rows(grid.dataset_file(bench["dataset"]), bench["dataset"])
@@ -182,7 +184,7 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     prompts = lengthened["prompts"] if lengthened else prompts
     atomic_write_yaml(out / layout.CONFIG, cell_config(grid, sid, bid))
     started_at = time.time()                  # wall clock: the cell's MLflow run spans these
-    m = session.measure(prompts, bench, progress, f"{sid}/{bid}")
+    m = session.measure(prompts, measured, progress, f"{sid}/{bid}")
     finished_at = time.time()
     if any("category" in p for p in prompt_rows):      # per-category figures in the summary
         for r in m.rows:
@@ -200,6 +202,7 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     figures = m.figures
     figures.update(metrics.quality_figures(m.rows, bench["concurrency"]))   # answers and streams, every backend
     figures["dataset_lines_skipped"] = skipped
+    figures["warmup_requests"] = min(measured["warmup"], len(prompts))
     figures["prompts_sha256"] = prompts_digest(prompts)
     if lengthened:
         figures["prompt_length_tokens"] = lengthened["tokens"]

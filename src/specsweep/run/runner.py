@@ -36,6 +36,7 @@ class Members:
         self.grid, self.launches, self.progress = grid, launches, progress
         self.sessions: dict[str, object] = {}
         self.broken: dict[str, str] = {}        # member -> why it has no session
+        self.warm: set[str] = set()              # members that took a turn since their start or wake
 
     def __enter__(self) -> "Members":
         return self
@@ -114,6 +115,8 @@ class Members:
         if not session.alive():
             return
         launch = self.launches[sid]
+        if launch.residency in ("relaunch", "sleep"):     # a new launch or a wake warms up again
+            self.warm.discard(sid)
         if launch.residency == "relaunch":
             del self.sessions[sid]
             cm.__exit__(None, None, None)
@@ -243,7 +246,9 @@ def _turn(grid: Grid, group: Members, sid: str, bids: list[str], launch: residen
     try:
         for bid in bids:
             try:
-                run_bench_cell(grid, cell or sid, bid, session, progress, context)
+                run_bench_cell(grid, cell or sid, bid, session, progress, context, warm=sid in group.warm)
+                if launch.residency == "coresident":     # it stays up, warm, until the job ends
+                    group.warm.add(sid)
                 print(f"[specsweep] {cell or sid}/{bid}: done", flush=True)
             except (SpecsweepError, OSError, ValueError) as e:
                 failures.append(f"{e}" if isinstance(e, CellError) else f"bench cell {cell or sid}/{bid}: {e}")
