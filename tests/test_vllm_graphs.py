@@ -33,3 +33,33 @@ def test_outside_names_the_fix_and_stays_quiet_where_the_server_sets_its_own_gra
     assert graphs.outside(["--max-num-seqs", "4"], 3, 0, 1024, 8192) is None
     assert graphs.outside(["--max-num-seqs", "3", "--enforce-eager"], 3, 0, 1024, 8192) is None
     assert graphs.outside([], 3, 0, 1024, 8192) is None         # vLLM's own 1024
+
+
+def test_the_largest_graph_is_read_from_the_engines_log():
+    from helpers import DATA
+
+    from specsweep.backends.vllm.session import graph_max_tokens
+
+    assert graph_max_tokens((DATA / "vllm026_h200_qwen35_27b_baseline_log.txt").read_text()) == 128   # 64 seqs
+    assert graph_max_tokens((DATA / "vllm026_h200_qwen35_27b_dflash_swa_k15_log.txt").read_text()) == 512
+    assert graph_max_tokens((DATA / "vllm_cpu_dflash_startup_log.txt").read_text()) == 0      # --enforce-eager
+    assert graph_max_tokens("no such line") is None
+    assert graphs.capture_sizes(64, 1)[-1] == 128 and graphs.capture_sizes(64, 16)[-1] == 512   # the model agrees
+
+
+def test_a_baseline_whose_prefills_ran_outside_its_graphs_invalidates_the_comparison():
+    """The H100 MoE run: the baseline's graphs stopped at 4 tokens (--max-num-seqs 3), its K=15 member's at 96, the
+    prompts were 24-28 tokens: the K=15 cells say so and are invalid; where both or neither run them in graphs, or
+    a log said nothing, nothing is said."""
+    from specsweep.run.bench_cell import graph_asymmetry, invalidate
+
+    rows = [{"ok": True, "prompt_tokens": n} for n in (24, 28)]
+    why = graph_asymmetry({"cuda_graph_max_tokens": 96}, {"cuda_graph_max_tokens": 4}, rows, rows)
+    assert why.startswith("its baseline's prefills (28 tokens at most) ran outside CUDA graphs, whose largest is 4 ")
+    assert why.endswith("give both servers --max-num-seqs 14 or more, or shorter prompts")
+    for cell, base in ((128, 128), (0, 0), (96, None), (None, 4), (16, 4)):
+        assert graph_asymmetry({"cuda_graph_max_tokens": cell}, {"cuda_graph_max_tokens": base}, rows, rows) is None
+    figures = {"valid": True, "invalid_reason": None}
+    invalidate(figures, why)
+    invalidate(figures, None)
+    assert figures == {"valid": False, "invalid_reason": why}

@@ -90,7 +90,30 @@ def compare_with_baseline(grid: Grid, sid: str, bid: str, figures: dict, rows: l
     out["greedy_agreement"] = None if out["greedy_agreement_na"] else metrics.greedy_agreement(rows, base_rows)
     out.update(stats.paired_speedup([rows], [base_rows], sides=("this cell", "the baseline")))
     out["baseline_cell"] = base
+    out["graph_asymmetry"] = graph_asymmetry(figures, base_fig, rows, base_rows)
     return out
+
+
+def graph_asymmetry(figures: dict, base_fig: dict, rows: list[dict], base_rows: list[dict]) -> str | None:
+    """Why the cell's prefills ran in CUDA graphs where its baseline's ran outside any (each server's largest graph,
+    `cuda_graph_max_tokens`, against the longest prompt both sent), or None: a baseline's graphs stop at
+    2 x max_num_seqs tokens and a speculative member's at 2 x max_num_seqs x (1 + K) (backends/vllm/graphs.py), so at a
+    small --max-num-seqs only the baseline's prefills run eagerly, and the e2e speedup measures that (the H100 MoE
+    baseline's 28-token prefills took 185-229 ms against its K=15 member's 123-126 ms at --max-num-seqs 3)."""
+    cell_max, base_max = figures.get("cuda_graph_max_tokens"), base_fig.get("cuda_graph_max_tokens")
+    longest = max((r.get("prompt_tokens") or 0 for r in [*rows, *base_rows] if r.get("ok")), default=0)
+    if not cell_max or base_max is None or longest <= base_max or longest > cell_max:
+        return None
+    return (f"its baseline's prefills ({longest} tokens at most) ran outside CUDA graphs, whose largest is "
+            f"{base_max} tokens there, where this cell's ran inside (up to {cell_max}): the e2e speedup measures the "
+            f"graphs; give both servers --max-num-seqs {-(-longest // 2)} or more, or shorter prompts")
+
+
+def invalidate(figures: dict, reason: str | None) -> None:
+    """Mark a cell invalid for `reason` too, beside any reason it has."""
+    if reason:
+        figures["valid"] = False
+        figures["invalid_reason"] = "; ".join(filter(None, [figures.get("invalid_reason"), reason]))
 
 
 PER_PROMPT_KEYS = ("mean_acceptance_length_per_prompt", "acceptance_length_per_prompt", "acceptance_length_histogram",
@@ -156,6 +179,7 @@ def refresh_comparisons(grid: Grid, base: str, bid: str) -> None:
             continue
         rows = read_jsonl(grid.bench_dir(sid, bid) / layout.REQUESTS)
         figures.update(compare_with_baseline(grid, sid, bid, figures, rows))
+        invalidate(figures, figures["graph_asymmetry"])
         figures["output_length_warning"] = output_length_warning(grid, sid, bid, figures)
         atomic_write_json(grid.metrics_path(sid, bid), figures)
 
@@ -221,6 +245,7 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     figures["valid"] = not reasons
     figures["invalid_reason"] = "; ".join(reasons) or None
     figures.update(compare_with_baseline(grid, sid, bid, figures, m.rows))
+    invalidate(figures, figures.get("graph_asymmetry"))
     figures["output_length_warning"] = output_length_warning(grid, sid, bid, figures)
     figures.update(server_cell=sid, bench_cell=bid, started_at=started_at, finished_at=finished_at, **(context or {}))
     if session.log_path:

