@@ -3,7 +3,7 @@
 # 10 minutes; the host keeps /root and /tmp only while calls follow each other). Run from the repository's root.
 #   recv DIR       copy one carried folder of vLLM bundle parts (.whl/c1, ...) to /root/whl
 #   install        scripts/offline_install.sh: vLLM into /tmp/site, the DAG's wheels (.dag/wheels) into /tmp/dag;
-#                  the tiny pair (carried results/models/tiny) and the config-only 8B-, 27B- and 35B-A3B-shaped pairs into /root/res
+#                  the tiny pair (the shipped models/tiny) and the config-only 8B-, 27B- and 35B-A3B-shaped pairs into /root/res
 #   recv-sglang DIR, install-sglang   the same for SGLang 0.5.17 (shared/gpu-sglang's parts, re-split into 48 MiB
 #                  parts .sgl/p1..p4) into /tmp/sgl; the tiny pair given SGLang's mask_token, the 8B-shaped pair
 #   study PRESET [OVERRIDES...] [--also OVERRIDES]   a named preset (conf/experiment/PRESET.yaml) through the DAG as a
@@ -58,7 +58,7 @@ case ${1:?command} in
   recv) mkdir -p /root/whl && cp "${2:?folder}"/* /root/whl/ && ls /root/whl ;;
   install)
     bash scripts/offline_install.sh /root/whl /tmp/site .dag/wheels /tmp/dag || exit
-    mkdir -p $RES/models && cp -r results/models/tiny $RES/models/
+    mkdir -p $RES/models && cp -r models/tiny $RES/models/      # the shipped pair (its MANIFEST.json)
     python3 -m specsweep.cli shape qwen3-8b $RES/models/qwen3-8b-shaped
     python3 -m specsweep.cli shape qwen3.5-27b $RES/models/qwen3.5-27b-dflash-shaped
     python3 -m specsweep.cli shape qwen3.6-27b $RES/models/qwen3.6-27b-dflash-shaped
@@ -80,7 +80,7 @@ case ${1:?command} in
       touch /tmp/dag/.ok
     fi
     ldconfig -p | grep -q libnvrtc.so.13 && echo "libnvrtc.so.13: found by the loader" || echo "libnvrtc.so.13: NOT found"
-    TINY=results/models/tiny; [ -d $TINY ] || TINY=/root/carry/tiny      # carried in an earlier call
+    TINY=models/tiny                                                   # the shipped pair
     mkdir -p $RES/models && cp -r $TINY $RES/models/
     python3 - <<'PY'
 import json, pathlib
