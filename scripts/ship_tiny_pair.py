@@ -27,10 +27,14 @@ def main() -> None:
     source, shipped = layout.tiny_pair(args.results_dir), layout.tiny_pair(REPO)
     commit = args.commit or subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
                                            text=True).stdout.strip()
+    reports = {m: json.loads(source.train_report(getattr(source, m)).read_text()) for m in ("target", "drafter")}
+    scaled = {m: r["scale"] for m, r in reports.items() if r.get("scale", 1) != 1}
+    if scaled:      # tiny_pair=train@S: the rules' check, not the recipe's pair
+        raise SystemExit(f"{args.results_dir}: trained at a scale of the recipe ({scaled}), not by it: "
+                         "train it with --config tiny_pair=train")
     for step in STEPS:
         shutil.rmtree(shipped.dir / step, ignore_errors=True)
         shutil.copytree(source.dir / step, shipped.dir / step)
-    reports = {m: json.loads(shipped.train_report(getattr(shipped, m)).read_text()) for m in ("target", "drafter")}
     manifest = {
         "what": "the embedded tiny pair, trained by the workflow's rules (tiny_tokenizer, tiny_target, tiny_drafter)",
         "commit": commit,

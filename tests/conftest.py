@@ -7,9 +7,10 @@ fast tier, `-m "not server and not dag and not trained_pair and not slurm and no
 the pair.
 
 The tests that need a trained pair (`tiny_results`) copy the one the repository ships (models/tiny/, made by the
-DAG's own rules: its MANIFEST.json). The training recipe itself is still run once per run of the suite, by the
-DAG's own rules (`--config tiny_pair=train`), for the test that checks the training (`pair_training`), into a cache
-that every pytest process of the run shares under a lock (`trained_pair_dir`): $SPECSWEEP_TEST_CACHE, which .ci/run
+DAG's own rules: its MANIFEST.json). The DAG's training rules themselves still run once per run of the suite, at
+helpers.TRAIN_SCALE of the recipe's steps and prompts (`--config tiny_pair=train@0.02`: the same three rules and
+code, in about a minute rather than 7-14), for the test that checks the rules (`pair_training`), into a cache that
+every pytest process of the run shares under a lock (`trained_pair_dir`): $SPECSWEEP_TEST_CACHE, which .ci/run
 makes for its two pytest runs, or else the directory that this run's pytest-xdist workers share."""
 import fcntl
 import os
@@ -20,14 +21,15 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import BIN, REPO, make_random_pair, raise_on_signals, run, smk_config, snakemake, stop_all, wait_for
+from helpers import (BIN, REPO, TRAIN_SCALE, make_random_pair, raise_on_signals, run, smk_config, snakemake, stop_all,
+                     wait_for)
 
 BY_FIXTURE = {"tiny_results": ("trained_pair",), "pair_training": ("trained_pair",),
               "smoke": ("trained_pair", "dag", "server")}
 PAIR_CACHE = "SPECSWEEP_TEST_CACHE"
 """A directory shared by every pytest process of one run of the suite (.ci/run makes one per run): the tiny
-pair is trained there once, by the first process that needs it, and copied from there by every session."""
-TRAIN_TIMEOUT_S = 1800
+pair's rules train it there once, by the first process that needs it."""
+TRAIN_TIMEOUT_S = 900
 
 
 def one_core() -> None:
@@ -59,8 +61,8 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(mark)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # Every worker collects the same items and sorts them alike: the trained pair's tests first, so that
-        # one worker starts its training (one core, minutes) at once while the other runs the rest and, with
-        # `--dist worksteal`, takes over the tests queued behind the training.
+        # one worker starts the pair's training (one core, about a minute) at once while the other runs the rest
+        # and, with `--dist worksteal`, takes over the tests queued behind the training.
         items.sort(key=lambda item: not {"tiny_results", "pair_training"} & set(item.fixturenames))
 
 
@@ -117,11 +119,12 @@ class exclusive:
 
 
 def trained_pair_dir(tmp_path_factory) -> Path:
-    """The cache's trained pair: a folder holding `results/models/tiny`, trained there by the DAG's own rules
-    (`snakemake --config tiny_pair=train ... models/tiny/drafter/config.json`, Snakemake's working directory `work/`, its output in
-    `train.log`) by the first process of the run that asks, under the cache's lock. `done` is written last, so a
-    training killed midway is done again, never taken for a pair; one that failed or timed out writes `failed`,
-    and every later process of the run fails with its log rather than train again."""
+    """The cache's trained pair: a folder holding `results/models/tiny`, trained there by the DAG's own rules at
+    TRAIN_SCALE of the recipe (`snakemake --config tiny_pair=train@0.02 ... models/tiny/drafter/config.json`,
+    Snakemake's working directory `work/`, its output in `train.log`) by the first process of the run that asks,
+    under the cache's lock. `done` is written last, so a training killed midway is done again, never taken for a
+    pair; one that failed or timed out writes `failed`, and every later process of the run fails with its log
+    rather than train again."""
     root = pair_cache_root(tmp_path_factory)
     root.mkdir(parents=True, exist_ok=True)
     pair = root / "pair"
@@ -135,8 +138,8 @@ def trained_pair_dir(tmp_path_factory) -> Path:
             drafter = pair / "results" / "models" / "tiny" / "drafter" / "config.json"
             try:
                 out = run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(pair / "work"), "--cores",
-                           "2", "--config", "tiny_pair=train", f"results_dir={pair / 'results'}", "--", str(drafter)],
-                          timeout=TRAIN_TIMEOUT_S)
+                           "2", "--config", f"tiny_pair=train@{TRAIN_SCALE}", f"results_dir={pair / 'results'}",
+                           "--", str(drafter)], timeout=TRAIN_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 (pair / "failed").write_text(f"snakemake did not finish within {TRAIN_TIMEOUT_S} s\n")
                 raise
@@ -150,8 +153,8 @@ def trained_pair_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def pair_training(tmp_path_factory) -> Path:
-    """The cache's folder of the run's one training of the pair (trained_pair_dir), for the test that checks
-    the training itself; skipped where $SPECSWEEP_TEST_PAIR stands in for it."""
+    """The cache's folder of the run's one training of the pair (trained_pair_dir, at TRAIN_SCALE of the recipe),
+    for the test that checks the training rules; skipped where $SPECSWEEP_TEST_PAIR stands in for it."""
     if os.environ.get("SPECSWEEP_TEST_PAIR"):
         pytest.skip("SPECSWEEP_TEST_PAIR: the session copies a pair built earlier, this run trains none")
     return trained_pair_dir(tmp_path_factory)

@@ -19,6 +19,11 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DATA = Path(__file__).parent / "data"
 FAKE_SGLANG = Path(__file__).parent / "fake_sglang"
+TRAIN_SCALE = 0.02
+"""The share of the tiny pair's recipe (steps, prompts, held-out prompts) at which the suite's one training runs the
+DAG's training rules (`tiny_pair=train@0.02`, conftest.trained_pair_dir): the rules are what it checks, not what
+training reaches. The recipe's 600 target and 2000 drafter steps took 406 s of one core in a CI run; this, 12 and
+40 steps, 39-51 s with the machine shared (24 s of CPU, mostly the three jobs' imports; 2026-12-06)."""
 
 # --- the process groups the tests start ---------------------------------------------------------------------
 

@@ -185,17 +185,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def verdict_store(tmp_path):
+@pytest.fixture(scope="module")
+def verdict_store(tmp_path_factory):
     """Two studies with CIs (the verdict tests' fake sessions: K=3 and K=7 at set speedups, 2 repeats, 12 prompts;
     `w` with an A/A member), summarised and ingested into one SQLite store: no server, and figures the compare view
-    can show. Gives the store, study v's folder and the link the last ingest printed."""
+    can show. Gives the store, study v's folder and the link the last ingest printed. One per module: the MLflow UI
+    tests only read it."""
     from test_verdicts import ingest_args, study, summarize
 
     from specsweep.read import tracking
     from specsweep.read.study import Study
 
-    results = tmp_path / "results"
+    results = tmp_path_factory.mktemp("verdicts") / "results"
     for name, speeds, extra in (("v", {0: 1.0, 3: 1.4, 7: 1.8}, ()), ("w", {0: 1.0, 3: 1.2, 7: 0.8}, ("sweep.aa=true",))):
         grid = study(results, speeds, extra=extra, name=name)
         out = results / name
@@ -206,21 +207,23 @@ def verdict_store(tmp_path):
     return results / "mlflow.db", results / "v", record["url"]
 
 
-@pytest.fixture
-def mlflow_ui(verdict_store, tmp_path):
-    """A real `mlflow server` over that store: its own log, stopped by its process group."""
+@pytest.fixture(scope="module")
+def mlflow_ui(verdict_store):
+    """A real `mlflow server` over that store, one for the module's tests (each start took 10-20 s and each stop up
+    to its 20 s grace on this machine): its own log beside the store, stopped by its process group."""
     import httpx
 
     db, *_ = verdict_store
+    log_path = db.parent / "mlflow-server.log"
     port = free_port()
     argv = [str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{db}",
             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    log = open(tmp_path / "mlflow-server.log", "wb")
+    log = open(log_path, "wb")
     proc = popen_group(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
 
     def healthy():
-        assert proc.poll() is None, (tmp_path / "mlflow-server.log").read_text()[-2000:]
+        assert proc.poll() is None, log_path.read_text()[-2000:]
         try:
             return httpx.get(f"{url}/health", timeout=2).status_code == 200
         except httpx.HTTPError:

@@ -1,6 +1,8 @@
 import json
+import re
 
-from helpers import BIN, REPO, run
+import pytest
+from helpers import BIN, REPO, TRAIN_SCALE, run
 from safetensors import safe_open
 from transformers import AutoTokenizer
 
@@ -33,19 +35,56 @@ def test_tiny_tokenizer_has_a_mask_token_and_honours_enable_thinking(tiny_result
 
 
 def test_the_workflows_rules_trained_the_pair_once_and_a_rerun_trains_nothing(pair_training):
-    """The run's one training of the pair, by the DAG's own three rules (`--config tiny_pair=train`,
-    conftest.trained_pair_dir): each ran once and wrote its report, and Snakemake, asked again in the same
-    working directory, has nothing to do. What the training reached is an outcome, and not asserted."""
+    """The run's one training of the pair, by the DAG's own three rules at helpers.TRAIN_SCALE of the recipe
+    (`--config tiny_pair=train@0.02`, conftest.trained_pair_dir): each ran once and wrote its report, which records
+    the scale and the steps and prompts run at it; Snakemake, asked again in the same working directory, has
+    nothing to do, and asked for the recipe's pair (`tiny_pair=train`) would train the target and the drafter
+    again: a scaled pair is never taken for the recipe's. What the training reached is an outcome, and not
+    asserted."""
+    from specsweep.models import tiny
+
     log = (pair_training / "train.log").read_text()
     for rule in ("tiny_tokenizer", "tiny_target", "tiny_drafter"):      # Snakemake 9: "Finished jobid: 3 (Rule: x)"
         assert log.count(f"(Rule: {rule})") == 1, (rule, log[-3000:])
-    assert "tiny pair: training the target" in log and "copying the shipped pair" not in log
+    assert f"tiny pair: training the target at {TRAIN_SCALE} of the recipe" in log
+    assert "copying the shipped pair" not in log
     models = pair_training / "results" / "models" / "tiny"
-    assert all((models / step / "train.json").exists() for step in ("target", "drafter"))
-    again = run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(pair_training / "work"), "-n",
-                 "--cores", "2", "--config", "tiny_pair=train", f"results_dir={pair_training / 'results'}", "--",
-                 str(models / "drafter" / "config.json")], timeout=300)
-    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stderr[-2000:]
+    reports = {step: json.loads((models / step / "train.json").read_text()) for step in ("target", "drafter")}
+    recipe = tiny.recipe()
+    assert reports["target"]["scale"] == reports["drafter"]["scale"] == TRAIN_SCALE, reports
+    assert reports["target"]["steps"] == tiny.scaled(recipe["target"]["steps"], TRAIN_SCALE) < recipe["target"]["steps"]
+    assert (reports["drafter"]["steps"], reports["drafter"]["prompts"]) == (
+        tiny.scaled(recipe["drafter"]["steps"], TRAIN_SCALE), tiny.scaled(recipe["drafter"]["prompts"], TRAIN_SCALE))
+
+    def dry_run(choice):
+        out = run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(pair_training / "work"), "-n",
+                   "--cores", "2", "--config", f"tiny_pair={choice}", f"results_dir={pair_training / 'results'}",
+                   "--", str(models / "drafter" / "config.json")], timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout + out.stderr
+    assert "Nothing to be done" in dry_run(f"train@{TRAIN_SCALE}")
+    recipes = dry_run("train")      # its job stats: one row per rule it would run, "tiny_target   1"
+    planned = {rule for rule in ("tiny_tokenizer", "tiny_target", "tiny_drafter")
+               if re.search(rf"^{rule}\s+1$", recipes, re.M)}
+    assert planned == {"tiny_target", "tiny_drafter"} and "Params have changed" in recipes, recipes[-2500:]
+
+
+def test_tiny_pair_choices_parse_and_the_schema_takes_only_those():
+    """`tiny_pair`: shipped (None: copied), train (the recipe, 1.0) or train@S with 0 < S < 1; the schema refuses
+    anything else, a scale of 1 or more or of 0 among them."""
+    import jsonschema
+
+    from specsweep.grid.config import schema
+    from specsweep.models import tiny
+
+    assert [tiny.train_scale(c) for c in ("shipped", "train", "train@0.02", "train@.5")] == [None, 1.0, 0.02, 0.5]
+    rule = schema()["properties"]["tiny_pair"]
+    for good in ("shipped", "train", "train@0.02", "train@.5"):
+        jsonschema.validate(good, rule)
+    for bad in ("trained", "train@1", "train@1.5", "train@0", "train@0.00", "train@", "train@0.02x", "shipped@0.5"):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, rule)
+    assert tiny.scaled(600, 0.02) == 12 and tiny.scaled(100, 0.001) == 1 and tiny.scaled(600, 1.0) == 600
 
 
 def test_the_training_reports_hold_for_any_pair(tiny_results):
@@ -88,4 +127,6 @@ def test_the_shipped_pair_is_its_manifests_and_was_trained_by_this_codes_recipe(
     assert tiny.file_digests(shipped) == manifest["files"]
     assert all((shipped / f).stat().st_size < 5_000_000 for f in manifest["files"])
     assert manifest["recipe"] == json.loads(json.dumps(tiny.recipe())), "retrain and ship the tiny pair"
+    # trained by the recipe, not at a scale of it (tiny_pair=train@S; scripts/ship_tiny_pair.py refuses those)
+    assert all(r.get("scale", 1) == 1 for r in manifest["reports"].values()), manifest["reports"]
     assert len(manifest["commit"]) == 40 and manifest["command"].endswith("tiny_pair=train")

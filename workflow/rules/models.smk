@@ -2,10 +2,20 @@
 # conf/config.yaml) each step copies the trained pair the repository ships under models/tiny/ (its MANIFEST.json
 # names the recipe, the seed and the commit that trained it); `--config tiny_pair=train` trains each step here
 # instead, by the same recipe (minutes on one core). Changing how the drafter is trained retrains only the drafter.
+# `tiny_pair=train@S` (0 < S < 1) runs the same rules at S times the recipe's steps and prompts (the test suite's
+# check of these rules, about a minute); each report records its scale, and a change of scale trains the pair again.
+from specsweep.models import tiny as tiny_recipe
+
 TINY = layout.tiny_pair(RESULTS)
 SHIPPED_TINY = layout.tiny_pair(workflow.basedir)
-TINY_BUILD = "train" if any(c.get("tiny_pair") == "train" for c in GRID.configs.values()) else "shipped"
-
+TINY_SCALES = {tiny_recipe.train_scale(c.get("tiny_pair")) for c in GRID.configs.values()} - {None}
+if len(TINY_SCALES) > 1:
+    sys.exit(
+        f"specsweep: the studies ask for the tiny pair at scales {sorted(TINY_SCALES)}; one results_dir holds one pair"
+    )
+TINY_BUILD = "train" if TINY_SCALES else "shipped"
+TINY_SCALE = next(iter(TINY_SCALES), 1.0)
+TINY_HOW = "by the recipe" if TINY_SCALE == 1 else f"at {TINY_SCALE} of the recipe's steps and prompts"
 
 if TINY_BUILD == "train":
 
@@ -32,8 +42,9 @@ if TINY_BUILD == "train":
         params:
             tokenizer=lambda w, input: os.path.dirname(input[0]),
             out=lambda w, output: os.path.dirname(output.config),
+            scale=TINY_SCALE,
         message:
-            "tiny pair: training the target (a few minutes on one core; its log: {log})"
+            f"tiny pair: training the target {TINY_HOW} (a few minutes on one core; its log: {{log}})"
         script:
             "../scripts/tiny_target.py"
 
@@ -48,8 +59,9 @@ if TINY_BUILD == "train":
         params:
             target=lambda w, input: os.path.dirname(input[0]),
             out=lambda w, output: os.path.dirname(output.config),
+            scale=TINY_SCALE,
         message:
-            "tiny pair: training the drafter on the target's answers (a few minutes on one core; its log: {log})"
+            f"tiny pair: training the drafter on the target's answers {TINY_HOW} (a few minutes on one core; its log: {{log}})"
         script:
             "../scripts/tiny_drafter.py"
 

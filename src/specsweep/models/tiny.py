@@ -44,6 +44,20 @@ TRAIN_SEED, EVAL_SEED = 1000, 10_000      # training prompts and held-out prompt
 EVAL_PROMPTS = 100
 
 
+def train_scale(choice: str | None) -> float | None:
+    """The config's `tiny_pair` as the scale the DAG trains the pair at: None for `shipped` (copied, not trained),
+    1.0 for `train` (the recipe), S for `train@S` (0 < S < 1: the recipe's steps, prompts and held-out prompts
+    times S, for a test of the training rules; the schema refuses any other value)."""
+    if choice in (None, "shipped"):
+        return None
+    return float(choice.split("@", 1)[1]) if "@" in choice else 1.0
+
+
+def scaled(n: int, scale: float) -> int:
+    """n times scale, at least 1: a count of the recipe (steps, prompts) in a pair trained at that scale."""
+    return max(1, round(n * scale))
+
+
 def answer_text(steps: str, result: int, thinking: bool) -> str:
     """The assistant turn as the target learns to write it (after the template's generation prompt)."""
     if thinking:
@@ -108,8 +122,10 @@ def examples(tok, n: int, seed: int, exclude: set[str] = frozenset()) -> list[tu
 
 
 def train_target(tokenizer_dir: str | Path, out: str | Path, seed: int = 0, steps: int = 600, batch: int = 32,
-                 lr: float = 3e-3, corpus: int = 20_000) -> dict:
-    """Train the target on worked answers (loss on answer tokens only), save it with its tokenizer, evaluate."""
+                 lr: float = 3e-3, corpus: int = 20_000, scale: float = 1.0) -> dict:
+    """Train the target on worked answers (loss on answer tokens only), save it with its tokenizer, evaluate.
+    scale < 1 (`tiny_pair=train@S`) runs S times the steps (warm-up included), corpus and held-out prompts; its
+    report records the scale, so such a pair is never taken for the recipe's (scripts/ship_tiny_pair.py refuses it)."""
     import torch
     import torch.nn.functional as F
     from transformers import AutoTokenizer, GenerationConfig, Qwen3Config, Qwen3ForCausalLM
@@ -122,9 +138,10 @@ def train_target(tokenizer_dir: str | Path, out: str | Path, seed: int = 0, step
     cfg = Qwen3Config(vocab_size=len(tok), tie_word_embeddings=True, eos_token_id=eos, bos_token_id=pad,
                       pad_token_id=pad, torch_dtype="float32", **TARGET_SHAPE)
     model = Qwen3ForCausalLM(cfg)
+    steps, corpus, n_eval = scaled(steps, scale), scaled(corpus, scale), scaled(EVAL_PROMPTS, scale)
     rows = examples(tok, corpus, TRAIN_SEED + seed, exclude=held_out())
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    warmup = 50
+    warmup = scaled(50, scale)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     rng = random.Random(seed)
@@ -149,14 +166,14 @@ def train_target(tokenizer_dir: str | Path, out: str | Path, seed: int = 0, step
         losses.append(loss.item())
         progress.tick(step, loss.item())
     model.eval()
-    say(f"tiny pair: target: evaluating on {EVAL_PROMPTS} held-out prompts in each thinking mode")
+    say(f"tiny pair: target: evaluating on {n_eval} held-out prompts in each thinking mode")
     out = Path(out)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     GenerationConfig(eos_token_id=eos, pad_token_id=pad).save_pretrained(out)
     report = {"train_s": round(time.monotonic() - t0, 1), "steps": steps, "batch": batch, "lr": lr,
-              "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4),
-              "params": sum(p.numel() for p in model.parameters()), **evaluate_target(model, tok)}
+              "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4), "scale": scale,
+              "params": sum(p.numel() for p in model.parameters()), **evaluate_target(model, tok, n_eval)}
     atomic_write_json(out / layout.TRAIN_REPORT, report)
     return report
 
@@ -179,8 +196,10 @@ def evaluate_target(model, tok, n: int = EVAL_PROMPTS) -> dict:
 
 
 def train_drafter_for(target_dir: str | Path, out: str | Path, seed: int = 0, prompts: int = 3000,
-                      steps: int = 2000, batch: int = 16, anchors: int = 8, lr: float = 3e-3) -> dict:
-    """A fresh drafter in the published format, trained on the target's own greedy answers, then evaluated."""
+                      steps: int = 2000, batch: int = 16, anchors: int = 8, lr: float = 3e-3,
+                      scale: float = 1.0) -> dict:
+    """A fresh drafter in the published format, trained on the target's own greedy answers, then evaluated.
+    scale < 1 runs S times the prompts, steps and held-out prompts, and its report records it (train_target)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -196,6 +215,7 @@ def train_drafter_for(target_dir: str | Path, out: str | Path, seed: int = 0, pr
     init_drafter(target.config, tok.convert_tokens_to_ids("<|mask|>"), out, seed)
     drafter = DFlashDrafter.from_pretrained(out)
     eos = tok.convert_tokens_to_ids("<|im_end|>")
+    prompts, steps, n_eval = scaled(prompts, scale), scaled(steps, scale), scaled(EVAL_PROMPTS, scale)
     train_prompts = [p for p, *_ in examples(tok, prompts, TRAIN_SEED + 7 + seed, exclude=held_out())]
     answers = []
     say(f"tiny pair: drafter: the target answers its {len(train_prompts)} training prompts (about a minute)")
@@ -206,11 +226,11 @@ def train_drafter_for(target_dir: str | Path, out: str | Path, seed: int = 0, pr
                            [len(p) for p in train_prompts], steps=steps, batch=batch, anchors=anchors, lr=lr,
                            seed=seed, log=Steps("tiny pair: drafter", steps).tick)
     drafter.save_pretrained(out)
-    say(f"tiny pair: drafter: evaluating its acceptance on {EVAL_PROMPTS} held-out prompts")
+    say(f"tiny pair: drafter: evaluating its acceptance on {n_eval} held-out prompts")
     report = {"train_s": round(time.monotonic() - t0, 1), "target_answers_s": round(gen_s, 1), "steps": steps,
               "prompts": prompts, "loss_first": round(losses[0], 3), "loss_last": round(losses[-1], 3),
-              "params": sum(p.numel() for p in drafter.parameters()),
-              **evaluate_drafter(target, drafter, tok)}
+              "scale": scale, "params": sum(p.numel() for p in drafter.parameters()),
+              **evaluate_drafter(target, drafter, tok, n_eval)}
     atomic_write_json(out / layout.TRAIN_REPORT, report)
     return report
 
@@ -265,12 +285,13 @@ MANIFEST = "MANIFEST.json"      # the shipped pair's (models/tiny/): recipe, see
 
 
 def recipe() -> dict:
-    """What the pair's training depends on in this code: the shapes, seeds and each step's defaults."""
+    """What the pair's training depends on in this code: the shapes, seeds and each step's defaults. The scale is
+    not the recipe's: the recipe is what scale 1 runs, and a pair trained at another records its scale instead."""
     import inspect
 
     def defaults(fn):
         return {k: p.default for k, p in inspect.signature(fn).parameters.items()
-                if p.default is not inspect.Parameter.empty}
+                if p.default is not inspect.Parameter.empty and k != "scale"}
     return {"target_shape": TARGET_SHAPE, "draft_layers": DRAFT_LAYERS, "block_size": BLOCK_SIZE,
             "train_seed": TRAIN_SEED, "eval_seed": EVAL_SEED, "eval_prompts": EVAL_PROMPTS, "special": SPECIAL,
             "tokenizer": defaults(build_tokenizer), "target": defaults(train_target),
