@@ -394,6 +394,7 @@ def test_server_json_reads_the_runner_and_kv_capacity_from_vllms_own_log():
     cpu = (DATA / "vllm_cpu_dflash_startup_log.txt").read_text()
     assert vllm_session.startup_facts(cpu) == {
         "model_runner": "V1", "kv_cache_tokens": 419328, "kv_cache_max_concurrency": 819.0,
+        "cuda_graph_max_tokens": 0,          # --enforce-eager: no CUDA graphs
         # --enforce-eager: nothing compiled (the phases: tests/test_vllm_startlog.py)
         "compile_cache": None, "graphs_compiled": 0, "graphs_from_cache": 0, "aot_from_cache": 0, "aot_saved": 0,
         "compile_cache_load_failure": None, "torch_compile_s": None, "before_engine_s": 50.0, "model_load_s": 0.03,
@@ -401,12 +402,14 @@ def test_server_json_reads_the_runner_and_kv_capacity_from_vllms_own_log():
     gpu_026 = (DATA / "vllm026_h200_dflash_startup_log.txt").read_text()
     assert vllm_session.startup_facts(gpu_026) == {
         "model_runner": "V2", "kv_cache_tokens": 637200, "kv_cache_max_concurrency": 155.57,
+        "cuda_graph_max_tokens": 512,        # the engine's resolved config (the API server's says None)
         # a fresh cache: the target's and the DFlash head's graphs compiled (27.45 + 7.59 s) and stored, none loaded
         "compile_cache": "miss", "graphs_compiled": 2, "graphs_from_cache": 0, "aot_from_cache": 0, "aot_saved": 2,
         "compile_cache_load_failure": None, "torch_compile_s": 35.04, "before_engine_s": 15.0, "model_load_s": 1.56,
         "graph_capture_s": 5.0, "profile_kv_s": 19.62, "engine_init_s": 59.66}
     assert vllm_session.startup_facts("") == {
         "model_runner": None, "kv_cache_tokens": None, "kv_cache_max_concurrency": None, "compile_cache": None,
+        "cuda_graph_max_tokens": None,
         "graphs_compiled": 0, "graphs_from_cache": 0, "aot_from_cache": 0, "aot_saved": 0,
         "compile_cache_load_failure": None, "torch_compile_s": None, "before_engine_s": None, "model_load_s": None,
         "graph_capture_s": None, "profile_kv_s": None, "engine_init_s": None}
