@@ -1,0 +1,159 @@
+"""Today's turns against shorter ones, on live servers in one launch (issue 54 item 3): which design narrows a paired
+speedup's interval sooner?
+
+One launch each of a study's baseline and one speculative server (co-resident, each paused while the other serves,
+as a CPU group runs), then rounds, each a block of both designs in an order that alternates round by round:
+- `turns` (today's design): each member serves the whole prompt list in one turn, closed loop at the bench cell's
+  concurrency, after `sweep.warmup` unmeasured requests, the baseline first in even rounds;
+- `waves` (shorter turns): the members rotate every wave of `concurrency` prompts (each wave sent together once the
+  one before has finished; sweep.waves), with no warm-up after the first round's.
+A block is the mean over the prompts of log(baseline e2e / speculative e2e), as sequential.block_log_ratios takes it.
+Per design: the blocks' spread (SD), the wall a block takes (both members, warm-ups and pauses included), and the
+seconds an interval of a given width needs, which goes as SD^2 x wall per block: the design with the smaller one
+answers sooner. The ratio of the two with a bootstrap interval over rounds.
+
+    python -m bench run turn_designs -- --overrides "..." --rounds 20 --out bench/archive/cpu/turn-designs
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench import harness
+from bench.coresidency import cells, vllm
+from specsweep.core.claims import take_gpus
+from specsweep.grid import schedule
+from specsweep.plan import residency
+from specsweep.run import client
+
+
+def serve(srv, grid, sid, bench, prompts, concurrency, warmup, waves=False) -> tuple[list, float]:
+    """(records, seconds): one member's requests for these prompts (resumed before, paused after)."""
+    settings = client.settings_for({**bench, "waves": waves}, srv.served_name,
+                                   grid.servers[sid].run["request_timeout_s"], api_key=srv.api_key)
+    t0 = time.monotonic()
+    srv.resume()
+    try:
+        if warmup:
+            asyncio.run(client.run_requests(srv.url, prompts[:warmup], settings, concurrency, progress=False))
+        records, _ = asyncio.run(client.run_requests(srv.url, prompts, settings, concurrency, progress=False))
+    finally:
+        srv.pause()
+    assert all(r.ok for r in records), [r.error for r in records if not r.ok][:3]
+    return records, time.monotonic() - t0
+
+
+def block(base: list, spec: list) -> float:
+    ref = {(r.index, r.turn): r.e2e_s for r in base}
+    return float(np.mean([math.log(ref[(r.index, r.turn)] / r.e2e_s) for r in spec]))
+
+
+def turns_block(servers, grid, ids, bench, prompts, rnd) -> tuple[float, float]:
+    order = ids if rnd % 2 == 0 else ids[::-1]
+    got, wall = {}, 0.0
+    for sid in order:
+        got[sid], s = serve(servers[sid], grid, sid, bench, prompts, bench["concurrency"], bench["warmup"])
+        wall += s
+    return block(got[ids[0]], got[ids[1]]), wall
+
+
+def waves_block(servers, grid, ids, bench, prompts, rnd, warm: set) -> tuple[float, float]:
+    c = bench["concurrency"]
+    logs, wall = [], 0.0
+    for w, start in enumerate(range(0, len(prompts), c)):
+        wave = prompts[start:start + c]
+        order = ids if (rnd + w) % 2 == 0 else ids[::-1]       # the order alternates wave by wave
+        got = {}
+        for sid in order:
+            got[sid], s = serve(servers[sid], grid, sid, bench, wave, c, 0 if sid in warm else bench["warmup"],
+                                waves=True)
+            warm.add(sid)
+            wall += s
+        ref = {r.index: r.e2e_s for r in got[ids[0]]}
+        logs += [math.log(ref[r.index] / r.e2e_s) for r in got[ids[1]]]
+    return float(np.mean(logs)), wall
+
+
+def summarize(blocks: dict[str, list[float]], walls: dict[str, list[float]], rng) -> dict:
+    out = {}
+    for d in blocks:
+        b, w = np.asarray(blocks[d]), np.asarray(walls[d])
+        out[d] = {"blocks": len(b), "ratio": math.exp(b.mean()), "sd": float(b.std(ddof=1)),
+                  "wall_per_block_s": float(w.mean()), "cost": float(b.var(ddof=1) * w.mean())}
+    # the cost ratio (waves over turns) with a bootstrap over rounds, each round's pair of blocks kept together
+    bt, bw = np.asarray(blocks["turns"]), np.asarray(blocks["waves"])
+    wt, ww = np.asarray(walls["turns"]), np.asarray(walls["waves"])
+    draws = []
+    for _ in range(4000):
+        i = rng.integers(len(bt), size=len(bt))
+        if len(set(i)) > 1:             # a draw of one round has no spread
+            draws.append(bw[i].var(ddof=1) * ww[i].mean() / (bt[i].var(ddof=1) * wt[i].mean()))
+    ci = [float(x) for x in np.percentile(draws, [2.5, 97.5])] if len(bt) > 2 else None
+    out["cost_ratio_waves_over_turns"] = {"ratio": out["waves"]["cost"] / out["turns"]["cost"], "bootstrap95": ci}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--overrides", default="", help="Hydra overrides of the study (pair, server, sweep, dataset)")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--results", default=None, help="a results_dir for the servers' logs (default: a temp dir)")
+    ap.add_argument("--out")
+    ap.add_argument("--smoke", action="store_true", help="two rounds, nothing written")
+    args = ap.parse_args()
+    if args.smoke:
+        args.rounds, args.out = 2, None
+    elif not args.out:
+        ap.error("--out is required (but with --smoke)")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    results = Path(args.results or tempfile.mkdtemp(prefix="turn-designs-"))
+    grid, base, spec, bench, prompts = cells(args.overrides.split(), results)
+    ids = [base, spec]
+    gpu_ids, claims = take_gpus(schedule.group_gpus(grid, base)) if schedule.group_gpus(grid, base) else ([], [])
+    how = residency.plan(grid, ids, gpu_ids)
+    blocks, walls, rows = {"turns": [], "waves": []}, {"turns": [], "waves": []}, []
+    t0 = time.time()
+    servers, warm = {}, set()
+    try:
+        for sid in ids:
+            servers[sid] = vllm.server_for(grid, sid, results / "logs" / sid, how=how[sid]).__enter__()
+            servers[sid].pause()
+        for rnd in range(args.rounds):
+            row = {"round": rnd}
+            for design in ("turns", "waves") if rnd % 2 == 0 else ("waves", "turns"):
+                b, w = (turns_block(servers, grid, ids, bench, prompts, rnd) if design == "turns" else
+                        waves_block(servers, grid, ids, bench, prompts, rnd, warm))
+                blocks[design].append(b)
+                walls[design].append(w)
+                row[design] = {"block": round(b, 5), "wall_s": round(w, 3)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        for srv in servers.values():
+            srv.resume()
+            srv.stop()
+        for claim in claims:
+            claim.release()
+    summary = summarize(blocks, walls, np.random.default_rng(54))
+    print(json.dumps(summary, indent=1))
+    out = Path(args.out) if args.out else None
+    harness.record(out / "turn_designs.json" if out else None, rounds=args.rounds,
+                   ratio={"of": "cost (SD^2 x wall per block) of waves over turns",
+                          **summary["cost_ratio_waves_over_turns"]},
+                   per_round=rows, summary=summary, overrides=args.overrides, prompts=len(prompts),
+                   bench={k: bench[k] for k in ("concurrency", "max_tokens", "warmup")},
+                   pair=[base, spec], wall_s=round(time.time() - t0, 1))
+    print("nothing written" if out is None else f"wrote {out / 'turn_designs.json'}")
+
+
+if __name__ == "__main__":
+    main()
