@@ -82,6 +82,13 @@ def study(blocks: np.ndarray, rule: str, max_repeats: int, precision: float | No
             "ever": whole["ci_low"] is not None and (whole["ci_low"] > 1 or whole["ci_high"] < 1)}
 
 
+def wilson(x: int, n: int, z: float = 1.959964) -> list[float]:
+    """The 95% Wilson interval of a share x / n."""
+    centre = (x + z * z / 2) / (n + z * z)
+    half = z * math.sqrt(x * (n - x) / n + z * z / 4) / (n + z * z)
+    return [centre - half, centre + half]
+
+
 def chunk(args: tuple) -> dict:
     seed, studies, rule, max_repeats, kind, precision, boundaries = args
     rng = np.random.Generator(np.random.PCG64(seed))
@@ -113,12 +120,9 @@ def run(studies: int, seed: int, rule: str, max_repeats: int = 20, kind: str = "
         parts = [chunk(j) for j in jobs]
     total = {k: sum(p[k] for p in parts) for k in parts[0]}
     n, x = total["studies"], total["decided"]
-    z = 1.959964
-    centre = (x + z * z / 2) / (n + z * z)
-    half = z * math.sqrt(x * (n - x) / n + z * z / 4) / (n + z * z)
     return {"rule": rule, "blocks": kind, "max_repeats": max_repeats, "precision": precision,
             "boundaries": boundaries if rule == "planned" else None, "seed": seed, "studies": n,
-            "false_verdicts": x / n, "false_verdicts_ci": [centre - half, centre + half],
+            "false_verdicts": x / n, "false_verdicts_ci": wilson(x, n),
             "equivalent": total["equivalent"] / n, "unresolved": total["unresolved"] / n,
             "mean_stop_repeat": total["stops"] / n, "budget_excludes_0": total["ever"] / n,
             "seconds": round(time.monotonic() - start, 1)}
