@@ -36,7 +36,8 @@ class Members:
         self.grid, self.launches, self.progress = grid, launches, progress
         self.sessions: dict[str, object] = {}
         self.broken: dict[str, str] = {}        # member -> why it has no session
-        self.warm: set[str] = set()              # members that took a turn since their start or wake
+        # co-resident members that took a turn since their start (a relaunched or woken one warms up every turn)
+        self.warm: set[str] = set()
 
     def __enter__(self) -> "Members":
         return self
@@ -115,8 +116,6 @@ class Members:
         if not session.alive():
             return
         launch = self.launches[sid]
-        if launch.residency in ("relaunch", "sleep"):     # a new launch or a wake warms up again
-            self.warm.discard(sid)
         if launch.residency == "relaunch":
             del self.sessions[sid]
             cm.__exit__(None, None, None)
