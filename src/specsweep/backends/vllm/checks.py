@@ -299,7 +299,7 @@ def check_gpu_fit(cfg, env):
 def check_cuda_graphs(cfg, env):
     """Whether each member's decode steps at each of its concurrencies run inside vLLM's full CUDA graphs (graphs.py):
     a --max-num-seqs below the next capture size leaves them out, every split op eager, and the cell measures the
-    graphs (the H100 MoE baseline at --max-num-seqs 3 took 20 ms a step at concurrency 3 against 4.8 ms at 1). One
+    graphs (the H100 MoE baseline at --max-num-seqs 3 took 15-20 ms a token at concurrency 3 against 4.6 ms at 1). One
     line a member and concurrency, with the fix."""
     from specsweep.grid.cells import expand
 

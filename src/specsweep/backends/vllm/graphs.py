@@ -5,14 +5,14 @@ The capture sizes are 1, 2, 4, then multiples of 8 below 256 and of 16 from 256,
 512, max_num_batched_tokens), q = 1 + K the tokens a request's decode step carries; with a drafter (q > 1) the V1
 model runner rounds each up to a multiple of q (compilation.py `adjust_cudagraph_sizes_for_spec_decode`; the V2
 runner, which a sliding-window drafter takes, keeps them and captures FULL graphs at their multiples of q alone:
-for K = 7 and 15 the two agree, since every multiple of 8 is a size). A decode batch of c requests
+for K = 7 and 15 the two agree below 256 tokens, where every multiple of 8 is a size). A decode batch of c requests
 (c x q tokens) is padded to the smallest capture size at least that; it runs in a FULL graph only where that size
 is a FULL decode size: at most q x max_num_seqs and a multiple of q. Otherwise it runs in the PIECEWISE graph,
 where every op vLLM splits the graph at (attention, and a hybrid's Gated DeltaNet and Mamba mixers) runs outside
 any graph. On the H100 the Qwen3.6-35B-A3B-shaped baseline at --max-num-seqs 3 captured FULL graphs for 1 and 2
-requests only ("FULL=2 (largest=2)"): at concurrency 3 its decode step took 20 ms against 4.8 ms at 1, while the
-K=15 member (FULL at 16, 32, 48 tokens) did not slow, so the speedup at 3 measured the graphs, not the drafter
-(docs/campaigns/2026-12-06-h100-moe-and-waves.md)."""
+requests only ("FULL=2 (largest=2)"): at concurrency 3 its decode took 15-20 ms a token against 4.6 ms at 1,
+while the K=15 member (FULL at 16, 32, 48 tokens) did not slow, so the speedup at 3 measured the graphs, not the
+drafter (docs/campaigns/2026-12-06-h100-moe-and-waves.md)."""
 from __future__ import annotations
 
 from specsweep.backends.vllm import known_issues
