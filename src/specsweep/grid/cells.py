@@ -55,7 +55,9 @@ ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False,     # bench spec: swe
                                       # bench spec: sweep.waves (null: every prompt, each sent as a slot frees)
                                       "waves": None,
                                       # bench spec: sweep.warmup_turns (every: each turn warms up first)
-                                      "warmup_turns": "every"}
+                                      "warmup_turns": "every",
+                                      # server spec: vLLM's largest CUDA graph (null: vLLM's 2 x max_num_seqs x (1+K))
+                                      "kernel.cuda_graph_max_tokens": None}
 
 
 def stable_hash(obj) -> str:

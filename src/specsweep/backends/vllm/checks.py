@@ -304,21 +304,27 @@ def check_cuda_graphs(cfg, env):
     from specsweep.grid.cells import expand
 
     name, s = "cuda_graphs", cfg["server"]
-    if s["device"] != "cuda":
-        return ok(name, "CPU server: no CUDA graphs")
+    if s["device"] != "cuda" or not cfg["kernel"]["cuda_graphs"]:
+        return ok(name, "no CUDA graphs: a CPU server, or kernel.cuda_graphs false")
     version = (env.get("server_env") or {}).get("vllm") or ""
     tokens, seqs = known_issues.batch_defaults(version, "cuda", env.get("gpus") or [], s.get("tensor_parallel_size", 1))
     grid = expand([cfg])
-    lines = []
+    lines, prefills = [], []
     for sid, cell in grid.servers.items():
         k = 0 if cell.is_baseline else cell.spec["num_speculative_tokens"]
         args = cell.spec["server"].get("extra_args") or []
+        largest = cell.spec["kernel"].get("cuda_graph_max_tokens")
         for c in sorted({b.spec["concurrency"] for b in grid.benches[sid].values()}):
-            why = graphs.outside(args, c, k, seqs, tokens)
+            why = graphs.outside(args, c, k, seqs, tokens, largest)
             if why:
                 lines.append(f"{sid}: {why}")
+        if cell.is_baseline and sid in grid.baseline_of.values():
+            why = graphs.prefill_outside(args, seqs, tokens, largest)
+            prefills += [f"{sid}: {why}"] if why else []
     if lines:
         return fail(name, "; ".join(dict.fromkeys(lines)))
+    if prefills:
+        return warn(name, "; ".join(prefills))
     return ok(name, "every member's decode steps run in vLLM's full CUDA graphs at its concurrencies")
 
 

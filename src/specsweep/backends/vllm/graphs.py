@@ -18,11 +18,14 @@ from __future__ import annotations
 from specsweep.backends.vllm import known_issues
 
 LARGEST = 512
+PREFILL_TOKENS = 64      # below this a baseline's largest graph misses most chat prompts (the template alone ~20)
 
 
-def capture_sizes(max_num_seqs: int, q: int, max_num_batched_tokens: int | None = None) -> list[int]:
-    """vLLM 0.26's default CUDA graph capture sizes (in tokens) for a server of `max_num_seqs` and q = 1 + K."""
-    top = min(max_num_seqs * q * 2, LARGEST)
+def capture_sizes(max_num_seqs: int, q: int, max_num_batched_tokens: int | None = None,
+                  largest: int | None = None) -> list[int]:
+    """vLLM 0.26's CUDA graph capture sizes (in tokens) for a server of `max_num_seqs` and q = 1 + K, the largest
+    `largest` where given (kernel.cuda_graph_max_tokens: its compilation config's max_cudagraph_capture_size)."""
+    top = largest or min(max_num_seqs * q * 2, LARGEST)
     if max_num_batched_tokens:
         top = min(top, max_num_batched_tokens)
     sizes = [s for s in (1, 2, 4) if s <= top] + list(range(8, min(top + 1, 256), 8)) + list(range(256, top + 1, 16))
@@ -33,10 +36,11 @@ def capture_sizes(max_num_seqs: int, q: int, max_num_batched_tokens: int | None 
     return sorted(set(sizes))
 
 
-def full_decode(concurrency: int, max_num_seqs: int, q: int, max_num_batched_tokens: int | None = None) -> bool:
+def full_decode(concurrency: int, max_num_seqs: int, q: int, max_num_batched_tokens: int | None = None,
+                largest: int | None = None) -> bool:
     """Whether a decode step of `concurrency` requests runs in a FULL CUDA graph (module doc)."""
     tokens = concurrency * q
-    padded = next((s for s in capture_sizes(max_num_seqs, q, max_num_batched_tokens) if s >= tokens), None)
+    padded = next((s for s in capture_sizes(max_num_seqs, q, max_num_batched_tokens, largest) if s >= tokens), None)
     return padded is not None and padded <= q * max_num_seqs and padded % q == 0
 
 
@@ -46,19 +50,37 @@ def least_seqs(concurrency: int) -> int:
     return next(m for m in range(concurrency, 2 * concurrency + 8) if full_decode(concurrency, m, 1))
 
 
-def outside(extra_args: list, concurrency: int, k: int, default_seqs: int, default_tokens: int) -> str | None:
+def batch(extra_args: list, default_seqs: int, default_tokens: int) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) of a server: its --max-num-seqs and --max-num-batched-tokens, else
+    vLLM's defaults."""
+    return (known_issues.extra_arg(extra_args, "--max-num-seqs") or default_seqs,
+            known_issues.extra_arg(extra_args, "--max-num-batched-tokens") or default_tokens)
+
+
+def outside(extra_args: list, concurrency: int, k: int, default_seqs: int, default_tokens: int,
+            largest: int | None = None) -> str | None:
     """Why this server's decode steps at `concurrency` run outside its full CUDA graphs, with the fix; None where
-    they run inside, or where the server sets its own graphs (--enforce-eager, a compilation config)."""
-    if any(str(a).split("=")[0] in ("--enforce-eager", "-cc", "--compilation-config", "-O") for a in extra_args):
-        return None
-    seqs = known_issues.extra_arg(extra_args, "--max-num-seqs") or default_seqs
-    tokens = known_issues.extra_arg(extra_args, "--max-num-batched-tokens") or default_tokens
+    they run inside."""
+    seqs, tokens = batch(extra_args, default_seqs, default_tokens)
     q = 1 + k
-    if full_decode(concurrency, seqs, q, tokens):
+    if full_decode(concurrency, seqs, q, tokens, largest):
         return None
-    full = [s // q for s in capture_sizes(seqs, q, tokens) if s <= q * seqs and s % q == 0]
+    full = [s // q for s in capture_sizes(seqs, q, tokens, largest) if s <= q * seqs and s % q == 0]
     most = max(full, default=0)
     return (f"at concurrency {concurrency} its decode steps ({concurrency * q} tokens) run outside vLLM's full CUDA "
             f"graphs, which --max-num-seqs {seqs} captures for at most {most} request(s), so every split op "
             f"(attention, a hybrid's linear-attention mixers) runs eagerly and the cell measures the graphs: set "
             f"--max-num-seqs {least_seqs(concurrency)} (a capture size), or a concurrency of at most {most}")
+
+
+def prefill_outside(extra_args: list, default_seqs: int, default_tokens: int, largest: int | None = None) -> str | None:
+    """Why a baseline's prefills would run outside its CUDA graphs where its speculative members' run inside
+    (its graphs stop at 2 x max_num_seqs tokens, theirs at 2 x max_num_seqs x (1 + K)), with the fix; None where
+    its largest graph holds a typical prompt (PREFILL_TOKENS)."""
+    seqs, tokens = batch(extra_args, default_seqs, default_tokens)
+    top = capture_sizes(seqs, 1, tokens, largest)[-1]
+    if top >= PREFILL_TOKENS:
+        return None
+    return (f"its CUDA graphs stop at {top} tokens (2 x --max-num-seqs {seqs}), so a prompt longer than that prefills "
+            f"outside them while its speculative members' prefills run inside, and those cells are marked invalid "
+            f"when they run: set kernel.cuda_graph_max_tokens={LARGEST}")

@@ -160,8 +160,11 @@ def build_argv(command: list[str], spec: dict, host: str, port: int, served_name
         argv += ["--attention-backend", k["attention_backend"]]
     if not k["cuda_graphs"]:
         argv += ["--enforce-eager"]
-    if k["compilation_level"] is not None:
-        argv += ["--compilation-config", json.dumps({"mode": k["compilation_level"]})]
+    compilation = {**({"mode": k["compilation_level"]} if k["compilation_level"] is not None else {}),
+                   **({"max_cudagraph_capture_size": k["cuda_graph_max_tokens"]}
+                      if k.get("cuda_graph_max_tokens") else {})}      # graphs.py: a baseline's stop at 2 x seqs
+    if compilation:
+        argv += ["--compilation-config", json.dumps(compilation)]
     spec_cfg = speculative_config(spec)
     if spec_cfg:
         argv += ["--speculative-config", json.dumps(spec_cfg)]
