@@ -60,3 +60,20 @@ def test_the_module_tour_names_every_module_once():
 def test_no_module_is_over_460_lines():
     long = {str(p.relative_to(REPO)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (split along a seam the code names): {long}"
+
+
+def test_the_checkout_fits_one_transfer_to_the_gpu_host_beside_a_bundle_part():
+    """A GPU host receives the checkout and one 48 MiB part of vLLM's bundle in one 64 MiB transfer
+    (shared/gpu-vllm/build_bundle.sh, docs/gpu-hosts.md): the tracked files stay under 16 MiB. Archive request rows
+    slimmed (bench/archive/README.md) where a study's would not fit."""
+    import subprocess
+
+    import pytest
+
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, timeout=60, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    files = [REPO / f for f in listed.stdout.decode().split("\0") if f]
+    total = sum(f.stat().st_size for f in files if f.is_file())
+    assert total < 16 * 2 ** 20, f"the tracked files hold {total / 2 ** 20:.1f} MiB"
