@@ -95,14 +95,18 @@ def chunk(args: tuple) -> dict:
     blocks = draw(rng, studies, max_repeats, kind)
     out = {"studies": 0, "decided": 0, "equivalent": 0, "unresolved": 0, "stops": 0, "ever": 0}
     for row in blocks:
-        s = study(row, rule, max_repeats, precision, boundaries)
-        out["studies"] += 1
-        out["decided"] += s["verdict"] in DECIDED
-        out["equivalent"] += s["verdict"] == sequential.stats.EQUIVALENT
-        out["unresolved"] += s["verdict"] == sequential.UNRESOLVED
-        out["stops"] += s["stop"]
-        out["ever"] += s["ever"]
+        tally(out, study(row, rule, max_repeats, precision, boundaries))
     return out
+
+
+def tally(out: dict, s: dict) -> None:
+    """Count one study's ending (`study`) into `out`'s counters."""
+    out["studies"] += 1
+    out["decided"] += s["verdict"] in DECIDED
+    out["equivalent"] += s["verdict"] == sequential.stats.EQUIVALENT
+    out["unresolved"] += s["verdict"] == sequential.UNRESOLVED
+    out["stops"] += s["stop"]
+    out["ever"] += s["ever"]
 
 
 def run(studies: int, seed: int, rule: str, max_repeats: int = 20, kind: str = "normal",

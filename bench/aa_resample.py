@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from bench.aa_looks import CHUNK, DECIDED, study, wilson
+from bench.aa_looks import CHUNK, study, tally, wilson
 from specsweep.core import layout
 from specsweep.read.study import Cell
 from specsweep.verdicts import sequential, spending
@@ -223,14 +223,7 @@ def chunk(args: tuple) -> dict:
         n = len(blocks)
         cell = (u[s, :, 0] * n).astype(int)
         ref = (cell + 1 + (u[s, :, 1] * (n - 1)).astype(int)) % n          # another repeat of the pool
-        r = study(blocks[cell, ref], rule, max_repeats, None, spending.CALIBRATED)
-        t = out[which[s]]
-        t["studies"] += 1
-        t["decided"] += r["verdict"] in DECIDED
-        t["equivalent"] += r["verdict"] == sequential.stats.EQUIVALENT
-        t["unresolved"] += r["verdict"] == sequential.UNRESOLVED
-        t["stops"] += r["stop"]
-        t["ever"] += r["ever"]
+        tally(out[which[s]], study(blocks[cell, ref], rule, max_repeats, None, spending.CALIBRATED))
     return {"pools": out}
 
 
