@@ -99,7 +99,7 @@ def graph_asymmetry(figures: dict, base_fig: dict, rows: list[dict], base_rows: 
     `cuda_graph_max_tokens`, against the longest prompt both sent), or None: a baseline's graphs stop at
     2 x max_num_seqs tokens and a speculative member's at 2 x max_num_seqs x (1 + K) (backends/vllm/graphs.py), so at a
     small --max-num-seqs only the baseline's prefills run eagerly, and the e2e speedup measures that (the H100 MoE
-    baseline's 28-token prefills took 185-229 ms against its K=15 member's 123-126 ms at --max-num-seqs 3)."""
+    pair at --max-num-seqs 3: docs/campaigns/2026-12-06-h100-moe-and-waves.md)."""
     cell_max, base_max = figures.get("cuda_graph_max_tokens"), base_fig.get("cuda_graph_max_tokens")
     longest = max((r.get("prompt_tokens") or 0 for r in [*rows, *base_rows] if r.get("ok")), default=0)
     if not cell_max or base_max is None or longest <= base_max or longest > cell_max:

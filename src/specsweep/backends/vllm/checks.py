@@ -299,8 +299,9 @@ def check_gpu_fit(cfg, env):
 def check_cuda_graphs(cfg, env):
     """Whether each member's decode steps at each of its concurrencies run inside vLLM's full CUDA graphs (graphs.py):
     a --max-num-seqs below the next capture size leaves them out, every split op eager, and the cell measures the
-    graphs (the H100 MoE baseline at --max-num-seqs 3 took 15-20 ms a token at concurrency 3 against 4.6 ms at 1). One
-    line a member and concurrency, with the fix."""
+    graphs (the H100 MoE baseline at --max-num-seqs 3, graphs.py). One line a member and concurrency, with the fix;
+    a warning where a baseline's largest graph misses a chat prompt, so that its prefills alone run eagerly
+    (graphs.prefill_outside)."""
     from specsweep.grid.cells import expand
 
     name, s = "cuda_graphs", cfg["server"]

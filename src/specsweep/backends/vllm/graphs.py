@@ -10,9 +10,9 @@ for K = 7 and 15 the two agree below 256 tokens, where every multiple of 8 is a 
 is a FULL decode size: at most q x max_num_seqs and a multiple of q. Otherwise it runs in the PIECEWISE graph,
 where every op vLLM splits the graph at (attention, and a hybrid's Gated DeltaNet and Mamba mixers) runs outside
 any graph. On the H100 the Qwen3.6-35B-A3B-shaped baseline at --max-num-seqs 3 captured FULL graphs for 1 and 2
-requests only ("FULL=2 (largest=2)"): at concurrency 3 its decode took 15-20 ms a token against 4.6 ms at 1,
-while the K=15 member (FULL at 16, 32, 48 tokens) did not slow, so the speedup at 3 measured the graphs, not the
-drafter (docs/campaigns/2026-12-06-h100-moe-and-waves.md)."""
+requests only ("FULL=2 (largest=2)"): at concurrency 3 its decode slowed several times over while the K=15
+member's (FULL at 16, 32, 48 tokens) did not, so the speedup at 3 measured the graphs, not the drafter (the figures:
+docs/campaigns/2026-12-06-h100-moe-and-waves.md)."""
 from __future__ import annotations
 
 from specsweep.backends.vllm import known_issues
