@@ -4,7 +4,7 @@
 #   recv DIR       copy one carried folder of vLLM bundle parts (.whl/c1, ...) to /root/whl
 #   install        scripts/offline_install.sh: vLLM into /tmp/site, the DAG's wheels (.dag/wheels) into /tmp/dag;
 #                  the tiny pair (the shipped models/tiny) and the config-only 8B-, 27B- and 35B-A3B-shaped pairs into /root/res
-#   recv-sglang DIR, install-sglang   the same for SGLang 0.5.17 (shared/gpu-sglang's parts, re-split into 48 MiB
+#   recv-sglang DIR, install-sglang   the same for SGLang 0.5.17 (shared/gpu-sglang's parts, re-split into 41 MiB
 #                  parts .sgl/p1..p4) into /tmp/sgl; the tiny pair given SGLang's mask_token, the 8B-shaped pair
 #   study PRESET [OVERRIDES...] [--also OVERRIDES]   a named preset (conf/experiment/PRESET.yaml) through the DAG as a
 #                  user runs it, results_dir=/root/res, then the study packed as $OUT/<study>.tar.gz (the compile

@@ -63,8 +63,8 @@ def test_no_module_is_over_460_lines():
 
 
 def test_the_checkout_fits_one_transfer_to_the_gpu_host_beside_a_bundle_part():
-    """A GPU host receives the checkout and one 48 MiB part of vLLM's bundle in one 64 MiB transfer
-    (shared/gpu-vllm/build_bundle.sh, docs/gpu-hosts.md): the tracked files stay under 16 MiB. Archive request rows
+    """A GPU host receives the checkout and one 41 MiB part of vLLM's bundle in one 64 MiB transfer
+    (docs/gpu-hosts.md: a 48 MiB part beside 15 MiB was refused): the tracked files stay under 18 MiB. Archive request rows
     slimmed (bench/archive/README.md) where a study's would not fit."""
     import subprocess
 
@@ -76,4 +76,4 @@ def test_the_checkout_fits_one_transfer_to_the_gpu_host_beside_a_bundle_part():
         pytest.skip("not a git checkout")
     files = [REPO / f for f in listed.stdout.decode().split("\0") if f]
     total = sum(f.stat().st_size for f in files if f.is_file())
-    assert total < 16 * 2 ** 20, f"the tracked files hold {total / 2 ** 20:.1f} MiB"
+    assert total < 18 * 2 ** 20, f"the tracked files hold {total / 2 ** 20:.1f} MiB"
