@@ -1,6 +1,7 @@
 import pytest
 
-from specsweep.metrics import dist, greedy_agreement, median_mad, request_figures, speedup_output_tok_s
+from specsweep.metrics import (dist, greedy_agreement, median_mad, repeat_agreement, request_figures,
+                               speedup_output_tok_s)
 
 
 def rec(index, ok=True, tokens=10, ttft=0.1, e2e=1.0, text="x", turn=0):
@@ -36,6 +37,15 @@ def test_greedy_agreement_matches_prompt_and_turn():
     cell = [rec(0, text="a"), rec(1, text="B"), rec(1, text="c", turn=1), rec(2, text="z")]
     assert greedy_agreement(cell, base) == pytest.approx(2 / 3)
     assert greedy_agreement([rec(5)], base) is None
+
+
+def test_repeat_agreement_compares_each_setting_with_its_own_first_repeat():
+    first = [rec(0, text="a"), rec(1, text="b"), rec(1, text="c", turn=1), rec(3, ok=False, text="w")]
+    again = [rec(0, text="a"), rec(1, text="B"), rec(1, text="c", turn=1), rec(2, text="z"), rec(3, text="w"),
+             rec(0, ok=False, text="q")]
+    other = [[rec(0, text="long")], [rec(0, text="long")]]     # another setting (ignore_eos): its own first repeat
+    assert repeat_agreement([[first, again, first], other]) == pytest.approx(6 / 7)     # 2/3, 3/3 and 1/1
+    assert repeat_agreement([[first], [], [again]]) is None                              # one repeat a setting
 
 
 def test_output_tok_s_speedup_is_cell_over_baseline():

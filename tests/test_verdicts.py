@@ -112,6 +112,30 @@ def test_summary_pools_repeats_into_one_verdict_per_cell(verdict_study):
     assert base.speedup_output_tok_s == 1.0 and pd.isna(base.verdict)
 
 
+def test_repeat_agreement_compares_a_cell_with_its_first_repeat_at_concurrency_1_only(tmp_path):
+    grid = study(tmp_path / "results", {0: 1.0, 3: 1.5}, extra=["sweep.concurrency=[1,2]",
+                                                               "sweep.set_acceptance=[null,2.0]"])
+    [(sid, bid)] = [(s, b) for s, b in grid.cells_of_study("v") if grid.servers[s].spec["num_speculative_tokens"]
+                    and not grid.servers[s].sets_acceptance and grid.benches[s][b].spec["concurrency"] == 1
+                    and grid.benches[s][b].spec["repeat"] == 1]
+    path = grid.bench_dir(sid, bid) / "requests.jsonl"
+    reqs = [json.loads(line) for line in path.read_text().splitlines()]
+    reqs[0]["text"] += " after the wake"
+    path.write_text("".join(json.dumps(r) + "\n" for r in reqs))
+    got = {(r["server_cell"], r["concurrency"]): (r["repeat_agreement"], r["repeat_agreement_na"])
+           for r in summary.rows(Study.load(tmp_path / "results" / "v", grid))}
+    base = grid.baseline_of[sid]
+    [set_sid] = [s for s in grid.servers if grid.servers[s].sets_acceptance]
+    assert got[sid, 1] == (17 / 18, None) and got[base, 1] == (1.0, None)     # 18 requests, one changed
+    assert got[sid, 2] == got[base, 2] == (None, "concurrency above 1: batch composition varies between repeats; "
+                                                 "vLLM is not batch-invariant")
+    assert got[set_sid, 1] == (None, "set acceptance: the text is not the target's")
+    sampled = study(tmp_path / "sampled", {0: 1.0, 3: 1.5}, extra=["sweep.concurrency=[1]", "sweep.temperature=0.7"],
+                    name="s")
+    assert {r["repeat_agreement_na"] for r in summary.rows(Study.load(tmp_path / "sampled" / "s", sampled))} == \
+        {"sampled (temperature > 0): the text differs between repeats by chance"}
+
+
 def test_a_cell_of_bursty_streams_has_no_streamed_figures_in_its_metrics_or_the_summary(tmp_path):
     grid = study(tmp_path / "results", {0: 1.0, 3: 1.5, 7: 1.5}, bursty=(3,))
     table = summarize(grid).set_index(

@@ -82,6 +82,7 @@ from specsweep.metrics.spec_decode import (
                             median_mad,
                             never_drafted,
                             per_request_acceptance,
+                            repeat_agreement,
                             request_spec,
                             spec_mismatch,
                             speedup_output_tok_s,

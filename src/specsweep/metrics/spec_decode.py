@@ -1,6 +1,6 @@
 """Speculative decoding's acceptance: counters in one shape (`SpecCounters`), acceptance figures from counter
-deltas or lengths, per-request acceptance and its checks against the counters, and a cell against its
-baseline (output length, greedy agreement, speedup)."""
+deltas or lengths, per-request acceptance and its checks against the counters, a cell against its baseline
+(output length, greedy agreement, speedup), and a cell's text against its own first repeat's (repeat agreement)."""
 from __future__ import annotations
 
 import statistics
@@ -157,6 +157,17 @@ def greedy_agreement(records: list[dict], baseline: list[dict]) -> float | None:
     if not pairs:
         return None
     return sum(a == b for a, b in pairs) / len(pairs)
+
+
+def repeat_agreement(settings: list[list[list[dict]]]) -> float | None:
+    """Share of the later repeats' requests whose text equals their setting's first repeat's for the same prompt and
+    turn: one server's text across its repeats. `settings`: each bench setting's runs (request rows), in repeat order."""
+    same = []
+    for first, *later in filter(None, settings):
+        text = {(r["index"], r["turn"]): r["text"] for r in first if r["ok"]}
+        same += [r["text"] == text[r["index"], r["turn"]] for run in later for r in run
+                 if r["ok"] and (r["index"], r["turn"]) in text]
+    return sum(same) / len(same) if same else None
 
 
 def speedup_output_tok_s(cell: float | None, baseline: float | None) -> float | None:

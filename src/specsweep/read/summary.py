@@ -16,7 +16,7 @@ from specsweep.core import labels, table
 from specsweep.core.labels import k_label
 from specsweep.core.nested import at
 from specsweep.diagnose import diagnosis
-from specsweep.grid import repeats
+from specsweep.grid import repeats, schedule
 from specsweep.grid.cells import AA
 from specsweep.metrics import length_shares, median_mad, phases
 from specsweep.read import ceiling
@@ -52,6 +52,7 @@ def rows(study: Study) -> list[dict]:
         row["tpot_source"] = "server" if row["server_tpot_ms"] is not None else \
             "client stream" if row["streamed_tpot_ms"] is not None else None
         row.update(_against_baseline(cells, sid, bids, valid))
+        row.update(repeat_agreement_columns(cells, sid, bids))
         row["figures_disagree"] = "; ".join(disagreements(row)) or None
         # None where the server does not say which drafts it accepted (SGLang 0.5.17: a counter alone)
         per_pos = [m["spec_decode"]["per_position_acceptance"] or [] for m in valid if m.get("spec_decode")]
@@ -202,6 +203,24 @@ def diagnosis_columns(record: dict | None, row: dict, random_weights: bool = Fal
     if entry["diagnosis"] == "undertrained":
         evidence += "; " + diagnosis.ceiling_text(row)
     return {"diagnosis": entry["diagnosis"], "diagnosis_evidence": evidence}
+
+
+def repeat_agreement_columns(study: Study, sid: str, bids: list[str]) -> dict:
+    """A row's repeat_agreement (metrics.repeat_agreement over its valid repeats, each bench setting against its own
+    first), or blank with repeat_agreement_na's reason where equal text is not expected: a set acceptance, sampling,
+    or concurrency above 1, whose batches differ from repeat to repeat."""
+    cell, bench = study.grid.servers[sid], study.grid.benches[sid][bids[0]].spec
+    na = ("set acceptance: the text is not the target's" if cell.sets_acceptance else
+          "sampled (temperature > 0): the text differs between repeats by chance" if bench["temperature"] != 0 else
+          "concurrency above 1: batch composition varies between repeats; vLLM is not batch-invariant"
+          if bench["concurrency"] > 1 else None)
+    if na:
+        return {"repeat_agreement": None, "repeat_agreement_na": na}
+    share = metrics.repeat_agreement([[study.requests(sid, b) for _, b in sorted(by_repeat.items())
+                                       if b in bids and study.valid(sid, b)]
+                                      for by_repeat in schedule.settings(study.grid, sid).values()])
+    return {"repeat_agreement": share,
+            "repeat_agreement_na": None if share is not None else "fewer than 2 valid repeats with finished requests"}
 
 
 def _against_baseline(cells: Study, sid: str, bids: list[str], valid: list[dict]) -> dict:
