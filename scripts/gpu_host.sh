@@ -23,7 +23,7 @@
 #   and 8b-starts (python -m bench run; 8b-starts about 12 min: `bg 8b-starts`, then `collect 560` twice);
 #   vllm-metrics (a grep of the bundle); sglang-capture, sglang-tiny, sglang-tiny-local, sglang-8b (gpu_sglang_*).
 # Issue 52's steps: 8b-disk (the 8B-shaped pair's random bf16 safetensors written to $RES/models/qwen3-8b-disk, about
-#   17 GiB and 2-4 min, skipped where its index exists; then gpu_8b_on_disk, asleep at level 2: about 10 min in all,
+#   17 GiB and 2-4 min, skipped where its index exists; then gpu_8b_on_disk, asleep at level 2: about 13 min in all,
 #   `bg 8b-disk`, then `collect 560` twice); sglang-27b (gpu_sglang_27b_hybrid, both drafter layouts, after install-sglang
 #   and the 27B shapes: `bg sglang-27b`, then `collect`).
 # PROMPTS=N sets dataset.num_prompts for the 27B and 35B steps and coresidency.

@@ -118,6 +118,7 @@ def test_the_on_disk_preset_wakes_at_level_2_from_files_and_checks_greedy_agreem
     assert cfg["pair"]["target"] == "/root/res/models/qwen3-8b-disk/target"
     assert "--load-format" not in cfg["server"]["extra_args"] and cfg["server"]["backend"] == "vllm"
     assert (cfg["sweep"]["residency"], cfg["sweep"]["sleep_level"]) == ("sleep", 2)
+    assert 1 in cfg["sweep"]["concurrency"]          # the wake check: repeat_agreement is blank above concurrency 1
     k15 = next(s for s, c in g.servers.items() if not c.is_baseline)
     assert not g.servers[k15].random_weights
     assert acceptance_checkpoint.settings(cfg)[0] == 0      # no low-acceptance diagnosis of a random drafter
