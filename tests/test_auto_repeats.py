@@ -211,7 +211,14 @@ def test_planned_looks_stop_at_a_planned_repeat_and_refuse_a_larger_budget(tmp_p
     assert read_json(path)["boundaries"] == rec["boundaries"] == spending.CALIBRATED
     old = {k: v for k, v in read_json(path).items() if k != "boundaries"}
     atomic_write_json(path, old)
-    assert looks.calibration(g, lead) == {"calibration": spending.NOMINAL_T}
+    assert looks.calibration(g, lead) == {"calibration": spending.NOMINAL_T, "spending": spending.OBF,
+                                          "looks": (3, 5, 7, 10)}
+    # a plan of this budget recorded by another design (its looks and spending function) is kept, not refused
+    atomic_write_json(path, {**old, "boundaries": spending.CALIBRATED, "plan": [4, 10], "spending": spending.POCOCK})
+    looks.check_plan(g, lead)
+    assert looks.calibration(g, lead) == {"calibration": spending.CALIBRATED, "spending": spending.POCOCK,
+                                          "looks": (4, 10)}
+    atomic_write_json(path, old)
     runner.run_group(g, lead, tmp_path / "m2b.done", progress=False)
     summary.write_summary(Study.load(f.dir, g), f.summary, f.k_comparison, f.by_category)
     assert events == [] and {r["verdict"] for r in table.read(f.summary) if r["method"] != "none"} == {"faster"}

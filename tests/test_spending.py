@@ -170,3 +170,29 @@ def test_a_record_says_which_boundaries_it_read():
     new, old = sp.comparison(blocks, 10), sp.comparison(blocks, 10, calibration=sp.NOMINAL_T)
     assert (new["boundaries"], old["boundaries"]) == (sp.CALIBRATED, sp.NOMINAL_T)
     assert new["ci_low"] < old["ci_low"] and new["ci_high"] > old["ci_high"] and new["verdict"] == old["verdict"]
+
+
+def test_the_spending_families_spend_alpha_by_their_formulas():
+    """Issue 54 item 2's candidates beside O'Brien-Fleming and Pocock (bench/look_design.py): Hwang-Shih-DeCani,
+    alpha (1 - e^{-gamma t}) / (1 - e^{-gamma}) (alpha t at gamma 0), and the power family alpha t^rho; all spend
+    alpha by t = 1 and nothing at 0, and a name says its parameter."""
+    hsd, power = f"{sp.HSD}(-4)", f"{sp.POWER}(3)"
+    assert sp.spent(0.5, spending=hsd) == pytest.approx(0.05 * (1 - math.exp(2)) / (1 - math.exp(4)))
+    assert sp.spent(0.4, spending=f"{sp.HSD}(0)") == pytest.approx(0.02)
+    assert sp.spent(0.5, spending=power) == pytest.approx(0.05 / 8)
+    for name in (sp.OBF, sp.POCOCK, hsd, f"{sp.HSD}(1)", power):
+        assert sp.spent(1.0, spending=name) == pytest.approx(0.05) and sp.spent(0.0, spending=name) == 0.0
+    assert sp.family(hsd) == (sp.HSD, -4.0) and sp.family(sp.OBF) == (sp.OBF, None)
+    for bad in ("hwang-shih-decani", "obrien-fleming(2)", "linear"):
+        with pytest.raises(ValueError, match="spending function"):
+            sp.family(bad)
+
+
+def test_a_comparison_reads_the_looks_and_spending_it_is_given():
+    """A group keeps the plan it recorded (looks.calibration): the comparison reads at those looks with that
+    spending function's boundaries, whatever plan(max_repeats) says today, and its record says both."""
+    blocks = [0.30, 0.25, 0.35, 0.28, 0.32, 0.31, 0.29, 0.30, 0.33, 0.27, 0.30, 0.31]
+    rec = sp.comparison(blocks, 12, looks=(4, 8, 12), spending=sp.POCOCK)
+    assert rec["plan"] == [4, 8, 12] and rec["spending"] == sp.POCOCK and rec["answered_at"] == 4
+    assert rec["nominal"] == pytest.approx(sp.nominal_levels((4, 8, 12), spending=sp.POCOCK)[-1])
+    assert sp.comparison(blocks, 12)["plan"] == list(sp.plan(12)) == [4, 6, 8, 12]

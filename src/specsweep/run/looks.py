@@ -20,11 +20,13 @@ A look is a function of the repeats on disk: a job that starts on a group with r
 looks of those repeats in order, so each member and setting stops where the first job stopped it (the seconds come
 from the earlier record).
 
-Under `sweep.looks: planned` (spending.py) the looks that count are the plan's (6, 10, 14, 20 for max_repeats 20):
+Under `sweep.looks: planned` (spending.py) the looks that count are the plan's (6, 11, 16, 22 for max_repeats 22):
 the looks between them change nothing. The plan is fixed by the budget the group first looked by (layout.LOOK_PLAN,
-written at its first planned look, with the boundaries it used): a rerun under another plan, or under
-sweep.looks=every, is refused, since the first budget's alpha is spent by its last look (a new results_dir starts
-afresh); a group planned before the boundaries were calibrated (issue 54) keeps its own (calibration).
+written at its first planned look, with its spending function and the boundaries it used): a rerun under another
+budget, or under sweep.looks=every, is refused, since the first budget's alpha is spent by its last look (a new
+results_dir starts afresh); a group planned by an older design (before the boundaries were calibrated, or under
+O'Brien-Fleming-type spending at 6, 10, 14, 20: issue 54) keeps its own looks, spending and boundaries
+(calibration).
 
 The summary reads each comparison again from its finished repeats (sequence_columns), with the same rule, up to the
 repeat its record says it stopped at.
@@ -98,12 +100,13 @@ def rule(sweep: dict):
 
 def check_plan(grid: Grid, lead: str) -> None:
     """Refuse a group whose first looks were planned by another budget, or under the planned rule where the
-    study now looks after every repeat (module doc), in one line."""
+    study now looks after every repeat (module doc), in one line. A plan of the same budget made by an older
+    design (another spending function or look fractions) is no refusal: the group keeps it (calibration)."""
     path = grid.server_dir(lead) / layout.LOOK_PLAN
     if not path.exists():
         return
     b, first = repeats.budget(grid.configs[lead]["sweep"]), read_json(path)
-    if b.get("looks") != repeats.PLANNED or first["plan"] != list(spending.plan(b["max_repeats"])):
+    if b.get("looks") != repeats.PLANNED or first["budget"]["max_repeats"] != b["max_repeats"]:
         raise ConfigError(
             f"config: group {lead} looked by the plan {first['plan']} of sweep.max_repeats="
             f"{first['budget']['max_repeats']}, whose last look spent its alpha: keep sweep.looks=planned and that "
@@ -111,11 +114,16 @@ def check_plan(grid: Grid, lead: str) -> None:
 
 
 def calibration(grid: Grid, lead: str) -> dict:
-    """How a planned group's boundaries are computed (spending.comparison's keyword), as its plan record says: a
-    group first planned before issue 54 (no `boundaries` in its record) keeps issue 46's (spending.NOMINAL_T)."""
+    """A planned group's design (spending.comparison's keywords), as its plan record says: its looks, spending
+    function and boundaries. A group first planned before issue 54's calibration (no `boundaries` in its record)
+    keeps issue 46's (spending.NOMINAL_T), one planned before issue 54's look design (no `spending`) its
+    O'Brien-Fleming-type spending, each its recorded looks; a group not yet planned, today's design."""
     path = grid.server_dir(lead) / layout.LOOK_PLAN
     plan = read_json(path) if path.exists() else {}
-    return {"calibration": plan.get("boundaries", spending.NOMINAL_T if plan else spending.CALIBRATED)}
+    if not plan:
+        return {"calibration": spending.CALIBRATED, "spending": spending.SPENDING, "looks": None}
+    return {"calibration": plan.get("boundaries", spending.NOMINAL_T), "spending": plan.get("spending", spending.OBF),
+            "looks": tuple(plan["plan"])}
 
 
 def group_record(grid: Grid, lead: str) -> dict | None:
@@ -324,7 +332,8 @@ class Looks:
         b, path = self.budget, self.grid.server_dir(self.lead) / layout.LOOK_PLAN
         if self.rule is spending and done in spending.plan(b["max_repeats"]) and not path.exists():
             atomic_write_json(path, {"plan": list(spending.plan(b["max_repeats"])), "budget": b, "first_look": done,
-                                     "boundaries": spending.CALIBRATED, "written_at": time.time()})
+                                     "boundaries": spending.CALIBRATED, "spending": spending.SPENDING,
+                                     "written_at": time.time()})
 
     def _write(self, done: int) -> None:
         """The group's record after this look; one line of what it says."""

@@ -14,11 +14,14 @@ t = n_k / n_K may spend; the boundaries c_1..c_K solve, look by look,
 exactly for these correlated normals (scipy.stats.multivariate_normal's cdf over the box). The intervals
 mean_k +- c_k sigma / sqrt(n_k) then hold mu at every planned look at once with probability 1 - alpha: repeated
 confidence intervals (Jennison and Turnbull 1989, JRSS B 51:305), so `faster`, `slower` and `equivalent`, read at
-any look of the plan, are wrong at most alpha of the time. The spending function is O'Brien-Fleming-type (alpha/2
-a side, 4 - 4 Phi(z_{1 - alpha/4} / sqrt(t)); 4.333, 2.963, 2.359, 2.014 for four equal looks, as published): it
-keeps almost all of alpha for the last looks, so the last look's interval is near a one-look interval's, which is
-what a comparison answered late needs; Pocock-type (alpha ln(1 + (e - 1) t)) spends evenly and widens the last
-look (the CPU replay, specsweep.read.replay_looks, and docs/methods.md compare the two).
+any look of the plan, are wrong at most alpha of the time. The spending function (SPENDING) is O'Brien-Fleming-type
+(alpha/2 a side, 4 - 4 Phi(z_{1 - alpha/4} / sqrt(t)); 4.333, 2.963, 2.359, 2.014 for four equal looks, as
+published): it keeps almost all of alpha for the last looks, so the last look's interval is near a one-look
+interval's, which is what a comparison answered late needs; Pocock-type (alpha ln(1 + (e - 1) t)) spends evenly and
+widens the last look. Hwang-Shih-DeCani's gamma family and the power family (`spent`) span the two; issue 54's
+search of designs (bench/look_design.py: spending function, looks, budget, on the recorded CPU blocks) compares
+them. A group keeps the plan it recorded (its looks and spending function: `comparison`'s `looks` and `spending`,
+which run/looks.py reads from the group's plan record).
 
 sigma is not known: a look's interval is mean_k +- b_k s_k / sqrt(n_k), s_k the blocks' standard deviation. Since
 issue 54 (CALIBRATED, the default) the b_k are calibrated for the studentized statistics themselves:
@@ -42,6 +45,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -52,9 +56,12 @@ from specsweep.verdicts.stats import EQUIVALENCE, verdict
 
 PLANNED = "planned"   # sweep.looks: this rule's name in a record (sequential.py's is `every`)
 
-FRACTIONS = (0.3, 0.5, 0.7, 1.0)           # the looks, as shares of max_repeats
 MIN_LOOK = 3                               # no look before 3 repeats: a t with 1 degree of freedom says little
-OBF, POCOCK = "obrien-fleming", "pocock"  # spending functions: the rule's, and the one it was compared with
+OBF, POCOCK = "obrien-fleming", "pocock"  # spending functions: issue 46's and 54's first rule, and its alternative
+HSD = "hwang-shih-decani"                  # the gamma family, named with its gamma: "hwang-shih-decani(-4)"
+POWER = "power"                            # the power family alpha t^rho, named with rho: "power(3)"
+FRACTIONS = (0.3, 0.5, 0.7, 1.0)           # the looks, as shares of max_repeats
+SPENDING = OBF                             # the spending function of a new plan (and of every plan recorded so far)
 SEED = 0                                   # the cdf's quasi-Monte Carlo points: a plan's boundaries are fixed
 CALIBRATED, NOMINAL_T = "simulated-t", "t-nominal"   # how a look's level is found: issue 54's, and issue 46's
 TABLE = Path(__file__).with_name("boundaries.json")  # bench/calibrate_boundaries.py's calibrated boundaries
@@ -62,29 +69,44 @@ STUDIES, FALLBACK_STUDIES = 2_000_000, 200_000       # simulated studies a plan:
 CALIBRATION_SEED = 54_000                  # + max_repeats: the calibration's seed (a check must use others)
 
 
-def plan(max_repeats: int) -> tuple[int, ...]:
-    """The repeats after which the group looks: FRACTIONS of max_repeats, rounded, none before MIN_LOOK, the last
+def plan(max_repeats: int, fractions: Sequence[float] = FRACTIONS) -> tuple[int, ...]:
+    """The repeats after which the group looks: `fractions` of max_repeats, rounded, none before MIN_LOOK, the last
     at max_repeats (3, 5, 7, 10 for 10; 4, 6, 8, 12 for 12; one look at the budget below MIN_LOOK)."""
-    looks = {max(MIN_LOOK, round(f * max_repeats)) for f in FRACTIONS[:-1]}
+    looks = {max(MIN_LOOK, round(f * max_repeats)) for f in fractions[:-1]}
     return tuple(sorted(r for r in looks if r < max_repeats)) + (max_repeats,)
 
 
-def spent(t: float, alpha: float = ALPHA, spending: str = OBF) -> float:
-    """The alpha the looks up to information fraction t spend: O'Brien-Fleming-type, two-sided as alpha / 2 on
-    each side (gsDesign's sfLDOF, ldbounds), 4 - 4 Phi(z_{1 - alpha/4} / sqrt(t)); or Pocock-type,
-    alpha ln(1 + (e - 1) t)."""
+def family(spending: str) -> tuple[str, float | None]:
+    """A spending function's family and parameter: "hwang-shih-decani(-4)" -> (HSD, -4.0); OBF -> (OBF, None)."""
+    m = re.fullmatch(r"([a-z-]+)(?:\(([-+0-9.e]+)\))?", spending)
+    if not m or m.group(1) not in (OBF, POCOCK, HSD, POWER) or (m.group(2) is None) != (m.group(1) in (OBF, POCOCK)):
+        raise ValueError(f"spending function {spending!r}: one of {OBF}, {POCOCK}, {HSD}(gamma), {POWER}(rho)")
+    return m.group(1), None if m.group(2) is None else float(m.group(2))
+
+
+def spent(t: float, alpha: float = ALPHA, spending: str = SPENDING) -> float:
+    """The alpha the looks up to information fraction t spend (Lan-DeMets): O'Brien-Fleming-type, two-sided as
+    alpha / 2 on each side (gsDesign's sfLDOF, ldbounds), 4 - 4 Phi(z_{1 - alpha/4} / sqrt(t)); Pocock-type,
+    alpha ln(1 + (e - 1) t); Hwang-Shih-DeCani (1990), alpha (1 - e^{-gamma t}) / (1 - e^{-gamma}) (alpha t at
+    gamma 0; gsDesign's sfHSD: gamma -4 is near O'Brien-Fleming's, 1 near Pocock's); or the power family (Kim and
+    DeMets 1987), alpha t^rho."""
     from scipy.stats import norm
 
+    kind, p = family(spending)
     t = min(t, 1.0)
     if t <= 0:
         return 0.0
-    if spending == POCOCK:
+    if kind == POCOCK:
         return alpha * math.log(1 + (math.e - 1) * t)
+    if kind == HSD:
+        return alpha * t if p == 0 else alpha * (1 - math.exp(-p * t)) / (1 - math.exp(-p))
+    if kind == POWER:
+        return alpha * t ** p
     return float(4 - 4 * norm.cdf(norm.ppf(1 - alpha / 4) / math.sqrt(t)))
 
 
 @functools.lru_cache(maxsize=64)
-def boundaries(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = OBF) -> tuple[float, ...]:
+def boundaries(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = SPENDING) -> tuple[float, ...]:
     """The two-sided normal boundaries c_k of the looks after `looks` blocks (module doc), each the root of
     P(|Z_j| < c_j, j <= k) = 1 - spent(n_k / n_K) given the earlier ones."""
     from scipy.optimize import brentq
@@ -121,7 +143,7 @@ def studentized(looks: tuple[int, ...], studies: int, seed: int, chunk: int = 10
     return out
 
 
-def calibrate(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = OBF, studies: int = STUDIES,
+def calibrate(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = SPENDING, studies: int = STUDIES,
               seed: int | None = None) -> tuple[float, ...]:
     """The boundaries b_k of the studentized statistics (module doc): b_1 Student's t quantile of the first look's
     spend (exact), each later one the midpoint between the simulated |T_k|s, among studies that crossed no earlier
@@ -153,7 +175,7 @@ def _table() -> dict:
 
 
 @functools.lru_cache(maxsize=64)
-def t_boundaries(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = OBF) -> tuple[float, ...]:
+def t_boundaries(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = SPENDING) -> tuple[float, ...]:
     """The calibrated boundaries of a plan: the table's (bench/calibrate_boundaries.py) where it holds this plan,
     alpha and spending function; else simulated now (FALLBACK_STUDIES, seeded: the same on every call)."""
     table = _table()
@@ -164,7 +186,7 @@ def t_boundaries(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = O
 
 
 @functools.lru_cache(maxsize=256)
-def nominal_levels(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = OBF,
+def nominal_levels(looks: tuple[int, ...], alpha: float = ALPHA, spending: str = SPENDING,
                    calibration: str = CALIBRATED) -> tuple[float, ...]:
     """Each look's nominal two-sided level: what a one-look t interval at that look would be. CALIBRATED: 2 P(t_{n_k
     - 1} > b_k) of the calibrated boundaries; NOMINAL_T (issue 46's): 2 (1 - Phi(c_k)) of the normal ones."""
@@ -198,8 +220,9 @@ def interval(blocks: Sequence[float], nominal: float) -> tuple[float, float]:
 
 
 def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = EQUIVALENCE,
-               alpha: float = ALPHA, repeats: int | None = None, spending: str = OBF,
-               precision: float | None = None, calibration: str = CALIBRATED) -> dict:
+               alpha: float = ALPHA, repeats: int | None = None, spending: str = SPENDING,
+               precision: float | None = None, calibration: str = CALIBRATED,
+               looks: Sequence[int] | None = None) -> dict:
     """The record of one comparison under the plan of max_repeats, at the planned looks taken so far (those at or
     before `repeats`, the group's repeats, default one per block; the look after repeat r reads the first r
     blocks): sequential.comparison's fields, with the interval the looks' intervals share (each holds with all the
@@ -207,10 +230,11 @@ def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = E
     answered (`answered_at`) it only narrows, so `faster` stays `faster` and `equivalent` may become one; None
     before the first look, `unresolved` at the budget; plus `method`, `plan` and `nominal`, the last look's
     nominal level. The speedup is the blocks' mean up to that look, as the interval's. With a `precision`
-    (sweep.precision), answered means decided and that narrow (sequential.precise), as in sequential.comparison."""
+    (sweep.precision), answered means decided and that narrow (sequential.precise), as in sequential.comparison.
+    `looks`: the plan a group recorded (an older design's, looks.calibration), else plan(max_repeats)."""
     n = len(blocks)
     repeats = n if repeats is None else repeats
-    schedule = plan(max_repeats)
+    schedule = tuple(looks) if looks else plan(max_repeats)
     taken = [r for r in schedule if r <= repeats]     # the boundaries (scipy, a second) only once a look is taken
     taken = list(zip(taken, nominal_levels(schedule, alpha, spending, calibration))) if taken else []
     ci, v, answered_at, nominal, used = (None, None), None, None, None, n
@@ -228,16 +252,18 @@ def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = E
             "ci_low": ci[0], "ci_high": ci[1], "repeats": repeats, "blocks": n, "looks": len(taken),
             "answered_at": answered_at, "equivalence": equivalence, "precision": precision,
             "stopped": None if v is None else (ANSWERED if answered_at is not None else BUDGET),
-            "method": PLANNED, "plan": list(schedule), "nominal": nominal, "boundaries": calibration}
+            "method": PLANNED, "plan": list(schedule), "nominal": nominal, "boundaries": calibration,
+            "spending": spending}
 
 
 def look(blocks_by_comparison: dict[str, Sequence[float]], max_repeats: int, equivalence: float = EQUIVALENCE,
-         alpha: float = ALPHA, repeats: int | None = None, spending: str = OBF,
-         precision: float | None = None, calibration: str = CALIBRATED) -> tuple[bool, dict[str, dict]]:
+         alpha: float = ALPHA, repeats: int | None = None, spending: str = SPENDING,
+         precision: float | None = None, calibration: str = CALIBRATED,
+         looks: Sequence[int] | None = None) -> tuple[bool, dict[str, dict]]:
     """sequential.look's stopping rule under the plan: (stop, each comparison's record). Between planned looks
     nothing changes; at one, the group stops once every comparison is answered, or at the budget."""
     if repeats is None:
         repeats = max((len(b) for b in blocks_by_comparison.values()), default=0)
-    records = {name: comparison(b, max_repeats, equivalence, alpha, repeats, spending, precision, calibration)
+    records = {name: comparison(b, max_repeats, equivalence, alpha, repeats, spending, precision, calibration, looks)
                for name, b in blocks_by_comparison.items()}
     return repeats >= max_repeats or all(r["verdict"] is not None for r in records.values()), records
