@@ -20,6 +20,7 @@ with the same numpy. The calibration used seeds 54003-54040 (`python -m bench ru
     nice -n 10 python -m bench run aa_looks -- --studies 1000000 --seed 20261206 --rule planned --out /tmp/aa.json
     python -m bench run aa_looks -- --studies 2000 --rule both     # a quick look
     python -m bench run aa_looks --smoke                           # 500 studies, both rules, nothing written
+    python -m bench run aa_looks -- --rule planned --design 'hwang-shih-decani(-2):5,10,15,20,25'   # another design
 """
 from __future__ import annotations
 
@@ -64,14 +65,16 @@ def crossed(blocks: np.ndarray, looks: tuple[int, ...], boundaries: tuple[float,
     return np.any(t >= np.asarray(boundaries), axis=1)
 
 
-def study(blocks: np.ndarray, rule: str, max_repeats: int, precision: float | None, boundaries: str) -> dict:
+def study(blocks: np.ndarray, rule: str, max_repeats: int, precision: float | None, boundaries: str,
+          spending_fn: str = spending.SPENDING, looks: tuple[int, ...] | None = None) -> dict:
     """One study's stop under a rule, as Looks takes it: the verdict, the repeat it stopped at, and whether some
-    look's interval excluded the truth."""
+    look's interval excluded the truth. `spending_fn` and `looks`: another design of planned looks (a group's
+    recorded plan, or a candidate of bench/look_design.py), else the default plan of max_repeats."""
     b = [float(x) for x in blocks]
     if rule == "planned":
         def read(upto: int) -> dict:
             return spending.comparison(b[:upto], max_repeats, repeats=upto, precision=precision,
-                                       calibration=boundaries)
+                                       calibration=boundaries, spending=spending_fn, looks=looks)
     else:
         def read(upto: int) -> dict:
             return sequential.comparison(b[:upto], max_repeats, repeats=upto, precision=precision)
@@ -90,12 +93,12 @@ def wilson(x: int, n: int, z: float = 1.959964) -> list[float]:
 
 
 def chunk(args: tuple) -> dict:
-    seed, studies, rule, max_repeats, kind, precision, boundaries = args
+    seed, studies, rule, max_repeats, kind, precision, boundaries, design = args
     rng = np.random.Generator(np.random.PCG64(seed))
     blocks = draw(rng, studies, max_repeats, kind)
     out = {"studies": 0, "decided": 0, "equivalent": 0, "unresolved": 0, "stops": 0, "ever": 0}
     for row in blocks:
-        tally(out, study(row, rule, max_repeats, precision, boundaries))
+        tally(out, study(row, rule, max_repeats, precision, boundaries, *design))
     return out
 
 
@@ -110,12 +113,13 @@ def tally(out: dict, s: dict) -> None:
 
 
 def run(studies: int, seed: int, rule: str, max_repeats: int = 20, kind: str = "normal",
-        precision: float | None = None, boundaries: str = spending.CALIBRATED, workers: int = 1) -> dict:
+        precision: float | None = None, boundaries: str = spending.CALIBRATED, workers: int = 1,
+        design: tuple[str, tuple[int, ...] | None] = (spending.SPENDING, None)) -> dict:
     """The share of `studies` A/A studies that end `faster` or `slower` (with its 95% Wilson interval), and how
     they ended."""
     children = np.random.SeedSequence(seed).spawn(math.ceil(studies / CHUNK))
     jobs = [(int(c.generate_state(1)[0]), min(CHUNK, studies - i * CHUNK), rule, max_repeats, kind, precision,
-             boundaries) for i, c in enumerate(children)]
+             boundaries, design) for i, c in enumerate(children)]
     start = time.monotonic()
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:
@@ -132,6 +136,13 @@ def run(studies: int, seed: int, rule: str, max_repeats: int = 20, kind: str = "
             "seconds": round(time.monotonic() - start, 1)}
 
 
+def design_arg(text: str) -> tuple[str, tuple[int, ...]]:
+    """`SPENDING:LOOKS` -> (spending function, looks)."""
+    fn, looks = text.rsplit(":", 1)
+    spending.family(fn)
+    return fn, tuple(int(x) for x in looks.split(","))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--studies", type=int, default=10_000)
@@ -142,16 +153,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--precision", type=float, default=None)
     ap.add_argument("--boundaries", choices=(spending.CALIBRATED, spending.NOMINAL_T), default=spending.CALIBRATED)
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--design", type=design_arg, default=(spending.SPENDING, None),
+                    help="planned looks of another design, SPENDING:LOOKS (hwang-shih-decani(-2):5,10,15,20,25; "
+                         "bench/look_design.py's form); its last look is the budget")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--smoke", action="store_true", help="500 studies, both rules, nothing written")
     args = ap.parse_args(argv)
     if args.smoke:
         args.studies, args.rule, args.out = 500, "both", None
+    if args.design[1]:
+        args.max_repeats = args.design[1][-1]
     results = []
     for kind in BLOCKS if args.blocks == "all" else (args.blocks,):
         for rule in ("planned", "every") if args.rule == "both" else (args.rule,):
             r = run(args.studies, args.seed, rule, args.max_repeats, kind, args.precision, args.boundaries,
-                    args.workers)
+                    args.workers, args.design)
+            if rule == "planned":
+                r.update(spending=args.design[0], looks=list(args.design[1] or spending.plan(args.max_repeats)))
             results.append(r)
             lo, hi = r["false_verdicts_ci"]
             print(f"{rule:8s} {kind:9s} {r['studies']} studies: faster/slower {100 * r['false_verdicts']:.3f}% "

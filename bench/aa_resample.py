@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from bench.aa_looks import CHUNK, study, tally, wilson
+from bench.aa_looks import CHUNK, design_arg, study, tally, wilson
 from specsweep.core import layout
 from specsweep.read.study import Cell
 from specsweep.verdicts import sequential, spending
@@ -213,7 +213,7 @@ def write_cells(out: Path, conf: str, path: Path = AA_REQUESTS) -> Path:
 
 def chunk(args: tuple) -> dict:
     """One chunk of a host class's studies: per pool, the tallies of how its studies ended."""
-    seed, studies, rule, max_repeats, pools = args
+    seed, studies, rule, max_repeats, pools, design = args
     rng = np.random.Generator(np.random.PCG64(seed))
     which = rng.integers(0, len(pools), studies)
     u = rng.random((studies, max_repeats, 2))
@@ -223,7 +223,7 @@ def chunk(args: tuple) -> dict:
         n = len(blocks)
         cell = (u[s, :, 0] * n).astype(int)
         ref = (cell + 1 + (u[s, :, 1] * (n - 1)).astype(int)) % n          # another repeat of the pool
-        tally(out[which[s]], study(blocks[cell, ref], rule, max_repeats, None, spending.CALIBRATED))
+        tally(out[which[s]], study(blocks[cell, ref], rule, max_repeats, None, spending.CALIBRATED, *design))
     return {"pools": out}
 
 
@@ -241,7 +241,7 @@ def summary(host: str, rule: str, tallies: list[dict], pools: list[Pool], second
 
 
 def run(pools_by_host: dict[str, list[Pool]], studies: int, seed: int, rule: str, max_repeats: int = 20,
-        workers: int = 1) -> list[dict]:
+        workers: int = 1, design: tuple[str, tuple[int, ...] | None] = (spending.SPENDING, None)) -> list[dict]:
     """Per host class given (and `all` where both are), the share of `studies` resampled A/A studies that end
     `faster` or `slower`, with its 95% Wilson interval, and how they ended."""
     seqs = dict(zip(HOSTS, np.random.SeedSequence(seed).spawn(len(HOSTS))))
@@ -251,7 +251,7 @@ def run(pools_by_host: dict[str, list[Pool]], studies: int, seed: int, rule: str
         if not pools:
             continue
         mats = [p.blocks for p in pools]
-        jobs = [(int(c.generate_state(1)[0]), min(CHUNK, studies - i * CHUNK), rule, max_repeats, mats)
+        jobs = [(int(c.generate_state(1)[0]), min(CHUNK, studies - i * CHUNK), rule, max_repeats, mats, design)
                 for i, c in enumerate(seqs[host].spawn(math.ceil(studies / CHUNK)))]
         start = time.monotonic()
         if workers > 1:
@@ -281,10 +281,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rule", choices=("planned", "every", "both"), default="both")
     ap.add_argument("--max-repeats", type=int, default=20)
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--design", type=design_arg, default=(spending.SPENDING, None),
+                    help="planned looks of another design, SPENDING:LOOKS (bench/aa_looks.py's --design)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--smoke", action="store_true", help="500 studies a class, both rules, nothing written, on its "
                     "own sources: a CPU folder made from tests/data/aa_requests.json, and that file as H200")
     args = ap.parse_args(argv)
+    if args.design[1]:
+        args.max_repeats = args.design[1][-1]
     tmp = None
     if args.smoke:
         args.studies, args.rule, args.out, args.cpu_pools = 500, "both", None, "config"
@@ -307,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"left out: {s}")
     results = []
     for rule in ("planned", "every") if args.rule == "both" else (args.rule,):
-        for r in run(pools_by_host, args.studies, args.seed, rule, args.max_repeats, args.workers):
+        for r in run(pools_by_host, args.studies, args.seed, rule, args.max_repeats, args.workers, args.design):
             results.append(r)
             lo, hi = r["false_verdicts_ci"]
             print(f"{rule:8s} {r['host_class']:5s} {r['studies']} studies, {r['pools_used']} pools: faster/slower "
@@ -315,7 +319,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"{100 * r['equivalent']:.1f}%, unresolved {100 * r['unresolved']:.1f}%, mean stop "
                   f"{r['mean_stop_repeat']:.2f}, {r['seconds']} s", flush=True)
     doc = {"command": "python -m bench.aa_resample " + shlex.join(sys.argv[1:] if argv is None else argv), "seed": args.seed, "studies_per_host": args.studies,
-           "max_repeats": args.max_repeats, "plan": list(spending.plan(args.max_repeats)),
+           "max_repeats": args.max_repeats, "plan": list(args.design[1] or spending.plan(args.max_repeats)),
+           "spending": args.design[0],
            "boundaries": spending.CALIBRATED, "pooling": {"cpu": args.cpu_pools, "h200": args.h200_pools},
            "min_repeats": args.min_repeats,
            "sources": {"cpu": [_rel(p) for p in args.cpu], "h200": [_rel(p) for p in args.h200]},
