@@ -20,7 +20,7 @@ A look is a function of the repeats on disk: a job that starts on a group with r
 looks of those repeats in order, so each member and setting stops where the first job stopped it (the seconds come
 from the earlier record).
 
-Under `sweep.looks: planned` (spending.py) the looks that count are the plan's (6, 11, 16, 22 for max_repeats 22):
+Under `sweep.looks: planned` (spending.py) the looks that count are the plan's (6, 10, 14, 20 for max_repeats 20):
 the looks between them change nothing. The plan is fixed by the budget the group first looked by (layout.LOOK_PLAN,
 written at its first planned look, with its spending function and the boundaries it used): a rerun under another
 budget, or under sweep.looks=every, is refused, since the first budget's alpha is spent by its last look (a new
