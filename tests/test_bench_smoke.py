@@ -61,7 +61,7 @@ def test_the_manifest_is_the_only_list():
     assert not list((REPO / "bench").glob("*.sh"))
     assert [e["name"] for e in manifest.group(ENTRIES, "fast")] == ["client_overhead", "engine_speed", "two_gpu",
                                                                    "calibrate_boundaries", "aa_looks", "auto_vs_fixed",
-                                                                   "aa_resample"]
+                                                                   "look_design", "aa_resample"]
     assert len([e for e in ENTRIES if e["solo"]]) == 1
 
 
