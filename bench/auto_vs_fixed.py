@@ -13,7 +13,16 @@ A = `sweep.repeats=auto`, B = the default), each its own results_dir named a1, b
   Cochran's Q, the launch SD (DerSimonian-Laird) with its Q-profile 95% interval, and how many launches' intervals
   hold the weighted mean.
 
+- sessions (`--session DIR`, issue 54 item 5: launches spread over two sessions or more): the fixed studies (b1,
+  b2, ...) of this campaign and of each other session's campaign of fixed studies, as launches: the same figures
+  over all of them, per session, and how many of the fixed intervals hold the weighted mean of all sessions.
+  `--keep SRC DEST` keeps a session's studies small: each study's tables and its blocks (`blocks.json`, which
+  this command reads where the request rows are not kept) beside the campaign.log.
+
     python -m bench.auto_vs_fixed /tmp/avf --out bench/archive/cpu/auto-vs-fixed/auto_vs_fixed.json
+    python -m bench.auto_vs_fixed bench/archive/cpu/auto-vs-fixed --session bench/archive/cpu/launches-2 \
+        --out bench/archive/cpu/launches-2/launches.json
+    python -m bench.auto_vs_fixed --keep /tmp/launch2 bench/archive/cpu/launches-2
     python -m bench.auto_vs_fixed --smoke      # seeded normal blocks, nothing read or written
 """
 from __future__ import annotations
@@ -23,6 +32,7 @@ import csv
 import json
 import math
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -35,6 +45,9 @@ from specsweep.verdicts import spending, stats
 NAMES = ("K=3 vs base", "K=7 vs base", "K=7 vs K=3")
 ANSWERS = (stats.FASTER, stats.SLOWER, stats.EQUIVALENT)
 BUDGET = 20       # the default sweep.max_repeats of `auto`; --budget replays another
+LAUNCH_FIGURES = ("launches", "weighted_mean_ratio", "cochran_q", "q_p", "launch_sd", "launch_sd_ci", "mean_within_sd",
+                  "intervals_holding_mean", "intervals")
+BLOCKS = "blocks.json"   # a kept study's blocks (--keep), where its request rows are not kept
 
 
 def campaign_walls(root: Path) -> dict[str, float]:
@@ -55,6 +68,44 @@ def verdicts(study: Path) -> dict[str, dict]:
     for r in csv.DictReader(open(study / "k_comparison.csv")):
         out[f"K={r['k_a']} vs K={r['k_b']}"] = row(r, "repeats_a")
     return out
+
+
+def blocks_of(study: Path) -> dict[str, list[float]]:
+    """A study's repeat blocks per comparison: from its request rows, or from the blocks.json `--keep` wrote."""
+    kept = study / BLOCKS
+    return json.loads(kept.read_text()) if kept.exists() else study_blocks(study.parent, BUDGET)
+
+
+def keep(src: Path, dest: Path) -> None:
+    """A session's campaign kept small: its campaign.log, and per finished study its tables and blocks.json."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src / "campaign.log", dest / "campaign.log")
+    for name in campaign_walls(src):
+        study, out = src / name / "default", dest / name / "default"
+        out.mkdir(parents=True, exist_ok=True)
+        for table in ("summary.csv", "k_comparison.csv"):
+            shutil.copy(study / table, out / table)
+        (out / BLOCKS).write_text(json.dumps(blocks_of(study)) + "\n")
+    print("kept", dest)
+
+
+def sessions(roots: list[Path]) -> dict:
+    """The fixed studies of each session's campaign as launches (module doc): all together, and per session."""
+    blocks, intervals, per = {}, {c: {} for c in NAMES}, []
+    for i, root in enumerate(roots, 1):
+        names = [n for n in campaign_walls(root) if n.startswith("b")]
+        if len(names) < 2:
+            sys.exit(f"auto_vs_fixed: {root}: {len(names)} finished fixed study (b1, b2, ...): a session's launch "
+                     "figures need two or more")
+        for n in names:
+            table = verdicts(root / n / "default")
+            blocks[f"s{i}-{n}"] = blocks_of(root / n / "default")
+            for c in NAMES:
+                intervals[c][f"s{i}-{n}"] = table[c]["ci"]
+        per.append((str(root), [f"s{i}-{n}" for n in names]))
+    return {"all": launches(blocks, intervals),
+            "per_session": {root: launches({n: blocks[n] for n in ns}, {c: {n: intervals[c][n] for n in ns}
+                                                                       for c in NAMES}) for root, ns in per}}
 
 
 def row(r: dict, repeats: str) -> dict:
@@ -165,8 +216,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=20261206)
     ap.add_argument("--budget", type=int, action="append", help="replay these budgets too (default: 20 only)")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--session", type=Path, action="append", help="another session's campaign of fixed studies")
+    ap.add_argument("--keep", type=Path, nargs=2, metavar=("SRC", "DEST"), help="keep a session's campaign small")
     ap.add_argument("--smoke", action="store_true", help="seeded normal blocks, nothing read or written")
     args = ap.parse_args(argv)
+    if args.keep:
+        keep(*args.keep)
+        return
     if args.smoke:
         rng = np.random.default_rng(54)
         blocks = {f"s{i}": {n: list(math.log(e) + 0.16 * rng.standard_normal(10)) for n, e in
@@ -177,6 +233,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.campaign is None or not (args.campaign / "campaign.log").exists():
         sys.exit(f"auto_vs_fixed: {args.campaign}: no campaign.log there: name the campaign's folder "
                  "(bench/archive/cpu/auto-vs-fixed/campaign.sh DIR), or --smoke")
+    if args.session:
+        out = {"sessions": sessions([args.campaign, *args.session]),
+               "command": "python -m bench.auto_vs_fixed " + " ".join(argv if argv is not None else sys.argv[1:])}
+        for scope, rec in [("all", out["sessions"]["all"]), *out["sessions"]["per_session"].items()]:
+            for name, r in rec.items():
+                print(scope, name, json.dumps({k: r[k] for k in LAUNCH_FIGURES}))
+        if args.out:
+            args.out.write_text(json.dumps(out, indent=1) + "\n")
+            print("wrote", args.out)
+        return
     walls = campaign_walls(args.campaign)
     studies = {n: args.campaign / n / "default" for n in sorted(walls, key=lambda s: (int(s[1:]), s[0]))}
     table = {n: verdicts(d) for n, d in studies.items()}
@@ -205,8 +271,7 @@ def main(argv: list[str] | None = None) -> None:
            "command": "python -m bench.auto_vs_fixed " + " ".join(argv if argv is not None else sys.argv[1:])}
     print(json.dumps({k: out[k] for k in ("live", "pooled", "replay", "replay_budgets")}, indent=1))
     for name, rec in out["launches"]["all"].items():
-        print(name, json.dumps({k: rec[k] for k in ("launches", "cochran_q", "q_p", "launch_sd", "launch_sd_ci",
-                                                     "mean_within_sd", "intervals_holding_mean", "intervals")}))
+        print(name, json.dumps({k: rec[k] for k in LAUNCH_FIGURES}))
     if args.out:
         args.out.write_text(json.dumps(out, indent=1) + "\n")
         print("wrote", args.out)
