@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
     walls = campaign_walls(args.campaign)
     studies = {n: args.campaign / n / "default" for n in sorted(walls, key=lambda s: (int(s[1:]), s[0]))}
     table = {n: verdicts(d) for n, d in studies.items()}
-    blocks = {n: study_blocks(d.parent, BUDGET) for n, d in studies.items()}
+    blocks = {n: blocks_of(d) for n, d in studies.items()}
     pool = pooled(blocks)
     a = [n for n in studies if n.startswith("a")]
     b = [n for n in studies if n.startswith("b")]
