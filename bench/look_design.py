@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from bench.auto_vs_fixed import campaign_walls
 from specsweep.read.replay_looks import study_blocks
 from specsweep.verdicts import spending, stats
 
@@ -64,20 +64,11 @@ DESIGNS = [
 ]
 
 
-def walls(root: Path) -> dict[str, float]:
-    out = {}
-    for line in (root / "campaign.log").read_text().splitlines():
-        m = re.match(r"(\w+) end \S+ rc=(\d+) wall_s=([\d.]+)", line)
-        if m and m.group(2) == "0":
-            out[m.group(1)] = float(m.group(3))
-    return out
-
-
 def wall_model(roots: list[Path]) -> dict:
     """The overhead and cost per bench cell (module doc), and the OLS line of wall on cells."""
     rows = []
     for root in roots:
-        for name, wall in walls(root).items():
+        for name, wall in campaign_walls(root).items():
             ms = [json.loads(p.read_text()) for p in (root / name).glob("*/*/*/metrics.json")]
             span = max(m["finished_at"] for m in ms) - min(m["started_at"] for m in ms)
             rows.append((wall, len(ms), span))
@@ -166,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     designs = args.design or DESIGNS
     if args.smoke:
         args.replays, seeds, designs, args.out, args.workers = 300, seeds[:1], DESIGNS[:2], None, 1
-    blocks = {f"{root.name}/{n}": study_blocks(root / n, MAX_BLOCKS) for root in roots for n in walls(root)}
+    blocks = {f"{root.name}/{n}": study_blocks(root / n, MAX_BLOCKS) for root in roots for n in campaign_walls(root)}
     model = wall_model(roots)
     print(json.dumps(model))
     jobs = [(blocks, fn, looks, args.replays, seeds, model) for fn, looks in designs]
