@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.aa_looks import design_arg
 from bench.auto_vs_fixed import campaign_walls
 from specsweep.read.replay_looks import study_blocks
 from specsweep.verdicts import spending, stats
@@ -135,19 +136,12 @@ def one_design(job: tuple) -> dict:
     return {**row, "seconds": round(time.monotonic() - start, 1)}
 
 
-def parse_design(text: str) -> tuple[str, tuple[int, ...]]:
-    """`hwang-shih-decani(-4):6,11,16,22` -> (spending function, looks)."""
-    fn, looks = text.rsplit(":", 1)
-    spending.family(fn)
-    return fn, tuple(int(x) for x in looks.split(","))
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("campaign", nargs="*", type=Path, help="campaign folders (default: the archived one)")
     ap.add_argument("--replays", type=int, default=30_000, help="studies per seed")
     ap.add_argument("--seed", type=int, action="append", help="default 20261206 (auto_vs_fixed's) to 20261215")
-    ap.add_argument("--design", type=parse_design, action="append", help="SPENDING:LOOKS, instead of the list")
+    ap.add_argument("--design", type=design_arg, action="append", help="SPENDING:LOOKS, instead of the list")
     ap.add_argument("--workers", type=int, default=1, help="designs replayed in parallel")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--smoke", action="store_true", help="two designs, 300 studies, nothing written")
