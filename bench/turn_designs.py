@@ -37,17 +37,21 @@ from specsweep.run import client
 
 
 def serve(srv, grid, sid, bench, prompts, concurrency, warmup, waves=False) -> tuple[list, float]:
-    """(records, seconds): one member's requests for these prompts (resumed before, paused after)."""
+    """(records, seconds): one member's requests for these prompts (resumed before and paused after where its
+    residency pauses idle members, as the runner does: CPU servers only)."""
     settings = client.settings_for({**bench, "waves": waves}, srv.served_name,
                                    grid.servers[sid].run["request_timeout_s"], api_key=srv.api_key)
+    idle = residency.pause_idle(grid, sid)
     t0 = time.monotonic()
-    srv.resume()
+    if idle:
+        srv.resume()
     try:
         if warmup:
             asyncio.run(client.run_requests(srv.url, prompts[:warmup], settings, concurrency, progress=False))
         records, _ = asyncio.run(client.run_requests(srv.url, prompts, settings, concurrency, progress=False))
     finally:
-        srv.pause()
+        if idle:
+            srv.pause()
     assert all(r.ok for r in records), [r.error for r in records if not r.ok][:3]
     return records, time.monotonic() - t0
 
@@ -126,7 +130,8 @@ def main() -> None:
     try:
         for sid in ids:
             servers[sid] = vllm.server_for(grid, sid, results / "logs" / sid, how=how[sid]).__enter__()
-            servers[sid].pause()
+            if residency.pause_idle(grid, sid):
+                servers[sid].pause()
         for rnd in range(args.rounds):
             row = {"round": rnd}
             for design in ("turns", "waves") if rnd % 2 == 0 else ("waves", "turns"):

@@ -4,8 +4,8 @@
 #   recv DIR       copy one carried folder of vLLM bundle parts (.whl/c1, ...) to /root/whl
 #   install        scripts/offline_install.sh: vLLM into /tmp/site, the DAG's wheels (.dag/wheels) into /tmp/dag;
 #                  the tiny pair (the shipped models/tiny) and the config-only 8B-, 27B- and 35B-A3B-shaped pairs into /root/res
-#   recv-sglang DIR, install-sglang   the same for SGLang 0.5.17 (shared/gpu-sglang's parts, re-split into 41 MiB
-#                  parts .sgl/p1..p4) into /tmp/sgl; the tiny pair given SGLang's mask_token, the 8B-shaped pair
+#   recv-sglang DIR, install-sglang   the same for SGLang 0.5.17 (shared/gpu-sglang's parts, re-split into 33 MiB
+#                  parts .sgl/p1..p5) into /tmp/sgl; the tiny pair given SGLang's mask_token, the 8B-shaped pair
 #   study PRESET [OVERRIDES...] [--also OVERRIDES]   a named preset (conf/experiment/PRESET.yaml) through the DAG as a
 #                  user runs it, results_dir=/root/res, then the study packed as $OUT/<study>.tar.gz (the compile
 #                  cache left out) beside its log $OUT/<study>.log (STUDY_TIMEOUT=S: give up after S seconds)
@@ -20,7 +20,8 @@
 #   then tiny-relaunch), 27b-one (gpu_27b_one), 27b-group (and --also the all-full drafter layout), 27b-greedy (and
 #   real acceptance), 35b-moe (gpu_35b_moe_hybrid), 8b-studies (gpu_8b_group cold, then warm on the same compile cache, then
 #   specsweep.read.warm_study; about 15 min: `bg 8b-studies`, then `collect`); the benchmarks coresidency [ROUNDS]
-#   and 8b-starts (python -m bench run; 8b-starts about 12 min: `bg 8b-starts`, then `collect 560` twice);
+#   and 8b-starts (python -m bench run; 8b-starts about 12 min: `bg 8b-starts`, then `collect 560` twice), 8b-turns
+#   [ROUNDS] (bench turn_designs: the 8B-shaped baseline and K=15 at c=8, today's turns against waves, one launch);
 #   vllm-metrics (a grep of the bundle); sglang-capture, sglang-tiny, sglang-tiny-local, sglang-8b (gpu_sglang_*).
 # Issue 52's steps: 8b-disk (the 8B-shaped pair's random bf16 safetensors written to $RES/models/qwen3-8b-disk, about
 #   17 GiB and 2-4 min, skipped where its index exists; then gpu_8b_on_disk, asleep at level 2: about 13 min in all,
@@ -141,6 +142,9 @@ sweep.num_speculative_tokens=[15] sweep.concurrency=[8] dataset.num_prompts=${PR
   8b-starts) python3 -m bench run start_side_by_side -- --visit gpu --out "$OUT" --overrides "experiment=gpu_8b_shaped \
 server=vllm_gpu_bundle results_dir=$RES sweep.num_speculative_tokens=[7,15] sweep.concurrency=[1,8]" 2>&1 \
                | tee "$OUT/8b-starts.log" ;;
+  8b-turns) python3 -m bench run turn_designs -- --rounds "${2:-12}" --results /root/turns --out "$OUT" \
+              --overrides "experiment=gpu_8b_shaped server=vllm_gpu_bundle results_dir=$RES \
+sweep.num_speculative_tokens=[15] sweep.concurrency=[8]" 2>&1 | tee "$OUT/8b-turns.log" ;;
   vllm-metrics) grep -rn "enable_per_request_metrics\|per_request_metrics\|per.request.spec" /tmp/site/vllm --include=*.py | head -20
                 echo "matches: $(grep -rln "per_request_metrics" /tmp/site/vllm --include=*.py | wc -l) files" ;;
   sglang-capture) PYTHONPATH=/tmp/sgl timeout 360 python3 tests/fake_sglang/capture.py $RES/models/tiny "$OUT" ;;
