@@ -1,6 +1,7 @@
 """`sweep.repeats: auto` against the fixed 10-repeat default, live and replayed, and the launch-to-launch component
 (issue 54's Done-when), from a campaign of default studies run A B A B (bench/archive/cpu/auto-vs-fixed/campaign.sh:
-A = `sweep.repeats=auto`, B = the default), each its own results_dir named a1, b1, a2, ... with a campaign.log.
+A = `sweep.repeats=auto`, B = the default), each its own results_dir named a1, b1, a2, ... with a campaign.log
+(`--auto`, `--fixed`: other letters, as bench/archive/cpu/waves-auto/campaign.sh's A B C, read against B and C).
 
 - live: per study its three comparisons' verdicts, intervals and answers (summary.csv, k_comparison.csv) and its
   wall (campaign.log); whether A answered all three (`faster`, `slower`, `equivalent`), A's median and 95th
@@ -130,6 +131,18 @@ def pooled(blocks: dict[str, dict[str, list[float]]]) -> dict[str, dict]:
     return out
 
 
+def block_sd(blocks: dict[str, dict[str, list[float]]]) -> dict[str, dict]:
+    """Per comparison: the blocks' SD within a study (log scale), pooled over these studies, and its degrees of
+    freedom (each study's blocks less one)."""
+    out = {}
+    for name in NAMES:
+        runs = [np.asarray(s[name]) for s in blocks.values() if len(s.get(name, [])) > 1]
+        df = sum(len(r) - 1 for r in runs)
+        ss = sum(float(((r - r.mean()) ** 2).sum()) for r in runs)
+        out[name] = {"sd": math.sqrt(ss / df) if df else None, "df": df}
+    return out
+
+
 def contradicts(v: str, pool: dict) -> bool:
     """An answered verdict that the pooled one contradicts: the other direction, or `equivalent` where the pooled
     interval lies wholly outside ±5%."""
@@ -218,6 +231,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--session", type=Path, action="append", help="another session's campaign of fixed studies")
     ap.add_argument("--keep", type=Path, nargs=2, metavar=("SRC", "DEST"), help="keep a session's campaign small")
+    ap.add_argument("--auto", default="a", metavar="ARM", help="the auto studies' letter (a: a1, a2, ...)")
+    ap.add_argument("--fixed", default="b", metavar="ARM", help="the fixed studies' letter (b); a campaign of three "
+                    "arms is read twice, once against each fixed arm")
     ap.add_argument("--smoke", action="store_true", help="seeded normal blocks, nothing read or written")
     args = ap.parse_args(argv)
     if args.keep:
@@ -243,13 +259,13 @@ def main(argv: list[str] | None = None) -> None:
             args.out.write_text(json.dumps(out, indent=1) + "\n")
             print("wrote", args.out)
         return
-    walls = campaign_walls(args.campaign)
+    walls = {n: w for n, w in campaign_walls(args.campaign).items() if n[0] in (args.auto, args.fixed)}
     studies = {n: args.campaign / n / "default" for n in sorted(walls, key=lambda s: (int(s[1:]), s[0]))}
     table = {n: verdicts(d) for n, d in studies.items()}
     blocks = {n: blocks_of(d) for n, d in studies.items()}
     pool = pooled(blocks)
-    a = [n for n in studies if n.startswith("a")]
-    b = [n for n in studies if n.startswith("b")]
+    a = [n for n in studies if n.startswith(args.auto)]
+    b = [n for n in studies if n.startswith(args.fixed)]
     answered = [n for n in a if all(table[n][c]["verdict"] in ANSWERS for c in NAMES)]
     bad = [(n, c, table[n][c]["verdict"]) for n in studies for c in NAMES if contradicts(table[n][c]["verdict"], pool[c])]
     wa, wb = np.asarray([walls[n] for n in a]), np.asarray([walls[n] for n in b])
@@ -263,13 +279,14 @@ def main(argv: list[str] | None = None) -> None:
                     "wall_p95_s": {"auto": float(np.percentile(wa, 95)), "fixed": float(np.percentile(wb, 95))},
                     "contradictions": bad},
            "pooled": pool,
+           "block_sd": {"auto": block_sd({n: blocks[n] for n in a}), "fixed": block_sd({n: blocks[n] for n in b})},
            "replay": replay(blocks, args.replays, args.seed),
            "replay_budgets": [replay(blocks, args.replays, args.seed, n) for n in args.budget or [] if n != BUDGET],
            "launches": {"all": launches(blocks, intervals),
                         "fixed": launches({n: blocks[n] for n in b}, {c: {n: intervals[c][n] for n in b} for c in NAMES}),
                         "auto": launches({n: blocks[n] for n in a}, {c: {n: intervals[c][n] for n in a} for c in NAMES})},
            "command": "python -m bench.auto_vs_fixed " + " ".join(argv if argv is not None else sys.argv[1:])}
-    print(json.dumps({k: out[k] for k in ("live", "pooled", "replay", "replay_budgets")}, indent=1))
+    print(json.dumps({k: out[k] for k in ("live", "pooled", "block_sd", "replay", "replay_budgets")}, indent=1))
     for name, rec in out["launches"]["all"].items():
         print(name, json.dumps({k: rec[k] for k in LAUNCH_FIGURES}))
     if args.out:

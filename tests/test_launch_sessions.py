@@ -70,3 +70,20 @@ def test_keep_writes_tables_and_blocks_that_read_back_the_same(tmp_path):
     assert avf.blocks_of(study) == avf.blocks_of(src / "b1" / "default")
     assert avf.verdicts(study) == avf.verdicts(src / "b1" / "default")
     assert (tmp_path / "kept" / "campaign.log").read_text() == (src / "campaign.log").read_text()
+
+
+def test_a_campaign_of_three_arms_is_read_against_the_fixed_arm_named(tmp_path, capsys):
+    """`--fixed c` reads A against C and leaves B out; block_sd pools each arm's within-study spread."""
+    log = []
+    for i in (1, 2):
+        for arm, spread in (("a", 0.01), ("b", 0.02), ("c", 0.04)):
+            _study(tmp_path, f"{arm}{i}", [0.1 + spread * (j % 2 * 2 - 1) for j in range(10)], [1.05, 1.2])
+            log.append(f"{arm}{i} end 2026-12-06T00:00:00Z rc=0 wall_s={50 + i + 'abc'.index(arm)}")
+    (tmp_path / "campaign.log").write_text("\n".join(log) + "\n")
+    out = tmp_path / "out.json"
+    avf.main([str(tmp_path), "--fixed", "c", "--replays", "50", "--out", str(out)])
+    got = json.loads(out.read_text())
+    assert sorted(got["studies"]) == ["a1", "a2", "c1", "c2"]
+    assert got["live"]["wall_median_s"] == {"auto": 51.5, "fixed": 53.5}
+    sd = got["block_sd"]["fixed"]["K=7 vs K=3"]
+    assert sd["df"] == 18 and math.isclose(sd["sd"], 0.04 * math.sqrt(10 / 9))
