@@ -152,8 +152,9 @@ def test_the_length_and_phase_plots(tmp_path):
 
 
 def test_waves_send_the_datasets_first_waves_x_concurrency_prompts_and_leave_old_ids(tmp_path):
-    """sweep.waves: each turn the dataset's first waves x concurrency prompts (the wave barrier itself:
-    test_client.py); null keeps the ids of a study made before the option; too small a dataset is refused."""
+    """sweep.waves: each turn the dataset's first waves x concurrency prompts, or with `all` every prompt at any
+    concurrency (the wave barrier itself, a short last wave included: test_client.py); null keeps the ids of a study
+    made before the option; too small a dataset, or a word other than `all`, is refused."""
     plain = expand(jobs(tmp_path, "sweep.concurrency=[1,2]"))
     assert bench_ids(expand(jobs(tmp_path, "sweep.concurrency=[1,2]", "sweep.waves=null"))) == bench_ids(plain)
     grid = expand(jobs(tmp_path / "results", "sweep.concurrency=[1,2]", "sweep.waves=3"))
@@ -171,6 +172,15 @@ def test_waves_send_the_datasets_first_waves_x_concurrency_prompts_and_leave_old
     assert sent == {1: 3, 2: 6}                              # of the dataset's 12
     with pytest.raises(ConfigError, match="dataset.num_prompts=8"):
         expand(jobs(tmp_path, "sweep.concurrency=[1,2]", "sweep.waves=4", "dataset.num_prompts=6"))
+    with pytest.raises(ConfigError, match="sweep.waves: 'most' is not valid"):     # the schema's line
+        expand(jobs(tmp_path, "sweep.waves=most"))
+    every = expand(jobs(tmp_path / "r3", "sweep.concurrency=[1,5]", "sweep.waves=all"))   # every prompt, any concurrency
+    assert not bench_ids(every) & bench_ids(plain)
+    sent.clear()
+    sid = next(s for s in every.servers if every.servers[s].is_baseline)
+    for bid in every.benches[sid]:
+        run_bench_cell(every, sid, bid, Counting(0), progress=False)
+    assert sent == {1: 12, 5: 12}
     big = expand(jobs(tmp_path / "r2", "sweep.concurrency=[4]", "sweep.waves=4"))   # 16 of 12: the cell says so
     sid = next(s for s in big.servers if big.servers[s].is_baseline)
     with pytest.raises(CellError, match="needs 16 prompts, but the dataset holds 12"):

@@ -378,7 +378,7 @@ def _bench_specs(cfg: dict, concurrencies: list[int], ignore_eos: bool = False) 
                for pl in (aslist(sweep.get("prompt_length")) or [None])]
     waves = sweep.get("waves")
     have = cfg["dataset"].get("num_prompts")
-    if waves and have and have < waves * max(concurrencies, default=1):
+    if isinstance(waves, int) and have and have < waves * max(concurrencies, default=1):
         raise ConfigError(f"config: sweep.waves={waves} at concurrency {max(concurrencies)} sends "
                           f"{waves * max(concurrencies)} prompts a turn, but dataset.num_prompts is {have}: set "
                           f"dataset.num_prompts={waves * max(concurrencies)} or fewer waves")

@@ -196,7 +196,7 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     prompt_rows, skipped = load_prompt_rows(grid.dataset_file(bench["dataset"]), bench["dataset"])
     if bench.get("prompts_limit"):            # a counterfactual cell of a diagnosis: the dataset's first prompts
         prompt_rows = prompt_rows[: bench["prompts_limit"]]
-    if bench.get("waves"):                    # sweep.waves: the dataset's first waves x concurrency prompts
+    if isinstance(bench.get("waves"), int):   # sweep.waves=N: the dataset's first N x concurrency prompts (all: every one)
         want = bench["waves"] * bench["concurrency"]
         if len(prompt_rows) < want:
             raise CellError(f"bench cell {sid}/{bid}: sweep.waves={bench['waves']} at concurrency "
