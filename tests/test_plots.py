@@ -38,6 +38,25 @@ def test_a_set_acceptance_cell_is_its_own_curve_never_its_ks_real_one(tmp_path):
     plt.close(fig)
 
 
+def test_a_baseline_of_both_ignore_eos_settings_is_two_black_curves(tmp_path):
+    """A set-acceptance study's baseline has a row per ignore_eos (summary.rows): the throughput plot draws each
+    as its own curve, both black, the exact one labelled so, never one line zigzagging between the two."""
+    import matplotlib.pyplot as plt
+
+    from specsweep.read.plots import _curves, throughput
+
+    table = pd.DataFrame({"server_cell": "base", "method": "none", "num_speculative_tokens": 0,
+                          "ignore_eos": [False, True, False, True], "concurrency": [1, 1, 8, 8], "valid": True,
+                          "dataset": "synthetic", "thinking": False, "output_tok_s": [10.0, 12.0, 60.0, 70.0]})
+    styles = k_styles(table)
+    assert styles["baseline · exact length"] == ("baseline · exact length", BASELINE_COLOUR)
+    assert [list(g.output_tok_s) for g in _curves(table)] == [[10.0, 60.0], [12.0, 70.0]]
+    throughput(table, styles, tmp_path / "t.png")
+    assert (tmp_path / "t.png").stat().st_size > 0
+    assert [list(g.output_tok_s) for g in _curves(table.drop(columns="ignore_eos").iloc[[0, 2]])] == [[10.0, 60.0]]
+    plt.close("all")
+
+
 def test_the_speedup_plot_draws_the_streamed_tpot_only_where_it_passed_its_check_and_says_why_not(tmp_path):
     import matplotlib.pyplot as plt
 

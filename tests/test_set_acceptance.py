@@ -10,6 +10,7 @@ from test_bench_cell import STEPS, FixedSession, counters, rows
 from test_metrics import rec
 
 from specsweep.backends.vllm import launch
+from specsweep.core import labels
 from specsweep.core.errors import ConfigError
 from specsweep.grid.cells import expand
 from specsweep.grid.config import compose_jobs
@@ -126,9 +127,18 @@ def test_greedy_agreement_is_na_with_its_reason_and_the_summary_takes_it(tmp_pat
     assert got["2.0"]["greedy_agreement"] is None
     assert got["2.0"]["greedy_agreement_na"].startswith("set acceptance: drafts are accepted at a set rate")
     assert got["2.0"]["speedup_e2e_geomean"] is not None        # the speedup still compares with the baseline
-    table = {r["server_cell"]: r for r in summary.rows(Study.load(grid.results_dir / "default", grid))}
+    got_rows = summary.rows(Study.load(grid.results_dir / "default", grid))
+    table = {r["server_cell"]: r for r in got_rows}
     assert table[ids["2.0"]]["greedy_agreement"] is None and table[ids["2.0"]]["set_acceptance"] == 2.0
     assert table[ids["null"]]["greedy_agreement"] == 1.0 and table[ids["null"]]["set_acceptance"] is None
+    # the baseline ran both ignore_eos settings: a row of each, never one row pooling the two workloads
+    base_rows = sorted((r for r in got_rows if r["server_cell"] == base), key=lambda r: r["ignore_eos"])
+    assert [(r["ignore_eos"], r["repeats"]) for r in base_rows] == [(False, 1), (True, 1)]
+    assert [labels.setting(r) for r in base_rows] == [["baseline"], ["baseline", "exact length"]]
+    assert labels.both_eos(got_rows)
+    assert [labels.config_id(r, eos=True) for r in base_rows] == [f"{base}/synthetic-t0-c4", f"{base}/synthetic-t0-c4-e"]
+    assert labels.config_id(base_rows[1]) == f"{base}/synthetic-t0-c4"       # a study of one setting keeps its ids
+    assert table[ids["2.0"]]["ignore_eos"] and not table[ids["null"]]["ignore_eos"]
 
 
 def measured_cell(root, rates_by_repeat, valid=True):

@@ -45,9 +45,10 @@ def _get(row, key):
 
 def setting(row, method: bool = True) -> list[str]:
     """The configuration's server settings as label parts: `dflash K=7`, the set acceptance, the verification;
-    `baseline` for a baseline. method=False leaves the method out (a plot of one method)."""
+    `baseline` for a baseline, `baseline · exact length` for its ignore_eos row (a set-acceptance study's baseline
+    has one of each). method=False leaves the method out (a plot of one method)."""
     if _get(row, "method") == "none":
-        return ["baseline"]
+        return ["baseline", *(["exact length"] if _get(row, "ignore_eos") else [])]
     k = k_label(_get(row, "num_speculative_tokens"), _get(row, "k_schedule"))
     parts = [f"{_get(row, 'method')} {k}" if method else k]
     if acceptance := acceptance_label(_get(row, "set_acceptance")):
@@ -75,18 +76,29 @@ def label(row, pair: str | None = None, with_pair: bool = True) -> str:
     return SEP.join(parts + bench(row))
 
 
-def config_id(row, lengths: bool = False) -> str:
+def config_id(row, lengths: bool = False, eos: bool = False) -> str:
     """A configuration's id: its server cell and bench settings, as a bench cell id reads without its repeat
-    (`tiny-dflash-k7-ab12/synthetic-t0-c4`); a set prompt length adds `-p<tokens>`, and `lengths` (a study of more
-    than one output length: several_output_lengths) `-o<max_tokens>`, so a study of one output length keeps the
-    ids it had before the length axes (docs/axes.md)."""
+    (`tiny-dflash-k7-ab12/synthetic-t0-c4`); a set prompt length adds `-p<tokens>`, `lengths` (a study of more
+    than one output length: several_output_lengths) `-o<max_tokens>`, and `eos` (a study whose baseline runs both
+    ignore_eos settings: both_eos) `-e` to the ignore_eos row, so a study of one output length and one ignore_eos
+    keeps the ids it had before those axes (docs/axes.md)."""
     out = f"{_get(row, 'server_cell')}/{_get(row, 'dataset')}-t{int(bool(_get(row, 'thinking')))}-c" \
           f"{_get(row, 'concurrency')}"
     if _get(row, "prompt_length") is not None:
         out += f"-p{int(_get(row, 'prompt_length'))}"
     if lengths and _get(row, "max_tokens") is not None:
         out += f"-o{int(_get(row, 'max_tokens'))}"
+    if eos and _get(row, "ignore_eos"):
+        out += "-e"
     return out
+
+
+def both_eos(rows) -> bool:
+    """Whether a server cell of a table has rows of both ignore_eos settings (a set-acceptance study's baseline)."""
+    seen: dict = {}
+    for r in rows:
+        seen.setdefault(_get(r, "server_cell"), set()).add(bool(_get(r, "ignore_eos")))
+    return any(len(v) > 1 for v in seen.values())
 
 
 def several_output_lengths(rows) -> bool:

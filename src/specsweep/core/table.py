@@ -104,7 +104,10 @@ SEQUENCE = (Column("looks", VERDICT, "looks.sequence_columns (issue 46): looks a
 LENGTHS = (Column("max_tokens", SETTING, "bench_spec.max_tokens (sweep.max_tokens, an axis)", "tokens", encoding=INT,
                   tag="max_tokens"),
            Column("prompt_length", SETTING, "bench_spec.prompt_length (sweep.prompt_length; blank: the dataset's own)",
-                  "tokens", encoding=INT, tag="prompt_length"))
+                  "tokens", encoding=INT, tag="prompt_length"),
+           Column("ignore_eos", SETTING, "bench_spec.ignore_eos: each request decodes exactly max_tokens "
+                  "(sweep.ignore_eos, or a set acceptance's; a set-acceptance study's baseline has a row of each)",
+                  encoding=BOOL, tag="ignore_eos"))
 
 
 def _phase(phase: str) -> tuple[Column, ...]:

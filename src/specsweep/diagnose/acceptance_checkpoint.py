@@ -41,8 +41,8 @@ def _pooled(valid: list[dict]) -> tuple[float | None, list[float] | None]:
 
 
 def groups(grid: Grid, sid: str) -> dict[tuple, list[str]]:
-    """A setting (schedule.setting: dataset, thinking, concurrency, lengths) -> the finished bench ids of a server
-    cell, as the summary groups them."""
+    """A setting (schedule.setting: dataset, thinking, concurrency, lengths, ignore_eos) -> the finished bench ids of
+    a server cell, as the summary groups them."""
     out: dict[tuple, list[str]] = {}
     for bid, bench in grid.benches[sid].items():
         if grid.metrics_path(sid, bid).exists():
@@ -55,7 +55,7 @@ def groups_needed(grid: Grid, sid: str, below: float) -> list[tuple[dict, list[s
     ids and its pooled per-position rates."""
     out = []
     order = sorted(groups(grid, sid).items(), key=lambda kv: (*kv[0][:3], kv[0][3][0], kv[0][3][1] or 0))
-    for (dataset, thinking, conc, (max_tokens, prompt_length)), bids in order:
+    for (dataset, thinking, conc, (max_tokens, prompt_length), _ignore_eos), bids in order:
         entry = {"dataset": dataset, "thinking": thinking, "concurrency": conc, "max_tokens": max_tokens,
                  "prompt_length": prompt_length}
         valid = [m for m in (read_json(grid.metrics_path(sid, b)) for b in bids) if m.get("valid")]

@@ -15,9 +15,11 @@ from specsweep.grid.cells import MIN_BLOCKS, Grid, stable_hash
 
 def setting(bench: dict) -> tuple:
     """A bench spec's setting, what its repeats share and what a summary row, a comparison and a diagnosis group
-    by: (dataset, thinking, concurrency, (max_tokens, prompt_length)), prompt_length None for the dataset's own
-    prompts. The one spelling of the bench-cell grouping."""
-    return (bench["dataset"]["name"], bench["thinking"], bench["concurrency"], lengths_of(bench))
+    by: (dataset, thinking, concurrency, (max_tokens, prompt_length), ignore_eos), prompt_length None for the
+    dataset's own prompts; ignore_eos apart, since a set-acceptance study's baseline runs both (cells.py). The one
+    spelling of the bench-cell grouping."""
+    return (bench["dataset"]["name"], bench["thinking"], bench["concurrency"], lengths_of(bench),
+            bool(bench.get("ignore_eos", False)))
 
 
 def lengths_of(bench: dict) -> tuple:

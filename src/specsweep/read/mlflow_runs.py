@@ -160,7 +160,7 @@ def k_tags(k_rows: list[dict]) -> dict[str, dict[str, str]]:
 
 
 def configuration_run(row: dict, cells: list[Cell], pair: str | None = None,
-                      vs: dict[str, str] | None = None, lengths: bool = False) -> RunPayload:
+                      vs: dict[str, str] | None = None, lengths: bool = False, eos: bool = False) -> RunPayload:
     """A typed summary row (table.read) and its repeats' finished cells, in repeat order, as one run. `pair` names
     a baseline by the pairs it is the baseline of; `vs` are its K comparison tags (k_tags)."""
     cells = sorted(cells, key=lambda c: int(c.bench["repeat"]))
@@ -176,7 +176,7 @@ def configuration_run(row: dict, cells: list[Cell], pair: str | None = None,
         values = {**_numeric(c.metrics), "valid": float(c.valid)}
         metrics += [(REPEAT + k, v, finished, step) for k, v in values.items()]
     artifacts = [(f, f"repeats/r{step}-{c.bench_cell}") for c, step in zip(cells, steps) for f in c.files()]
-    run = RunPayload(config_id(row, lengths), run_name(row, pair), tags, run_params(cells), metrics, artifacts, start, end,
+    run = RunPayload(config_id(row, lengths, eos), run_name(row, pair), tags, run_params(cells), metrics, artifacts, start, end,
                      cells[0].bench["dataset"] if cells else None)
     run.digest = stable_hash([run.name, run.tags, run.params, run.metrics, [(f.name, a) for f, a in artifacts],
                               start, end])[:16]

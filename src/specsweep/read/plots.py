@@ -75,6 +75,8 @@ def k_styles(table: pd.DataFrame) -> dict:
                     for key, parts in curve.items()})
     colours = {c: plt.get_cmap("tab10")(i % 10) for i, (_, _, c) in enumerate(order)}
     styles = {"baseline": ("baseline", BASELINE_COLOUR)}
+    for r in table[table.method == "none"].itertuples(index=False):   # `baseline · exact length` too (ignore_eos)
+        styles[style_key(r)] = (style_key(r), BASELINE_COLOUR)
     for key, r in rows.items():
         styles[key] = (labels.SEP.join(labels.setting(r, method=methods > 1)), colours[labels.SEP.join(curve[key])])
     return styles
@@ -217,8 +219,10 @@ def histogram(table: pd.DataFrame, styles: dict, path: Path) -> None:
 
 
 def _curves(table: pd.DataFrame):
-    """Per server cell and bench group (all but concurrency), its valid rows sorted by concurrency."""
-    for _, g in shown(table, speculative=False).groupby(["server_cell", "dataset", "thinking"]):
+    """Per server cell and bench group (all but concurrency; a baseline's two ignore_eos settings apart), its valid
+    rows sorted by concurrency."""
+    keys = ["server_cell", "dataset", "thinking", *(["ignore_eos"] if "ignore_eos" in table else [])]
+    for _, g in shown(table, speculative=False).groupby(keys, dropna=False):
         yield g.sort_values("concurrency")
 
 

@@ -191,8 +191,9 @@ class Study:
 
     @property
     def groups(self) -> dict[tuple, list[str]]:
-        """(server cell, dataset, thinking, concurrency, lengths) -> the bench ids of its finished repeats; lengths is
-        (max_tokens, prompt_length) (schedule.setting), so each output and prompt length is a row of its own."""
+        """(server cell, dataset, thinking, concurrency, lengths, ignore_eos) -> the bench ids of its finished
+        repeats; lengths is (max_tokens, prompt_length) (schedule.setting), so each output and prompt length is a row
+        of its own, and so is each ignore_eos of a set-acceptance study's baseline."""
         if self._groups is None:
             self._groups = {}
             for sid, bid in self.cells:

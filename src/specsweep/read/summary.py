@@ -26,9 +26,10 @@ from specsweep.verdicts import stats
 
 
 def rows(study: Study) -> list[dict]:
-    """One row per server cell and bench settings (dataset, thinking, concurrency), over its repeats."""
+    """One row per server cell and bench settings (dataset, thinking, concurrency, lengths, ignore_eos), over its
+    repeats."""
     grid, cells, out = study.grid, study, []
-    for (sid, dataset, thinking, conc, lengths), bids in sorted(cells.groups.items(), key=_group_order):
+    for (sid, dataset, thinking, conc, lengths, exact), bids in sorted(cells.groups.items(), key=_group_order):
         cell = grid.servers[sid]
         valid = [cells.metrics(sid, b) for b in bids if cells.valid(sid, b)]
         row = {"study": study.name, "server_cell": sid, "backend": cell.spec["server"]["backend"],
@@ -60,7 +61,7 @@ def rows(study: Study) -> list[dict]:
         medians = [median_mad([p[i] for p in per_pos if i < len(p)])[0] for i in range(width)]
         row["per_position_acceptance"] = medians
         row["acceptance_length_shares"] = length_shares(medians) if medians else []
-        row.update(axes_columns(cells, sid, bids, lengths))
+        row.update(axes_columns(cells, sid, bids, lengths), ignore_eos=exact)
         row.update(set_acceptance_columns(cells, sid, bids))
         out.append(row)
     out = ceiling.annotate(out)
@@ -75,9 +76,10 @@ def rows(study: Study) -> list[dict]:
 
 # ---- issue #31: the length axes and acceptance by phase (table.AXES, docs/axes.md) ----------------------------
 def _group_order(item) -> tuple:
-    """Study.groups' items in a stable order: a prompt length of None (the dataset's own) before set ones."""
-    (sid, dataset, thinking, conc, (max_tokens, prompt_length)), _ = item
-    return (sid, dataset, thinking, conc, max_tokens, -1 if prompt_length is None else prompt_length)
+    """Study.groups' items in a stable order: a prompt length of None (the dataset's own) before set ones, natural
+    lengths before ignore_eos."""
+    (sid, dataset, thinking, conc, (max_tokens, prompt_length), exact), _ = item
+    return (sid, dataset, thinking, conc, max_tokens, -1 if prompt_length is None else prompt_length, exact)
 
 
 def axes_columns(study: Study, sid: str, bids: list[str], lengths: tuple) -> dict:
@@ -331,7 +333,7 @@ def k_comparison(study: Study) -> list[dict]:
 
     out = []
     for hi, lo in looks.k_pairs(grid, [sid for sid, cell in grid.servers.items() if cell.study == study.name]):
-        for (sid, dataset, thinking, conc, lengths), bids in sorted(cells.groups.items(), key=_group_order):
+        for (sid, dataset, thinking, conc, lengths, exact), bids in sorted(cells.groups.items(), key=_group_order):
             if sid != hi:
                 continue
             ka, kb = (grid.servers[s].spec["num_speculative_tokens"] for s in (hi, lo))
@@ -350,7 +352,7 @@ def k_comparison(study: Study) -> list[dict]:
             out.append({"study": study.name, "pair": grid.servers[hi].pair["name"],
                         "method": grid.servers[hi].spec["method"], "dataset": dataset, "thinking": thinking,
                         "concurrency": conc, "max_tokens": lengths[0], "prompt_length": lengths[1],
-                        "k_a": ka, "k_b": kb, "server_cell_a": hi, "server_cell_b": lo,
+                        "ignore_eos": exact, "k_a": ka, "k_b": kb, "server_cell_a": hi, "server_cell_b": lo,
                         "repeats_a": len(hi_runs), "repeats_b": len(lo_runs), **paired,
                         "looks": seq["looks"], "stopped": seq["stopped"],
                         "answered_repeat": seq["answered_repeat"], "answered_s": seq["answered_s"],
@@ -365,7 +367,7 @@ def category_rows(study: Study) -> list[dict]:
     """Per prompt category (where the dataset has categories), each speculative cell's acceptance and
     paired speedup, pooled over valid repeats."""
     grid, cells, out = study.grid, study, []
-    for (sid, dataset, thinking, conc, lengths), bids in sorted(cells.groups.items(), key=_group_order):
+    for (sid, dataset, thinking, conc, lengths, exact), bids in sorted(cells.groups.items(), key=_group_order):
         cell, base = grid.servers[sid], grid.baseline_of.get(sid)
         if cell.is_baseline:
             continue
@@ -376,7 +378,7 @@ def category_rows(study: Study) -> list[dict]:
             out.append({"study": study.name, "server_cell": sid, "pair": cell.pair["name"], "method": cell.spec["method"],
                         "num_speculative_tokens": cell.spec["num_speculative_tokens"], "dataset": dataset,
                         "thinking": thinking, "concurrency": conc, "max_tokens": lengths[0],
-                        "prompt_length": lengths[1], "category": cat,
+                        "prompt_length": lengths[1], "ignore_eos": exact, "category": cat,
                         "prompts": len({r["index"] for r in in_cat}),
                         "mean_acceptance_length": stats.mean_acceptance_length(in_cat),
                         **stats.paired_speedup(pick(cell_runs), pick(ref_runs), sides=("this cell", "the baseline"),

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from specsweep.core import layout, table
 from specsweep.core.errors import TrackingError
-from specsweep.core.labels import config_id, several_output_lengths
+from specsweep.core.labels import both_eos, config_id, several_output_lengths
 from specsweep.core.paths import REPO, user_cache
 from specsweep.core.results import atomic_write_json, read_json
 from specsweep.grid.cells import AA, Grid
@@ -166,12 +166,13 @@ def configuration_runs(results: Study, summary_csv: str | Path, k_comparison_csv
     out = []
     rows = table.read(summary_csv)
     lengths = several_output_lengths(rows)            # a study of several output lengths: -o<max_tokens> in ids
+    eos = both_eos(rows)                              # a baseline of both ignore_eos settings: -e in one's id
     for row in rows:
         sid = row["server_cell"]
         named_by = grid.baseline_of.get(sid, sid) if row.get("pair") == AA else sid    # A/A: its baseline's pairs
         cells = [results.cells[sid, b] for b in (row.get("bench_cells") or "").split() if (sid, b) in results.cells]
         out.append(configuration_run(row, cells, "/".join(sorted(pairs_of.get(named_by, ()))) or None,
-                                     ks.get(config_id(row, lengths)), lengths))
+                                     ks.get(config_id(row, lengths)), lengths, eos))
     return out
 
 
