@@ -225,3 +225,16 @@ def test_a_kept_composition_reads_back_with_its_key_types_and_one_json_lacks_is_
     config._keep_composed(tmp_path / "tuple.json", [{"a": (1, 2)}])
     config._keep_composed(tmp_path / "set.json", [{"a": {1, 2}}])
     assert not (tmp_path / "tuple.json").exists() and not (tmp_path / "set.json").exists()
+
+
+def test_the_answers_preset_asks_the_default_study_in_waves_until_answered():
+    """experiment=answers: the default study's servers and questions, `auto` with its planned looks, every prompt in
+    waves of the concurrency, the warm-up once (docs/campaigns/2026-12-06-cpu-waves-auto.md)."""
+    from specsweep.grid.cells import expand
+
+    default, answers = (expand(compose_jobs(["results_dir=results", *extra])) for extra in ([], ["experiment=answers"]))
+    assert [c.spec for c in answers.servers.values()] == [c.spec for c in default.servers.values()]
+    spec = next(iter(next(iter(answers.benches.values())).values())).spec
+    assert (spec["waves"], spec["warmup_turns"], spec["concurrency"]) == ("all", "first", 4)
+    assert len(next(iter(answers.benches.values()))) == 20          # auto's budget: 20 repeats planned
+    assert {c.study for c in answers.servers.values()} == {"answers"}
