@@ -90,20 +90,27 @@ def keep(src: Path, dest: Path) -> None:
     print("kept", dest)
 
 
-def sessions(roots: list[Path]) -> dict:
-    """The fixed studies of each session's campaign as launches (module doc): all together, and per session."""
+def session_arg(text: str) -> tuple[Path, str]:
+    """`DIR` or `DIR:ARM`: a campaign folder and the letter of its fixed studies (b unless named)."""
+    root, _, arm = text.rpartition(":") if ":" in text else (text, "", "b")
+    return Path(root), arm or "b"
+
+
+def sessions(roots: list[tuple[Path, str]]) -> dict:
+    """The fixed studies of each session's campaign (its folder and their letter) as launches (module doc): all
+    together, and per session."""
     blocks, intervals, per = {}, {c: {} for c in NAMES}, []
-    for i, root in enumerate(roots, 1):
-        names = [n for n in campaign_walls(root) if n.startswith("b")]
+    for i, (root, arm) in enumerate(roots, 1):
+        names = [n for n in campaign_walls(root) if n.startswith(arm)]
         if len(names) < 2:
-            sys.exit(f"auto_vs_fixed: {root}: {len(names)} finished fixed study (b1, b2, ...): a session's launch "
-                     "figures need two or more")
+            sys.exit(f"auto_vs_fixed: {root}: {len(names)} finished fixed study ({arm}1, {arm}2, ...): a session's "
+                     "launch figures need two or more")
         for n in names:
             table = verdicts(root / n / "default")
             blocks[f"s{i}-{n}"] = blocks_of(root / n / "default")
             for c in NAMES:
                 intervals[c][f"s{i}-{n}"] = table[c]["ci"]
-        per.append((str(root), [f"s{i}-{n}" for n in names]))
+        per.append((str(root) if arm == "b" else f"{root}:{arm}", [f"s{i}-{n}" for n in names]))
     return {"all": launches(blocks, intervals),
             "per_session": {root: launches({n: blocks[n] for n in ns}, {c: {n: intervals[c][n] for n in ns}
                                                                        for c in NAMES}) for root, ns in per}}
@@ -229,7 +236,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=20261206)
     ap.add_argument("--budget", type=int, action="append", help="replay these budgets too (default: 20 only)")
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--session", type=Path, action="append", help="another session's campaign of fixed studies")
+    ap.add_argument("--session", type=session_arg, action="append", metavar="DIR[:ARM]",
+                    help="another session's campaign of fixed studies (ARM: their letter, b unless named)")
     ap.add_argument("--keep", type=Path, nargs=2, metavar=("SRC", "DEST"), help="keep a session's campaign small")
     ap.add_argument("--auto", default="a", metavar="ARM", help="the auto studies' letter (a: a1, a2, ...)")
     ap.add_argument("--fixed", default="b", metavar="ARM", help="the fixed studies' letter (b); a campaign of three "
@@ -250,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"auto_vs_fixed: {args.campaign}: no campaign.log there: name the campaign's folder "
                  "(bench/archive/cpu/auto-vs-fixed/campaign.sh DIR), or --smoke")
     if args.session:
-        out = {"sessions": sessions([args.campaign, *args.session]),
+        out = {"sessions": sessions([(args.campaign, args.fixed), *args.session]),
                "command": "python -m bench.auto_vs_fixed " + " ".join(argv if argv is not None else sys.argv[1:])}
         for scope, rec in [("all", out["sessions"]["all"]), *out["sessions"]["per_session"].items()]:
             for name, r in rec.items():

@@ -3,6 +3,7 @@ session's fixed launches together and apart, and the intervals that hold the wei
 import csv
 import json
 import math
+from pathlib import Path
 
 from bench import auto_vs_fixed as avf
 
@@ -44,7 +45,7 @@ def test_sessions_pool_fixed_launches_and_count_the_intervals_that_hold_the_mean
                                        ("a1", [0.9, 0.9, 0.9], [2.0, 3.0])])     # an auto study: not a fixed launch
     two = _campaign(tmp_path / "two", [("b1", [0.50, 0.52, 0.48], [1.6, 1.7]),
                                        ("b2", [0.50, 0.52, 0.48], [1.6, 1.7])])
-    out = avf.sessions([one, two])
+    out = avf.sessions([(one, "b"), (two, "b")])
     rec = out["all"]["K=7 vs base"]
     assert rec["launches"] == 4 and rec["df"] == 3
     # weights n / s^2: 3 / 0.0004, 3 / 0.0001, 3 / 0.0004, 3 / 0.0004: the mean is (0.40 + 4 x 0.40 + 2 x 0.50) / 7
@@ -60,7 +61,7 @@ def test_a_session_of_one_launch_is_refused_in_one_line(tmp_path):
     one = _campaign(tmp_path / "one", [("b1", [0.4, 0.42, 0.38], [1.4, 1.6]), ("b2", [0.4, 0.41, 0.39], [1.4, 1.6])])
     two = _campaign(tmp_path / "two", [("b1", [0.5, 0.52, 0.48], [1.6, 1.7])])
     with pytest.raises(SystemExit, match="two or more"):
-        avf.sessions([one, two])
+        avf.sessions([(one, "b"), (two, "b")])
 
 
 def test_keep_writes_tables_and_blocks_that_read_back_the_same(tmp_path):
@@ -87,3 +88,9 @@ def test_a_campaign_of_three_arms_is_read_against_the_fixed_arm_named(tmp_path, 
     assert got["live"]["wall_median_s"] == {"auto": 51.5, "fixed": 53.5}
     sd = got["block_sd"]["fixed"]["K=7 vs K=3"]
     assert sd["df"] == 18 and math.isclose(sd["sd"], 0.04 * math.sqrt(10 / 9))
+
+
+def test_a_session_names_the_letter_of_its_fixed_studies():
+    """--session DIR:c reads a campaign whose fixed default is its third arm (bench/archive/cpu/waves-auto)."""
+    assert avf.session_arg("runs/waves-auto:c") == (Path("runs/waves-auto"), "c")
+    assert avf.session_arg("runs/launches-2") == (Path("runs/launches-2"), "b")
