@@ -185,10 +185,10 @@ def check_sglang_hybrid(cfg, env):
     what = f"a Gated DeltaNet hybrid target ({got.linear_attention_layers} linear-attention layers)"
     if version in HYBRID_DFLASH_VERIFIED:
         return ok(name, f"SGLang {version} has served DFLASH on {what}")
-    return warn(name, f"SGLang {version or '(not probed)'}: DFLASH on {what} has not run here; its source commits "
-                      "the linear-attention state after each verify, but no release note says 0.5.17 serves "
-                      "Qwen3.5/3.6 with DFLASH (nor a sliding-window drafter): expect the study to answer it "
-                      "(docs/backends.md#sglang-on-a-hybrid-target)")
+    return warn(name, f"SGLang {version or '(not probed)'}: DFLASH on {what} has not run here; the 0.5.17 wheel's "
+                      "DFLASH worker commits the Gated DeltaNet state after each verify for Qwen3.5/3.6 configs, "
+                      "and its draft model reads layer_types (sliding windows), but no server has served it: expect "
+                      "the study to answer it (docs/backends.md#sglang-on-a-hybrid-target)")
 
 
 CHECKS = [check_dataset, check_sglang_device, check_parallel, check_sglang_server, check_sglang_dflash,
