@@ -89,8 +89,14 @@ def comparison_label(grid: Grid, cell: str, ref: str) -> str:
 
 
 def setting_text(spec: dict) -> str:
+    """A setting as its records and lines name it (`synthetic think=False c=4 out=64`), and how its turns ran where
+    that is not the default (waves, the warm-up once, exact lengths): the forecast matches recorded spreads on it,
+    so a study in waves is never forecast from closed-loop blocks."""
     out = f"{spec['dataset']['name']} think={spec['thinking']} c={spec['concurrency']} out={spec['max_tokens']}"
-    return out + (f" prompt={spec['prompt_length']}" if spec.get("prompt_length") is not None else "")
+    return out + "".join([f" prompt={spec['prompt_length']}" if spec.get("prompt_length") is not None else "",
+                          f" waves={spec['waves']}" if spec.get("waves") else "",
+                          " warm-up once" if spec.get("warmup_turns", "every") != "every" else "",
+                          " exact length" if spec.get("ignore_eos") else ""])
 
 
 def rule(sweep: dict):
