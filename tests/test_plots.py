@@ -57,6 +57,25 @@ def test_a_baseline_of_both_ignore_eos_settings_is_two_black_curves(tmp_path):
     plt.close("all")
 
 
+def test_each_output_length_is_its_own_throughput_curve_named_by_its_length(tmp_path):
+    """A study with a max_tokens axis: one curve per output length (never one line zigzagging between them), each
+    legend naming its length."""
+    import matplotlib.pyplot as plt
+
+    from specsweep.read.plots import _curve_label, _curves, throughput
+
+    table = pd.DataFrame({"server_cell": "base", "method": "none", "num_speculative_tokens": 0,
+                          "max_tokens": [16, 64, 16, 64], "concurrency": [1, 1, 8, 8], "valid": True,
+                          "dataset": "synthetic", "thinking": False, "output_tok_s": [10.0, 12.0, 60.0, 70.0]})
+    curves = list(_curves(table))
+    assert [list(g.output_tok_s) for g in curves] == [[10.0, 60.0], [12.0, 70.0]]
+    assert [_curve_label(table, g, "baseline") for g in curves] == ["baseline out=16", "baseline out=64"]
+    assert _curve_label(table.iloc[[0, 2]], curves[0], "baseline") == "baseline"     # one length: no suffix
+    throughput(table, k_styles(table), tmp_path / "t.png")
+    assert (tmp_path / "t.png").stat().st_size > 0
+    plt.close("all")
+
+
 def test_the_speedup_plot_draws_the_streamed_tpot_only_where_it_passed_its_check_and_says_why_not(tmp_path):
     import matplotlib.pyplot as plt
 

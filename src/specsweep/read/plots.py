@@ -218,22 +218,33 @@ def histogram(table: pd.DataFrame, styles: dict, path: Path) -> None:
     _save(fig, path)
 
 
+_CURVE_AXES = ("max_tokens", "prompt_length", "ignore_eos")    # each value its own curve, where a table has them
+
+
 def _curves(table: pd.DataFrame):
-    """Per server cell and bench group (all but concurrency; a baseline's two ignore_eos settings apart), its valid
-    rows sorted by concurrency."""
-    keys = ["server_cell", "dataset", "thinking", *(["ignore_eos"] if "ignore_eos" in table else [])]
+    """Per server cell and bench group (all but concurrency: each output and prompt length, and a baseline's two
+    ignore_eos settings, apart), its valid rows sorted by concurrency."""
+    keys = ["server_cell", "dataset", "thinking", *(k for k in _CURVE_AXES if k in table)]
     for _, g in shown(table, speculative=False).groupby(keys, dropna=False):
         yield g.sort_values("concurrency")
+
+
+def _curve_label(table: pd.DataFrame, g: pd.DataFrame, label: str) -> str:
+    """A curve's legend: its setting's label, and the data, thinking and output length where the table has
+    several."""
+    row = g.iloc[0]
+    several_data = table.dataset.nunique() * table.thinking.nunique() > 1
+    several_lengths = "max_tokens" in table and table.max_tokens.nunique() > 1
+    return " ".join([label, *([f"{row.dataset} think={str(row.thinking).lower()}"] if several_data else []),
+                     *([f"out={row.max_tokens}"] if several_lengths else [])])
 
 
 @plot("throughput_vs_concurrency")
 def throughput(table: pd.DataFrame, styles: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
-    several = table.dataset.nunique() * table.thinking.nunique() > 1
     for g in _curves(table):
         label, colour = style_of(styles, g.iloc[0])
-        ax.plot(g.concurrency, g.output_tok_s, marker="o", color=colour,
-                label=f"{label} {g.dataset.iloc[0]} think={str(g.thinking.iloc[0]).lower()}" if several else label)
+        ax.plot(g.concurrency, g.output_tok_s, marker="o", color=colour, label=_curve_label(table, g, label))
     ax.set(xlabel="concurrency", ylabel="output tok/s (total)", title="Throughput against concurrency")
     _save(fig, path)
 
@@ -243,12 +254,10 @@ def pareto(table: pd.DataFrame, styles: dict, path: Path) -> None:
     """Per-user output tok/s (total / concurrency) against total output tok/s, one curve per K and the baseline,
     each point labelled with its concurrency: up and right is better, and the curve shows the trade."""
     fig, ax = plt.subplots(figsize=(6, 4.5))
-    several = table.dataset.nunique() * table.thinking.nunique() > 1
     for g in _curves(table):
         label, colour = style_of(styles, g.iloc[0])
         per_user = g.output_tok_s / g.concurrency
-        ax.plot(per_user, g.output_tok_s, marker="o", color=colour,
-                label=f"{label} {g.dataset.iloc[0]} think={str(g.thinking.iloc[0]).lower()}" if several else label)
+        ax.plot(per_user, g.output_tok_s, marker="o", color=colour, label=_curve_label(table, g, label))
         for x, y, c in zip(per_user, g.output_tok_s, g.concurrency):
             ax.annotate(f"c={c}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=colour)
     ax.set(xlabel="output tok/s per user", ylabel="output tok/s (total)",
