@@ -64,9 +64,9 @@ def test_no_module_is_over_460_lines():
 
 def test_the_checkout_fits_one_transfer_to_the_gpu_host_beside_a_bundle_part():
     """A GPU host receives the checkout and one 33 MiB part of vLLM's bundle in one 64 MiB transfer, measured as a
-    tar of what travels (docs/gpu-hosts.md: on 2026-12-06 the checkout's 16.0 MiB of tracked bytes made a 23.1 MiB
-    tar, 4,745 files with a 512-byte header and padding each, and a 41 MiB part beside it was refused): the tar of the
-    tracked files stays under 28 MiB. Archive request rows slimmed, and few files a study (bench/archive/README.md)."""
+    tar of what travels, a 512-byte header and padding a file (docs/gpu-hosts.md says what was refused): the tar of
+    the tracked files stays under 28 MiB. Archive request rows slimmed, and few files a study
+    (bench/archive/README.md)."""
     import io
     import subprocess
     import tarfile
