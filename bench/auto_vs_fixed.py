@@ -38,16 +38,16 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scipy import optimize, stats as sps
 
 from specsweep.read.replay_looks import study_blocks
-from specsweep.verdicts import spending, stats
+from specsweep.verdicts import launches as launches_mod, spending, stats
 
 NAMES = ("K=3 vs base", "K=7 vs base", "K=7 vs K=3")
 ANSWERS = (stats.FASTER, stats.SLOWER, stats.EQUIVALENT)
 BUDGET = 20       # the default sweep.max_repeats of `auto`; --budget replays another
 LAUNCH_FIGURES = ("launches", "weighted_mean_ratio", "cochran_q", "q_p", "launch_sd", "launch_sd_ci", "mean_within_sd",
-                  "intervals_holding_mean", "intervals")
+                  "intervals_holding_mean", "intervals", "carried_holding_mean", "carried_others_holding_mean",
+                  "carried_width_ratio")
 BLOCKS = "blocks.json"   # a kept study's blocks (--keep), where its request rows are not kept
 
 
@@ -90,6 +90,11 @@ def keep(src: Path, dest: Path) -> None:
     print("kept", dest)
 
 
+def carry(path: Path) -> dict[str, float]:
+    """Each comparison's launch SD over all the launches of a `--session` run's output."""
+    return {n: r["launch_sd"] for n, r in json.loads(path.read_text())["sessions"]["all"].items()}
+
+
 def session_arg(text: str) -> tuple[Path, str]:
     """`DIR` or `DIR:ARM`: a campaign folder and the letter of its fixed studies (b unless named)."""
     root, _, arm = text.rpartition(":") if ":" in text else (text, "", "b")
@@ -109,7 +114,7 @@ def sessions(roots: list[tuple[Path, str]]) -> dict:
             table = verdicts(root / n / "default")
             blocks[f"s{i}-{n}"] = blocks_of(root / n / "default")
             for c in NAMES:
-                intervals[c][f"s{i}-{n}"] = table[c]["ci"]
+                intervals[c][f"s{i}-{n}"] = [*table[c]["ci"], table[c]["ratio"]]
         per.append((str(root) if arm == "b" else f"{root}:{arm}", [f"s{i}-{n}" for n in names]))
     return {"all": launches(blocks, intervals),
             "per_session": {root: launches({n: blocks[n] for n in ns}, {c: {n: intervals[c][n] for n in ns}
@@ -161,9 +166,11 @@ def contradicts(v: str, pool: dict) -> bool:
     return False
 
 
-def replay(blocks: dict[str, dict[str, list[float]]], studies: int, seed: int, budget: int = BUDGET) -> dict:
+def replay(blocks: dict[str, dict[str, list[float]]], studies: int, seed: int, budget: int = BUDGET,
+           launch_sd: dict[str, float] | None = None) -> dict:
     """The share of `studies` drawn from the recorded blocks (module doc) that the planned rule of `budget` answers
-    in all three comparisons, and the mean answering repeat of the last one answered."""
+    in all three comparisons, and the mean answering repeat of the last one answered; with `launch_sd` (per
+    comparison, `--carry`) each interval carrying it, as `sweep.launch_sd` makes a study's."""
     rng = np.random.Generator(np.random.PCG64(seed))
     names = sorted(blocks)
     all_three, last = 0, []
@@ -172,7 +179,8 @@ def replay(blocks: dict[str, dict[str, list[float]]], studies: int, seed: int, b
         s = blocks[names[rng.integers(len(names))]]
         answered = []
         for name in NAMES:
-            rec = spending.comparison(list(rng.choice(s[name], budget)), budget)
+            rec = spending.comparison(list(rng.choice(s[name], budget)), budget,
+                                      launch_sd=(launch_sd or {}).get(name, 0.0))
             ok = rec["verdict"] in ANSWERS and rec["answered_at"] is not None
             per[name] += ok
             answered.append(rec["answered_at"] if ok else None)
@@ -182,50 +190,46 @@ def replay(blocks: dict[str, dict[str, list[float]]], studies: int, seed: int, b
     return {"studies": studies, "seed": seed, "budget": budget, "plan": list(spending.plan(budget)),
             "all_three_answered": all_three / studies, "answered": {n: per[n] / studies for n in NAMES},
             "mean_repeat_all_answered": float(np.mean(last)) if last else None,
-            "recorded_studies": len(names)}
+            "recorded_studies": len(names), "launch_sd": launch_sd}
 
 
 def launches(blocks: dict[str, dict[str, list[float]]], intervals: dict[str, dict[str, list[float]]]) -> dict:
     """Per comparison: Cochran's Q over the launches' block means (weights n / s^2), the launch SD with its
-    Q-profile 95% interval, and how many launches' own intervals (as their tables report them) hold the
-    precision-weighted mean."""
+    Q-profile 95% interval (verdicts.launches.dersimonian_laird), how many launches' own intervals (as their tables
+    report them) hold the precision-weighted mean, and how many hold it once they carry a launch SD as
+    `sweep.launch_sd: recorded` would (`carried`): from the launches before each (in the order given, 4 or more;
+    none before; `carried_width_ratio`: the median of their widths over the launches' own, log scale) and, as a
+    study with every other launch recorded would, from all the others (`carried_others`)."""
     out = {}
     for name in NAMES:
-        m, w, held = [], [], []
-        for study, s in blocks.items():
-            b = np.asarray(s.get(name, []), float)
-            if len(b) < 2:
-                continue
-            m.append(float(b.mean()))
-            w.append(len(b) / float(b.var(ddof=1)))
-        m, w = np.asarray(m), np.asarray(w)
-        mean = float((w * m).sum() / w.sum())
-        k = len(m)
-        q = float((w * (m - mean) ** 2).sum())
-        c = float(w.sum() - (w ** 2).sum() / w.sum())
-        tau2 = max(0.0, (q - (k - 1)) / c)
+        order = [study for study, s in blocks.items() if launches_mod.launch_mean(s.get(name, []))]
+        got = [launches_mod.launch_mean(blocks[study][name]) for study in order]
+        dl = launches_mod.dersimonian_laird([g[0] for g in got], [g[1] for g in got])
+        target = math.exp(dl["weighted_mean"])
+        held = [ci[0] <= target <= ci[1] for ci in intervals[name].values()]    # [low, high, the table's ratio]
 
-        def gen_q(t2: float) -> float:
-            ws = 1 / (1 / w + t2)
-            mu = (ws * m).sum() / ws.sum()
-            return float((ws * (m - mu) ** 2).sum())
+        widths = []
 
-        def bound(target: float) -> float:
-            if gen_q(0.0) <= target:
-                return 0.0
-            hi = 1.0
-            while gen_q(hi) > target:
-                hi *= 4
-            return float(optimize.brentq(lambda t2: gen_q(t2) - target, 0.0, hi))
+        def holds(study: str, others: list[int]) -> bool:
+            lo, hi, ratio = intervals[name][study]
+            tau = 0.0
+            if len(others) >= launches_mod.MIN_LAUNCHES:
+                tau = launches_mod.dersimonian_laird([got[j][0] for j in others],
+                                                     [got[j][1] for j in others])["launch_sd"]
+            wlo, whi = launches_mod.widen_ratio(lo, hi, ratio, tau)
+            widths.append(math.log(whi / wlo) / math.log(hi / lo))
+            return wlo <= target <= whi
 
-        tau2_lo, tau2_hi = bound(sps.chi2.ppf(0.975, k - 1)), bound(sps.chi2.ppf(0.025, k - 1))
-        for study, ci in intervals[name].items():
-            held.append(ci[0] <= math.exp(mean) <= ci[1])
-        out[name] = {"launches": k, "weighted_mean_ratio": math.exp(mean), "cochran_q": q, "df": k - 1,
-                     "q_p": float(sps.chi2.sf(q, k - 1)), "launch_sd": math.sqrt(tau2),
-                     "launch_sd_ci": [math.sqrt(tau2_lo), math.sqrt(tau2_hi)],
-                     "mean_within_sd": float(np.mean([math.sqrt(1 / x) for x in w])),
-                     "intervals_holding_mean": int(sum(held)), "intervals": len(held)}
+        scored = [s for s in order if s in intervals[name]]
+        before = [holds(s, list(range(order.index(s)))) for s in scored]
+        width_before = float(np.median(widths))
+        others = [holds(s, [j for j in range(len(order)) if j != order.index(s)]) for s in scored]
+        out[name] = {"launches": dl["launches"], "weighted_mean_ratio": target, "cochran_q": dl["cochran_q"],
+                     "df": dl["df"], "q_p": dl["q_p"], "launch_sd": dl["launch_sd"], "launch_sd_ci": dl["launch_sd_ci"],
+                     "mean_within_sd": float(np.mean([math.sqrt(g[1]) for g in got])),
+                     "intervals_holding_mean": int(sum(held)), "intervals": len(held),
+                     "carried_holding_mean": int(sum(before)), "carried_others_holding_mean": int(sum(others)),
+                     "carried_width_ratio": width_before}
     return out
 
 
@@ -236,6 +240,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=20261206)
     ap.add_argument("--budget", type=int, action="append", help="replay these budgets too (default: 20 only)")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--carry", type=Path, help="replay once more with each interval carrying the launch SDs of this "
+                    "sessions' output (its `all` launches), as sweep.launch_sd: recorded would")
     ap.add_argument("--session", type=session_arg, action="append", metavar="DIR[:ARM]",
                     help="another session's campaign of fixed studies (ARM: their letter, b unless named)")
     ap.add_argument("--keep", type=Path, nargs=2, metavar=("SRC", "DEST"), help="keep a session's campaign small")
@@ -277,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
     answered = [n for n in a if all(table[n][c]["verdict"] in ANSWERS for c in NAMES)]
     bad = [(n, c, table[n][c]["verdict"]) for n in studies for c in NAMES if contradicts(table[n][c]["verdict"], pool[c])]
     wa, wb = np.asarray([walls[n] for n in a]), np.asarray([walls[n] for n in b])
-    intervals = {c: {n: table[n][c]["ci"] for n in studies} for c in NAMES}
+    intervals = {c: {n: [*table[n][c]["ci"], table[n][c]["ratio"]] for n in studies} for c in NAMES}
     out = {"studies": {n: {"wall_s": walls[n], "comparisons": table[n],
                            "blocks": {c: len(blocks[n].get(c, [])) for c in NAMES}} for n in studies},
            "live": {"pairs": min(len(a), len(b)), "auto_answered_all_three": len(answered), "auto_studies": len(a),
@@ -290,6 +296,7 @@ def main(argv: list[str] | None = None) -> None:
            "block_sd": {"auto": block_sd({n: blocks[n] for n in a}), "fixed": block_sd({n: blocks[n] for n in b})},
            "replay": replay(blocks, args.replays, args.seed),
            "replay_budgets": [replay(blocks, args.replays, args.seed, n) for n in args.budget or [] if n != BUDGET],
+           "replay_carried": replay(blocks, args.replays, args.seed, BUDGET, carry(args.carry)) if args.carry else None,
            "launches": {"all": launches(blocks, intervals),
                         "fixed": launches({n: blocks[n] for n in b}, {c: {n: intervals[c][n] for n in b} for c in NAMES}),
                         "auto": launches({n: blocks[n] for n in a}, {c: {n: intervals[c][n] for n in a} for c in NAMES})},

@@ -430,3 +430,9 @@ def test_doctor_forecasts_each_comparison_from_the_spreads_this_host_recorded(tm
     assert forecast.repeats_to_answer(0.014, 0.15, 20, precision=0.02) == 20
     assert forecast.repeats_to_answer(0.014, 0.15, 10, precision=0.02) is None
     assert forecast.repeats_to_answer(0.014, 0.15, 40, looks="every", precision=0.02) == 33
+    # a carried launch SD (sweep.launch_sd) of 1%: +-1.96% from it alone, so 2% wide is never met
+    assert forecast.repeats_to_answer(0.014, 0.15, 20, launch_sd=0.01) == 6
+    assert forecast.repeats_to_answer(0.014, 0.15, 40, precision=0.02, launch_sd=0.01) is None
+    given = spreads.forecast_lines(auto_group(tmp_path, "sweep.max_repeats=20", "sweep.launch_sd=0.2")[0])
+    assert all("carrying a launch SD of 20.00% (sweep.launch_sd))" in line for line in given), given
+    assert given[0].startswith("K=3 vs baseline") and given[0].endswith("the launch SD alone leaves it +-39.2%")

@@ -6,10 +6,10 @@ not ids: `cells.Grid` owns the server and bench cell ids and asks this module wh
 It imports nothing of specsweep, so every module can use it.
 
 ```
-<results>/<study>/                        StudyFiles: env.json, summary.csv, k_comparison.csv, summary_by_category.csv,
+<results>/<study>/                        StudyFiles: env.json, summary.csv, launches.json, k_comparison.csv, summary_by_category.csv,
                                           tune.csv, tune.yaml, tune_verify.csv, plots/, pages/, logs/, mlflow-<store>.done
 <results>/<study>/<server cell>/          logs/ (server-*.log, server.json, job-*.log), runs/<todo>.done, cells-<set>.done,
-                                          acceptance-<settings>.json, diagnosis.json, looks.json, look_plan.json, counterfactuals/ (drafters/<tag>/,
+                                          acceptance-<settings>.json, diagnosis.json, looks.json, look_plan.json, launch_sd.json, counterfactuals/ (drafters/<tag>/,
                                           <cf cell>/<bench>/)
 <results>/<study>/<server cell>/<bench>/  config.yaml, requests.jsonl, metrics.json, failed.json, not_needed.json, server.log
 <results>/datasets/, models/tiny/, sweeps/, mlflow.db, mlartifacts/; vLLM's compile cache is per host (vllm_cache)
@@ -30,6 +30,7 @@ FAILED = "failed.json"            # why a cell's figures cannot be trusted (its 
 NOT_NEEDED = "not_needed.json"    # sweep.repeats=auto: a repeat its group did not need (repeats.py), in place of metrics
 LOOKS = "looks.json"              # sweep.repeats=auto: a group's last look, in its lead's folder (looks.py)
 LOOK_PLAN = "look_plan.json"      # sweep.looks=planned: the plan a group first looked by, in its lead's folder (looks.py)
+LAUNCH_SD = "launch_sd.json"      # the launch SD a group carries, pinned when its job starts (launch_record.py)
 SERVER_LOG_LINK = "server.log"    # a link to the launch's log
 CELL_FILES = (METRICS, REQUESTS, CONFIG, SERVER_LOG_LINK)     # what a cell keeps as artifacts (MLflow)
 
@@ -45,6 +46,7 @@ DRAFTERS = "drafters"             # under counterfactuals/: one doctored drafter
 # ---- a study's files --------------------------------------------------------------------------------------
 ENV = "env.json"
 SUMMARY = "summary.csv"
+LAUNCHES_RECORD = "launches.json"  # a study's launches: each comparison's repeat blocks, for later studies (launch_record)
 K_COMPARISON = "k_comparison.csv"
 BY_CATEGORY = "summary_by_category.csv"
 TUNE_TABLE = "tune.csv"

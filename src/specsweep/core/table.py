@@ -24,8 +24,7 @@ A column is one `Column` entry in its table's tuple, in file order (summary.csv:
 Adding a column: one entry here, at its place in the file; the row that summary.rows (or k_comparison,
 category_rows) builds must carry it, or `write` refuses the table. MLflow logs every numeric FIGURE and VERDICT
 column as a metric (a JSON list of numbers as `<name>.<i>`), and a column with `tag=` as that tag. A column to
-read first (the pages' first table, MLflow's first metrics) is also named in READ_FIRST. docs/table.md says
-more.
+read first (the pages' first table, MLflow's first metrics) is also named in READ_FIRST (docs/table.md).
 """
 from __future__ import annotations
 
@@ -97,7 +96,9 @@ PAIRED = (*_speedup("e2e", PAIRED_SOURCE), *_speedup("streamed_tpot", PAIRED_SOU
 SEQUENCE = (Column("looks", VERDICT, "looks.sequence_columns (issue 46): looks at its verdict", "looks", encoding=INT),
             Column("stopped", VERDICT, "fixed, answered at repeat r, budget, time", encoding=TEXT, tag="stopped"),
             Column("answered_repeat", VERDICT, "issue 54: the repeat an `auto` comparison was answered at", "", LOWER, INT),
-            Column("answered_s", VERDICT, "issue 54: looks.json's s from the group's first turn to that look", "s", LOWER))
+            Column("answered_s", VERDICT, "issue 54: looks.json's s from the group's first turn to that look", "s", LOWER),
+            Column("launch_sd", VERDICT, "the launch SD (log) its e2e interval carries (sweep.launch_sd)", ""),
+            Column("launch_sd_launches", VERDICT, "the recorded launches it came from", "launches", encoding=INT))
 
 # issue #31 (docs/axes.md): the length axes, and acceptance by phase (phases.py: a thinking answer's verify steps
 # split at its </think>, pooled over the row's requests, 95% bootstrap CI over requests)

@@ -12,8 +12,8 @@ from specsweep.core import layout
 from specsweep.core.results import read_json
 from specsweep.grid import repeats, schedule
 from specsweep.grid.cells import Grid
-from specsweep.run import looks
-from specsweep.verdicts import forecast
+from specsweep.run import launch_record, looks
+from specsweep.verdicts import forecast, launches
 
 MIN_BLOCKS = 3      # a spread from fewer blocks says little
 
@@ -45,6 +45,14 @@ def matching(entries: list[dict], label: str, setting: str, host: str | None = N
     return next((e for e in entries if (e["label"], e["setting"], e["host"]) == (label, setting, host)), None)
 
 
+def carried_sd(sweep: dict, history: list[dict]) -> dict:
+    """The launch SD a group would pin for a comparison with these recorded launches (launch_record.pin)."""
+    want = launch_record.mode(sweep)
+    if want == launch_record.RECORDED:
+        return launch_record.carried(history)
+    return {"launch_sd": 0.0 if want == launch_record.OFF else want, "launches": None}
+
+
 def forecast_lines(grid: Grid, entries: list[dict] | None = None, host: str | None = None) -> list[str]:
     """What `specsweep doctor` says of each comparison of an `auto` study before it runs: the repeat at which a
     typical study answers it (verdicts.forecast, at the spread and effect this host recorded for that comparison
@@ -58,21 +66,29 @@ def forecast_lines(grid: Grid, entries: list[dict] | None = None, host: str | No
         b = repeats.budget(sweep)
         if entries is None:
             entries = recorded(grid.configs[lead]["results_dir"])
-        for cell, ref in looks.comparisons(grid, schedule.group(grid, lead)):
+        history = launch_record.recorded(grid.configs[lead]["results_dir"], host or socket.gethostname(),
+                                         grid.servers[lead].study)
+        for cell, ref, setting in looks.setting_comparisons(grid, schedule.group(grid, lead)):
             label = looks.comparison_label(grid, cell, ref)
-            for by in schedule.settings(grid, cell).values():
-                text = looks.setting_text(grid.benches[cell][next(iter(by.values()))].spec)
-                e = matching(entries, label, text, host)
-                if e is None:
-                    out.append(f"{label} at {text}: no blocks recorded on this host: no forecast")
-                    continue
-                n = forecast.repeats_to_answer(e["spread"], e["effect"], b["max_repeats"], repeats.looks(sweep),
-                                               repeats.precision(sweep), b["equivalence"])
-                seen = f"(recorded: spread {e['spread']:.2%}, effect {e['effect']:+.2%} over {e['blocks']} blocks)"
-                if n is None:
-                    out.append(f"{label} at {text}: the budget of {b['max_repeats']} repeats is unlikely to answer it "
-                               f"{seen}: raise sweep.max_repeats, or loosen sweep.precision")
-                else:
-                    secs = f", about {n * e['seconds_per_repeat']:.0f} s" if e["seconds_per_repeat"] else ""
-                    out.append(f"{label} at {text}: answered at about repeat {n}{secs} {seen}")
+            by = schedule.settings(grid, cell)[setting]
+            text = looks.setting_text(grid.benches[cell][next(iter(by.values()))].spec)
+            e = matching(entries, label, text, host)
+            if e is None:
+                out.append(f"{label} at {text}: no blocks recorded on this host: no forecast")
+                continue
+            tau = carried_sd(grid.configs[lead]["sweep"], history.get(launch_record.key(cell, ref, setting), []))
+            n = forecast.repeats_to_answer(e["spread"], e["effect"], b["max_repeats"], repeats.looks(sweep),
+                                           repeats.precision(sweep), b["equivalence"], tau["launch_sd"])
+            seen = f"(recorded: spread {e['spread']:.2%}, effect {e['effect']:+.2%} over {e['blocks']} blocks" + (
+                f"; carrying a launch SD of {tau['launch_sd']:.2%} "
+                + (f"from {tau['launches']} launches)" if tau["launches"] else "(sweep.launch_sd))")
+                if tau["launch_sd"] else ")")
+            if n is None:
+                out.append(f"{label} at {text}: the budget of {b['max_repeats']} repeats is unlikely to answer it "
+                           f"{seen}: raise sweep.max_repeats, or loosen sweep.precision" + (
+                               f"; the launch SD alone leaves it +-{launches.Z95 * tau['launch_sd']:.1%}"
+                               if tau["launch_sd"] else ""))
+            else:
+                secs = f", about {n * e['seconds_per_repeat']:.0f} s" if e["seconds_per_repeat"] else ""
+                out.append(f"{label} at {text}: answered at about repeat {n}{secs} {seen}")
     return out

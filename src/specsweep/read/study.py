@@ -216,6 +216,14 @@ class Study:
         """Request rows of the cell's valid repeats among these bench ids, in bench-id order."""
         return [self.requests(sid, b) for b in sorted(bids) if self.valid(sid, b)]
 
+    def paired_runs(self, sid: str, ref: str, bids: list[str]) -> tuple[list[list[dict]], list[list[dict]]]:
+        """Each side's request rows per repeat, in repeat order ([] where either side's repeat is not valid): the
+        blocks an `auto` rule reads (sequential.block_log_ratios)."""
+        def by_repeat(s: str) -> list[list[dict]]:
+            return [self.requests(s, b) if self.valid(s, b) and self.valid(ref if s == sid else sid, b) else []
+                    for b in sorted(bids, key=lambda b: self.grid.benches[sid][b].spec["repeat"])]
+        return by_repeat(sid), by_repeat(ref)
+
     def rounds(self, pairs: tuple[tuple[str, list[str]], tuple[str, list[str]]]):
         """The block (schedule.block_of) of each run `runs` gives, per side ((sid, bids) of the cell and of its
         reference), for the paired bootstrap (stats.speedup_ci); None where a side has no blocks."""

@@ -19,9 +19,9 @@ from specsweep.diagnose import diagnosis
 from specsweep.grid import repeats, schedule
 from specsweep.grid.cells import AA
 from specsweep.metrics import length_shares, median_mad, phases
-from specsweep.read import ceiling
+from specsweep.read import ceiling, study_launches
 from specsweep.read.study import Study
-from specsweep.run import looks
+from specsweep.run import launch_record, looks
 from specsweep.verdicts import stats
 
 
@@ -248,10 +248,7 @@ def _against_baseline(cells: Study, sid: str, bids: list[str], valid: list[dict]
 def sequence(study: Study, sid: str, ref: str, bids: list[str], paired: dict) -> dict:
     """A comparison's `looks` and `stopped`, and in an `auto` study its e2e interval and verdict from its stopping
     rule over its repeat blocks (looks.sequence_columns); `degenerate` stays."""
-    def by_repeat(s: str) -> list[list[dict]]:
-        return [study.requests(s, b) if study.valid(s, b) and study.valid(ref if s == sid else sid, b) else []
-                for b in sorted(bids, key=lambda b: study.grid.benches[sid][b].spec["repeat"])]
-    out = looks.sequence_columns(study.grid, sid, ref, bids, by_repeat(sid), by_repeat(ref))
+    out = looks.sequence_columns(study.grid, sid, ref, bids, *study.paired_runs(sid, ref, bids), paired)
     if paired.get("verdict") == stats.DEGENERATE:
         out.pop("verdict", None)
     return out
@@ -354,7 +351,8 @@ def k_comparison(study: Study) -> list[dict]:
                         "concurrency": conc, "max_tokens": lengths[0], "prompt_length": lengths[1],
                         "ignore_eos": exact, "k_a": ka, "k_b": kb, "server_cell_a": hi, "server_cell_b": lo,
                         "repeats_a": len(hi_runs), "repeats_b": len(lo_runs), **paired,
-                        "looks": seq["looks"], "stopped": seq["stopped"],
+                        "looks": seq["looks"], "stopped": seq["stopped"], "launch_sd": seq["launch_sd"],
+                        "launch_sd_launches": seq["launch_sd_launches"],
                         "answered_repeat": seq["answered_repeat"], "answered_s": seq["answered_s"],
                         "schedule_a": la if grid.servers[hi].spec.get("k_schedule") else None,
                         "resolved": stats.answered(paired["verdict"]),
@@ -443,4 +441,5 @@ def write_summary(study: Study, summary_csv: str | Path, k_comparison_csv: str |
     print(f"summary: {len(frame)} rows -> {summary_csv}; {len(ks)} K comparisons -> {k_comparison_csv}, "
           f"{len(cats)} category rows -> {by_category_csv}")
     print("\n".join(verdict_lines(summary, ks)))
+    launch_record.write(study.files.dir, study_launches.entries(study))
     return frame

@@ -44,7 +44,8 @@ from specsweep.core.progress import say
 from specsweep.core.results import atomic_write_json, read_json, read_jsonl
 from specsweep.grid import repeats, schedule
 from specsweep.grid.cells import Grid, stable_hash
-from specsweep.verdicts import sequential, spending, stats
+from specsweep.run import launch_record
+from specsweep.verdicts import launches, sequential, spending, stats
 from specsweep.verdicts.sequential import ANSWERED, BUDGET, FIXED, TIME  # why a comparison stopped
 
 GROUP = "with its group"      # an A/A comparison not answered where the others were
@@ -69,6 +70,15 @@ def k_pairs(grid: Grid, sids: list[str]) -> list[tuple[str, str]]:
 def comparisons(grid: Grid, members: list[str]) -> list[tuple[str, str]]:
     """A group's comparisons, (cell, reference): each member against its baseline, then the K comparisons."""
     return [(m, grid.baseline_of[m]) for m in members if m in grid.baseline_of] + k_pairs(grid, members)
+
+
+def setting_comparisons(grid: Grid, members: list[str]) -> list[tuple[str, str, str]]:
+    """The group's comparisons at each setting both sides run: (cell, ref, setting)."""
+    out = []
+    for cell, ref in comparisons(grid, members):
+        mine, theirs = schedule.settings(grid, cell), schedule.settings(grid, ref)
+        out += [(cell, ref, s) for s in sorted(mine.keys() & theirs.keys())]
+    return out
 
 
 def comparison_name(grid: Grid, cell: str, ref: str, setting: str, by_repeat: dict[int, str]) -> str:
@@ -180,7 +190,8 @@ class Looks:
                 out[name] = {"cell": cell, "ref": ref, "setting": setting, "by_repeat": (mine[setting], theirs[setting]),
                              "label": comparison_label(self.grid, cell, ref),
                              "setting_text": setting_text(self.grid.benches[cell][next(iter(mine[setting].values()))].spec),
-                             "aa": bool(self.grid.servers[cell].spec.get("aa"))}
+                             "aa": bool(self.grid.servers[cell].spec.get("aa")),
+                             "launch_sd": launch_record.pinned(self.grid, cell, ref, setting)["launch_sd"]}
         return out
 
     def turn_starts(self) -> None:
@@ -259,7 +270,7 @@ class Looks:
             if self._running(name):
                 kept = self._repeat_blocks(c, done)
                 rec = self.rule.comparison([v for _, v in kept], b["max_repeats"], b["equivalence"], repeats=done,
-                                           precision=self.precision, **self._calibration())
+                                           precision=self.precision, launch_sd=c["launch_sd"], **self._calibration())
                 # the block values themselves, for a replay (issue 54 item 6): repeat and mean log(ref / cell) e2e
                 rec.update(cell=c["cell"], ref=c["ref"], setting=c["setting_text"], label=c["label"], answered_s=None,
                            block_repeats=[r for r, _ in kept], block_values=[v for _, v in kept])
@@ -371,18 +382,30 @@ class Looks:
 
 
 def sequence_columns(grid: Grid, sid: str, ref: str, bids: list[str], cell_runs: list[list[dict]],
-                     ref_runs: list[list[dict]]) -> dict:
+                     ref_runs: list[list[dict]], paired: dict | None = None) -> dict:
     """A comparison's `looks` and `stopped`, and in an `auto` study its interval and verdict from its stopping rule
     (planned looks or the confidence sequence) over its repeat blocks (cell_runs[r], ref_runs[r]: repeat r of each
     side, [] where it has none), up to the repeat its record in the group's record says it stopped at (older
     records: where the group stopped), with the repeat at which it was answered and the record's seconds to that
-    look (`answered_repeat`, `answered_s`); a fixed study's is read once, at its budget (`fixed`)."""
+    look (`answered_repeat`, `answered_s`); a fixed study's is read once, at its budget (`fixed`). Each carries the
+    launch SD its group pinned (launch_record; `launch_sd`, `launch_sd_launches`): an `auto` comparison through its
+    rule, a fixed one as `paired`'s e2e interval widened (launches.widen_ratio) and its verdict read again."""
     sweep = grid.configs[sid]["sweep"]
     b = repeats.budget(sweep)
-    if b is None:
-        return {"looks": 1, "stopped": FIXED, "answered_repeat": None, "answered_s": None}
-    record = group_record(grid, schedule.group_of(grid, sid))
     setting = next((s for s, by in schedule.settings(grid, sid).items() if set(by.values()) & set(bids)), None)
+    carried = launch_record.pinned(grid, sid, ref, setting) if setting else {"launch_sd": 0.0, "launches": None}
+    tau = carried["launch_sd"]
+    launch = {"launch_sd": tau, "launch_sd_launches": carried.get("launches")}
+    if b is None:
+        out = {"looks": 1, "stopped": FIXED, "answered_repeat": None, "answered_s": None, **launch}
+        if tau and paired and paired.get("speedup_e2e_ci_low") is not None:
+            e = repeats.equivalence(sweep)
+            low, high = launches.widen_ratio(paired["speedup_e2e_ci_low"], paired["speedup_e2e_ci_high"],
+                                             paired["speedup_e2e_geomean"], tau)
+            v = stats.verdict(low, high, e)
+            out.update(speedup_e2e_ci_low=low, speedup_e2e_ci_high=high, verdict=stats.verdict_text(v, e) if v else None)
+        return out
+    record = group_record(grid, schedule.group_of(grid, sid))
     name = comparison_name(grid, sid, ref, setting, schedule.settings(grid, sid)[setting]) if setting else None
     mine = (record or {}).get("comparisons", {}).get(name) or {}
     cap = mine.get("repeats") or (record["repeats"] if record else b["max_repeats"])   # where it stopped
@@ -390,11 +413,12 @@ def sequence_columns(grid: Grid, sid: str, ref: str, bids: list[str], cell_runs:
     precision = repeats.precision(sweep)
     if rule(sweep) is spending:       # the plan stays the budget's; a comparison open at its stop is closed
         rec = spending.comparison(blocks, b["max_repeats"], b["equivalence"], repeats=min(cap, len(cell_runs)),
-                                  precision=precision, **calibration(grid, schedule.group_of(grid, sid)))
+                                  precision=precision, launch_sd=tau, **calibration(grid, schedule.group_of(grid, sid)))
         if rec["verdict"] is None:
             rec.update(verdict=sequential.UNRESOLVED, stopped=BUDGET)
     else:
-        rec = sequential.comparison(blocks, cap, b["equivalence"], repeats=len(cell_runs), precision=precision)
+        rec = sequential.comparison(blocks, cap, b["equivalence"], repeats=len(cell_runs), precision=precision,
+                                    launch_sd=tau)
     stopped = {ANSWERED: f"answered at repeat {rec['answered_at']}", BUDGET: BUDGET}.get(rec["stopped"])
     why = mine.get("stopped") or (record or {}).get("stopped")
     if rec["stopped"] == BUDGET and why and why not in (BUDGET, ANSWERED):    # it stopped before its budget
@@ -406,7 +430,7 @@ def sequence_columns(grid: Grid, sid: str, ref: str, bids: list[str], cell_runs:
             "verdict": stats.verdict_text(rec["verdict"], b["equivalence"]) if rec["verdict"] else None,
             "looks": rec["looks"], "stopped": stopped, "answered_repeat": answered,
             "answered_s": mine.get("answered_s") if answered is not None and mine.get("answered_at") == answered
-            else None}
+            else None, **launch}
 
 
 def answered_text(row: dict) -> str:

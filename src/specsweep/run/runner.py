@@ -23,7 +23,7 @@ from specsweep.core.results import atomic_write_json
 from specsweep.grid import schedule
 from specsweep.grid.cells import Grid
 from specsweep.plan import residency
-from specsweep.run import looks as looking
+from specsweep.run import launch_record, looks as looking
 from specsweep.run.bench_cell import run_bench_cell
 from specsweep.run.server import SideBySide
 
@@ -145,6 +145,8 @@ def run_cells(grid: Grid, members: list[str], marker: str | Path, progress: bool
               also: AlsoServed | None = None) -> None:
     failures: list[str] = []
     turns = schedule.turns(grid, members)
+    if compared := looking.setting_comparisons(grid, members):
+        launch_record.pin(grid, members, compared)   # the launch SD its verdicts carry (sweep.launch_sd), pinned once
     looks = looking.Looks.of(grid, members)       # sweep.repeats=auto; None for a number of repeats
     if turns and looks and looks.stop_before(_repeat(grid, turns[0])):    # a rerun: answered before it starts
         turns = []

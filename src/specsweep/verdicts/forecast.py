@@ -7,12 +7,15 @@ spread units: b_k / sqrt(n_k) at the planned looks (spending.t_boundaries), the 
 after every repeat (sequential.confidence_sequence). It is answered at the first look where that interval decides
 (lies above or below 0, or inside the equivalence margin) and, with a precision, is that narrow. A typical study,
 not a probability: half of the studies of that spread and effect answer about then, the others later or sooner.
+A launch SD the study carries (sweep.launch_sd) adds 1.96 x its value in quadrature to every half-width
+(launches.widen; the planned looks' own levels reach a little further), so a precision narrower than 2 x 1.96 x
+launch SD is never met.
 """
 from __future__ import annotations
 
 import math
 
-from specsweep.verdicts import sequential, spending
+from specsweep.verdicts import launches, sequential, spending
 from specsweep.verdicts.stats import EQUIVALENCE
 
 
@@ -30,12 +33,13 @@ def half_widths(max_repeats: int, looks: str = spending.PLANNED) -> dict[int, fl
 
 
 def repeats_to_answer(spread: float, effect: float, max_repeats: int, looks: str = spending.PLANNED,
-                      precision: float | None = None, equivalence: float = EQUIVALENCE) -> int | None:
+                      precision: float | None = None, equivalence: float = EQUIVALENCE,
+                      launch_sd: float = 0.0) -> int | None:
     """The first look (a repeat) at which the typical interval answers the comparison; None where no look of the
     budget does (the budget is unlikely to answer it)."""
     margin = math.log1p(equivalence)
     for n, h in half_widths(max_repeats, looks).items():
-        half = h * spread
+        half = math.hypot(h * spread, launches.Z95 * launch_sd)
         decided = abs(effect) > half or abs(effect) + half <= margin
         if decided and (precision is None or 2 * half <= math.log1p(precision)):
             return n

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specsweep.verdicts import stats
+from specsweep.verdicts import launches, stats
 from specsweep.verdicts.stats import EQUIVALENCE, UNRESOLVED, verdict
 
 EVERY = "every"       # sweep.looks: this rule's name in a record (spending.py's is `planned`)
@@ -97,7 +97,7 @@ def precise(low: float, high: float, precision: float | None) -> bool:
 
 def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = EQUIVALENCE,
                alpha: float = ALPHA, mixture: float = MIXTURE, repeats: int | None = None,
-               precision: float | None = None) -> dict:
+               precision: float | None = None, launch_sd: float = 0.0) -> dict:
     """The record of one comparison looked at after each of its blocks so far (blocks[r]: block_log_ratios' figure
     of a repeat), `repeats` the group's repeats so far (default: one per block; more where a repeat paired no
     request and gave no block): its verdict on the running interval (`unresolved` once max_repeats repeats are
@@ -108,11 +108,15 @@ def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = E
 
     With a `precision` (sweep.precision) a comparison is answered only once its verdict is decided and its interval
     is that narrow (`precise`): before, its verdict is None (it goes on); at the budget, the decided word, `stopped`
-    `budget`."""
+    `budget`. With a `launch_sd` (log scale) each look's sequence carries it at alpha's level (launches.widen)."""
     low, high = -math.inf, math.inf
     answered_at = None
+    z = launches.z_of(alpha) if launch_sd else 0.0
     for t in range(1, len(blocks) + 1):
-        low, high = intersect((low, high), confidence_sequence(blocks[:t], alpha, mixture))
+        own = confidence_sequence(blocks[:t], alpha, mixture)
+        if launch_sd:
+            own = launches.widen(*own, float(np.mean(blocks[:t])), launch_sd, z)
+        low, high = intersect((low, high), own)
         if answered_at is None and verdict(math.exp(low), math.exp(high), equivalence, at_budget=False) \
                 and precise(low, high, precision):
             answered_at = t
@@ -127,7 +131,7 @@ def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = E
             "repeats": repeats, "blocks": n, "looks": repeats, "answered_at": answered_at, "equivalence": equivalence,
             "precision": precision,
             "stopped": None if v is None else (ANSWERED if answered_at is not None else BUDGET),
-            "method": EVERY, "nominal": alpha}
+            "method": EVERY, "nominal": alpha, "launch_sd": launch_sd}
 
 
 def look(blocks_by_comparison: dict[str, Sequence[float]], max_repeats: int, equivalence: float = EQUIVALENCE,

@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specsweep.verdicts import launches
 from specsweep.verdicts.sequential import ALPHA, ANSWERED, BUDGET, UNRESOLVED, intersect, precise
 from specsweep.verdicts.stats import EQUIVALENCE, verdict
 
@@ -222,7 +223,7 @@ def interval(blocks: Sequence[float], nominal: float) -> tuple[float, float]:
 def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = EQUIVALENCE,
                alpha: float = ALPHA, repeats: int | None = None, spending: str = SPENDING,
                precision: float | None = None, calibration: str = CALIBRATED,
-               looks: Sequence[int] | None = None) -> dict:
+               looks: Sequence[int] | None = None, launch_sd: float = 0.0) -> dict:
     """The record of one comparison under the plan of max_repeats, at the planned looks taken so far (those at or
     before `repeats`, the group's repeats, default one per block; the look after repeat r reads the first r
     blocks): sequential.comparison's fields, with the interval the looks' intervals share (each holds with all the
@@ -231,7 +232,8 @@ def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = E
     before the first look, `unresolved` at the budget; plus `method`, `plan` and `nominal`, the last look's
     nominal level. The speedup is the blocks' mean up to that look, as the interval's. With a `precision`
     (sweep.precision), answered means decided and that narrow (sequential.precise), as in sequential.comparison.
-    `looks`: the plan a group recorded (an older design's, looks.calibration), else plan(max_repeats)."""
+    `looks`: the plan a group recorded (an older design's, looks.calibration), else plan(max_repeats).
+    `launch_sd`: a launch SD (log scale) that each look's interval carries at its own level (launches.widen)."""
     n = len(blocks)
     repeats = n if repeats is None else repeats
     schedule = tuple(looks) if looks else plan(max_repeats)
@@ -241,7 +243,10 @@ def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = E
     low, high = -math.inf, math.inf
     for r, p in taken:
         used, nominal = min(r, n), p
-        low, high = intersect((low, high), interval(blocks[:used], p))
+        own = interval(blocks[:used], p)
+        if launch_sd:
+            own = launches.widen(*own, float(np.mean(blocks[:used])), launch_sd, launches.z_of(p))
+        low, high = intersect((low, high), own)
         ci = (None, None) if math.isinf(low) or math.isinf(high) else (math.exp(low), math.exp(high))
         v = verdict(*ci, equivalence, at_budget=False)
         if v and answered_at is None and precise(low, high, precision):
@@ -253,7 +258,7 @@ def comparison(blocks: Sequence[float], max_repeats: int, equivalence: float = E
             "answered_at": answered_at, "equivalence": equivalence, "precision": precision,
             "stopped": None if v is None else (ANSWERED if answered_at is not None else BUDGET),
             "method": PLANNED, "plan": list(schedule), "nominal": nominal, "boundaries": calibration,
-            "spending": spending}
+            "spending": spending, "launch_sd": launch_sd}
 
 
 def look(blocks_by_comparison: dict[str, Sequence[float]], max_repeats: int, equivalence: float = EQUIVALENCE,
