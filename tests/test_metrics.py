@@ -39,6 +39,17 @@ def test_greedy_agreement_matches_prompt_and_turn():
     assert greedy_agreement([rec(5)], base) is None
 
 
+def test_texts_that_drop_every_token_say_nothing_of_agreement():
+    """Random weights can emit special tokens only: 128 tokens, and the detokenizer leaves no text (an H100 27B
+    hybrid study, 2026-12-06): two such empty texts are equal whatever the tokens were."""
+    from specsweep.metrics import agreement_na
+    ok = [rec(0, text="a"), {**rec(1, text=""), "completion_tokens": 0}]   # no tokens, no text: nothing dropped
+    assert agreement_na(ok, ok) is None
+    blank = [rec(0, text="", tokens=128), rec(1, text="", tokens=128, ok=False)]
+    assert agreement_na(ok, blank).startswith("1 request(s) decoded tokens but returned no text")
+    assert agreement_na([{k: v for k, v in r.items() if k != "text"} for r in blank]) is None  # rows kept slim
+
+
 def test_repeat_agreement_compares_each_setting_with_its_own_first_repeat():
     first = [rec(0, text="a"), rec(1, text="b"), rec(1, text="c", turn=1), rec(3, ok=False, text="w")]
     again = [rec(0, text="a"), rec(1, text="B"), rec(1, text="c", turn=1), rec(2, text="z"), rec(3, text="w"),

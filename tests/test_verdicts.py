@@ -130,6 +130,16 @@ def test_repeat_agreement_compares_a_cell_with_its_first_repeat_at_concurrency_1
     assert got[sid, 2] == got[base, 2] == (None, "concurrency above 1: batch composition varies between repeats; "
                                                  "vLLM is not batch-invariant")
     assert got[set_sid, 1] == (None, "set acceptance: the text is not the target's")
+    # every request of one repeat of the cell decoded tokens but no text (random weights' special tokens): neither
+    # agreement can say anything of that cell, whatever its metrics.json recorded
+    for r in reqs:
+        r["text"] = ""
+    path.write_text("".join(json.dumps(r) + "\n" for r in reqs))
+    blank = {(r["server_cell"], r["concurrency"]): r for r in summary.rows(Study.load(tmp_path / "results" / "v", grid))}
+    assert blank[sid, 1]["greedy_agreement"] is None and blank[sid, 1]["repeat_agreement"] is None
+    assert blank[sid, 1]["greedy_agreement_na"].startswith("18 request(s) decoded tokens but returned no text")
+    assert blank[sid, 1]["repeat_agreement_na"] == blank[sid, 1]["greedy_agreement_na"]
+    assert blank[base, 1]["greedy_agreement"] == 1.0 and blank[base, 1]["greedy_agreement_na"] is None
     sampled = study(tmp_path / "sampled", {0: 1.0, 3: 1.5}, extra=["sweep.concurrency=[1]", "sweep.temperature=0.7"],
                     name="s")
     assert {r["repeat_agreement_na"] for r in summary.rows(Study.load(tmp_path / "sampled" / "s", sampled))} == \

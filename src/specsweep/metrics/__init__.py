@@ -86,5 +86,6 @@ from specsweep.metrics.spec_decode import (
                             request_spec,
                             spec_mismatch,
                             speedup_output_tok_s,
+                            agreement_na,
 )
 from specsweep.metrics.throughput import e2e_ms_per_output_token, request_figures

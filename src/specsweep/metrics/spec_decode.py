@@ -150,6 +150,17 @@ def length_shares(per_position: list[float]) -> list[float]:
     return [rates[i] - rates[i + 1] for i in range(len(rates) - 1)]
 
 
+def agreement_na(*runs: list[dict]) -> str | None:
+    """Why equal texts would say nothing of these requests' tokens, or None: some decoded tokens but returned no text,
+    tokens the detokenizer drops (special tokens, which random weights can emit throughout). Rows kept without their
+    text say nothing either way."""
+    blank = sum(1 for rows in runs for r in rows if r["ok"] and r.get("text") == "" and r.get("completion_tokens"))
+    if blank:
+        return (f"{blank} request(s) decoded tokens but returned no text (tokens the detokenizer drops, such as "
+                "special tokens from random weights): equal texts say nothing of the tokens")
+    return None
+
+
 def greedy_agreement(records: list[dict], baseline: list[dict]) -> float | None:
     """Share of requests whose text equals the baseline's for the same prompt and turn."""
     base = {(r["index"], r["turn"]): r["text"] for r in baseline if r["ok"]}

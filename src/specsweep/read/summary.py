@@ -50,6 +50,11 @@ def rows(study: Study) -> list[dict]:
         row.update(timing_columns(valid))    # first: its reasons blank the server-timed medians (table.TIMING)
         row.update(quality_columns(valid))   # the same for the answers' and the streams' (table.QUALITY)
         row.update(median_columns(row, valid, table.medians()))
+        # a record written before the check (bench_cell), or a baseline's own: equal empty texts say nothing
+        vacuous = metrics.agreement_na(*(cells.requests(sid, b) for b in bids if cells.valid(sid, b)))
+        row["greedy_agreement_na"] = vacuous or (first_reason(valid, "greedy_agreement_na")
+                                                  if row["greedy_agreement"] is None else None)
+        row["greedy_agreement"] = None if vacuous else row["greedy_agreement"]
         row["tpot_source"] = "server" if row["server_tpot_ms"] is not None else \
             "client stream" if row["streamed_tpot_ms"] is not None else None
         row.update(_against_baseline(cells, sid, bids, valid))
@@ -218,9 +223,12 @@ def repeat_agreement_columns(study: Study, sid: str, bids: list[str]) -> dict:
           if bench["concurrency"] > 1 else None)
     if na:
         return {"repeat_agreement": None, "repeat_agreement_na": na}
-    share = metrics.repeat_agreement([[study.requests(sid, b) for _, b in sorted(by_repeat.items())
-                                       if b in bids and study.valid(sid, b)]
-                                      for by_repeat in schedule.settings(study.grid, sid).values()])
+    settings = [[study.requests(sid, b) for _, b in sorted(by_repeat.items()) if b in bids and study.valid(sid, b)]
+                for by_repeat in schedule.settings(study.grid, sid).values()]
+    vacuous = metrics.agreement_na(*(run for runs in settings for run in runs))
+    if vacuous:
+        return {"repeat_agreement": None, "repeat_agreement_na": vacuous}
+    share = metrics.repeat_agreement(settings)
     return {"repeat_agreement": share,
             "repeat_agreement_na": None if share is not None else "fewer than 2 valid repeats with finished requests"}
 

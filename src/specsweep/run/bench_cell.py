@@ -86,7 +86,7 @@ def compare_with_baseline(grid: Grid, sid: str, bid: str, figures: dict, rows: l
     base_fig = read_json(grid.metrics_path(base, bid))
     base_rows = read_jsonl(grid.bench_dir(base, bid) / layout.REQUESTS)
     out = {"speedup_output_tok_s": metrics.speedup_output_tok_s(figures["output_tok_s"], base_fig["output_tok_s"])}
-    out["greedy_agreement_na"] = greedy_agreement_na(grid, sid, bid)
+    out["greedy_agreement_na"] = greedy_agreement_na(grid, sid, bid) or metrics.agreement_na(rows, base_rows)
     out["greedy_agreement"] = None if out["greedy_agreement_na"] else metrics.greedy_agreement(rows, base_rows)
     out.update(stats.paired_speedup([rows], [base_rows], sides=("this cell", "the baseline")))
     out["baseline_cell"] = base
