@@ -3,6 +3,7 @@
 host's `8b-disk` step writes it). The planner reads the weights from those files, and sweep.sleep_level chooses a
 sleeping group's level (backends/vllm/sleep_plan.py), refused at 2 with random weights."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from specsweep.models import model_shape, replica, shaped
 from specsweep.plan import residency
 
 GIB = 1024 ** 3
+REPO = Path(__file__).resolve().parents[1]
 TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16)
 
@@ -63,9 +65,43 @@ def test_the_weights_are_sharded_bf16_safetensors_with_their_index(tmp_path):
     assert not any(n.startswith("model.") or "embed" in n or "lm_head" in n for n in names)
 
 
-def test_a_hybrid_or_multimodal_shape_gets_no_weights_in_one_line():
-    with pytest.raises(SpecsweepError, match="only dense Qwen3 layouts"):
-        replica.tensors(shaped.SHAPES["qwen3.5-27b"]().target)
+@pytest.mark.parametrize("name", ["qwen3.6-27b", "qwen3.5-27b"])
+def test_the_hybrids_tensors_are_transformers_own_names_and_shapes(name):
+    """The Gated DeltaNet hybrid's text model as transformers builds it from the same config (on the meta device:
+    no memory), the vision tower left out (served with --language-model-only): every name and shape the same."""
+    import transformers
+
+    cfg = shaped.SHAPES[name]().target
+    with torch.device("meta"):
+        model = getattr(transformers, cfg["architectures"][0])._from_config(
+            transformers.Qwen3_5Config(**{k: v for k, v in cfg.items() if k != "architectures"}))
+    theirs = {k: tuple(v.shape) for k, v in model.state_dict().items() if not k.startswith("model.visual.")}
+    ours = replica.tensors(cfg)
+    assert len(ours) == len(dict(ours)) and dict(ours) == theirs
+    assert sum(2 * int(np.prod(s)) for _, s in ours) / GIB == pytest.approx(50.1, abs=0.1)
+
+
+def test_an_moe_shape_gets_no_weights_in_one_line():
+    with pytest.raises(SpecsweepError, match="an MoE target has no writer here"):
+        replica.tensors(shaped.SHAPES["qwen3.6-35b-a3b"]().target)
+
+
+def test_a_small_hybrid_is_written_and_read_back(tmp_path):
+    cfg = shaped.SHAPES["qwen3.6-27b"]().target
+    cfg["text_config"].update(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_num_key_heads=2,
+                              linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8,
+                              layer_types=["linear_attention"] * 3 + ["full_attention"])
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    replica.write_weights(tmp_path)
+    with safe_open(str(tmp_path / "model-00001-of-00001.safetensors"), framework="pt") as f:
+        seen = {k: f.get_tensor(k) for k in f.keys()}
+    a = "model.language_model.layers.0.linear_attn."
+    assert tuple(seen[a + "in_proj_qkv.weight"].shape) == (2 * 2 * 8 + 4 * 8, 64)       # q, k and v: the conv's width
+    assert tuple(seen[a + "conv1d.weight"].shape) == (64, 1, 4) and torch.equal(seen[a + "norm.weight"].float(),
+                                                                                torch.ones(8))
+    assert tuple(seen["model.language_model.layers.3.self_attn.q_proj.weight"].shape) == (2 * 4 * 16, 64)   # gated
+    assert not any(k.startswith("model.visual") for k in seen) and "lm_head.weight" in seen
 
 
 def test_the_planner_reads_the_weights_from_the_files(tmp_path):
@@ -124,3 +160,29 @@ def test_the_on_disk_preset_wakes_at_level_2_from_files_and_checks_greedy_agreem
     assert acceptance_checkpoint.settings(cfg)[0] == 0      # no low-acceptance diagnosis of a random drafter
     assert all(greedy_agreement_na(g, k15, bid) is None for bid in g.benches[k15])     # the text is compared
     assert vllm_checks.check_sleep_level(cfg, {}).status == "pass"
+
+
+def test_a_shallower_hybrid_keeps_its_pattern_and_its_drafter_taps_within():
+    fam = shaped.shallower(shaped.SHAPES["qwen3.6-27b"](), 16)
+    s, d = model_shape.shape(fam.target), model_shape.shape(fam.drafter)
+    assert (s.layers, s.linear_attention_layers, s.full_attention_layers) == (16, 12, 4)
+    assert fam.drafter["dflash_config"]["target_layer_ids"] == [1, 4, 7, 10, 13] and d.context_layers == 5
+    assert fam.drafter["num_target_layers"] == 16 and shaped.SHAPES["qwen3.6-27b"]().target["text_config"][
+        "num_hidden_layers"] == 64                                              # the family itself is left as it was
+    assert sum(2 * int(np.prod(x)) for _, x in replica.tensors(fam.target)) / GIB == pytest.approx(16.1, abs=0.1)
+    with pytest.raises(SpecsweepError, match=r"shape --layers 6: give 8 to 64 layers"):
+        shaped.shallower(shaped.SHAPES["qwen3.6-27b"](), 6)
+
+
+def test_the_27b_on_disk_preset_serves_the_files_and_checks_greedy_agreement():
+    from specsweep.run.bench_cell import greedy_agreement_na
+
+    jobs = compose_jobs(["experiment=gpu_27b_on_disk", "results_dir=/root/res"])
+    g = expand(jobs)
+    [cfg] = jobs
+    assert cfg["pair"]["target"] == "/root/res/models/qwen3.6-27b-disk/target"
+    assert "--load-format" not in cfg["server"]["extra_args"] and cfg["sweep"]["concurrency"] == [1]
+    k15 = next(s for s, c in g.servers.items() if not c.is_baseline)
+    assert not g.servers[k15].random_weights and g.servers[k15].spec["num_speculative_tokens"] == 15
+    assert all(greedy_agreement_na(g, k15, bid) is None for bid in g.benches[k15])     # the text is compared
+    assert "27b-disk) DISK=$RES/models/qwen3.6-27b-disk" in (REPO / "scripts" / "gpu_host.sh").read_text()

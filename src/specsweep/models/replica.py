@@ -3,8 +3,9 @@ bf16 safetensors, sharded, with `model.safetensors.index.json`, so that a server
 published checkpoint (no `--load-format dummy`): the load path, the planner's reading of weights from safetensors
 (model_shape.files_bytes) and a level-2 sleep, whose wake reloads the weights from disk, all run as a user's would.
 
-Dense Qwen3 layouts only (the target's `Qwen3ForCausalLM` names under `model.`, and a DFlash drafter's, which has no
-`model.` prefix, no embedding and no LM head: `layers.{i}.*`, `norm`, `hidden_norm`, `fc`; shared/notes/dflash.md).
+Dense Qwen3 layouts (the target's `Qwen3ForCausalLM` names under `model.`, and a DFlash drafter's, which has no
+`model.` prefix, no embedding and no LM head: `layers.{i}.*`, `norm`, `hidden_norm`, `fc`; shared/notes/dflash.md),
+and the dense Qwen3.5/3.6 Gated DeltaNet hybrid's text model (`hybrid_tensors`); no MoE.
 The file is written tensor by tensor and each tensor in chunks, so memory stays at one chunk whatever the model's
 size; the safetensors format (an 8-byte header length, a JSON header of dtype, shape and offsets, the raw bytes) is
 written directly, which needs neither torch nor the safetensors package on the host. A matrix's values are random
@@ -31,30 +32,71 @@ SHARD_BYTES = 2 << 30      # a shard's size, at most (a tensor larger than this 
 
 
 def tensors(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
-    """Each tensor's name and shape, in the order written, of a dense Qwen3 target or a DFlash drafter's config."""
-    if cfg.get("text_config") or any(t != "full_attention" for t in cfg.get("layer_types") or []
-                                     if t != "sliding_attention"):
-        raise SpecsweepError("shape --weights: only dense Qwen3 layouts are written (qwen3-8b); a multimodal or "
-                             "hybrid target has no writer here: serve it with --load-format dummy")
+    """Each tensor's name and shape, in the order written, of a dense Qwen3 target, a Qwen3.5/3.6 Gated DeltaNet
+    hybrid target (its text model, as served with --language-model-only: `hybrid_tensors`) or a DFlash drafter's
+    config."""
     s = model_shape.shape(cfg)          # the one reader of a model's shape
-    h, n, heads, kv, hd, inter, vocab = s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim, s.intermediate, s.vocab
-    drafter = "DFlashDraftModel" in (cfg.get("architectures") or [])
+    if s.linear_attention_layers and not s.experts:
+        return hybrid_tensors(s)
+    if cfg.get("text_config") or s.experts or any(t not in ("full_attention", "sliding_attention")
+                                                   for t in s.layer_types):
+        raise SpecsweepError("shape --weights: only dense Qwen3 and dense Qwen3.5/3.6 hybrid layouts are written "
+                             "(qwen3-8b, qwen3.5-27b, qwen3.6-27b); an MoE target has no writer here: serve it with "
+                             "--load-format dummy")
+    h, n, vocab = s.hidden, s.layers, s.vocab
+    drafter = "DFlashDraftModel" in s.architectures
     pre = "" if drafter else "model."
     out: list[tuple[str, tuple[int, ...]]] = [] if drafter else [("model.embed_tokens.weight", (vocab, h))]
     for i in range(n):
         p = f"{pre}layers.{i}."
         out += [(p + "input_layernorm.weight", (h,)), (p + "post_attention_layernorm.weight", (h,)),
-                (p + "self_attn.q_proj.weight", (heads * hd, h)), (p + "self_attn.k_proj.weight", (kv * hd, h)),
-                (p + "self_attn.v_proj.weight", (kv * hd, h)), (p + "self_attn.o_proj.weight", (h, heads * hd)),
-                (p + "self_attn.q_norm.weight", (hd,)), (p + "self_attn.k_norm.weight", (hd,)),
-                (p + "mlp.gate_proj.weight", (inter, h)), (p + "mlp.up_proj.weight", (inter, h)),
-                (p + "mlp.down_proj.weight", (h, inter))]
+                *_attention(p, s), *_mlp(p, s)]
     out.append((f"{pre}norm.weight", (h,)))
     if drafter:
-        ids = (cfg.get("dflash_config") or {}).get("target_layer_ids") or cfg.get("target_layer_ids") or []
-        out += [("hidden_norm.weight", (h,)), ("fc.weight", (h, h * len(ids)))]
-    elif not cfg.get("tie_word_embeddings", False):
+        out += [("hidden_norm.weight", (h,)), ("fc.weight", (h, h * s.context_layers))]
+    elif not s.tie_embeddings:
         out.append(("lm_head.weight", (vocab, h)))
+    return out
+
+
+def _attention(p: str, s) -> list[tuple[str, tuple[int, ...]]]:
+    q = s.heads * s.head_dim * (2 if s.attn_output_gate else 1)      # a gated attention's q_proj gives the gate too
+    return [(p + "self_attn.q_proj.weight", (q, s.hidden)), (p + "self_attn.k_proj.weight", (s.kv_heads * s.head_dim, s.hidden)),
+            (p + "self_attn.v_proj.weight", (s.kv_heads * s.head_dim, s.hidden)),
+            (p + "self_attn.o_proj.weight", (s.hidden, s.heads * s.head_dim)),
+            (p + "self_attn.q_norm.weight", (s.head_dim,)), (p + "self_attn.k_norm.weight", (s.head_dim,))]
+
+
+def _mlp(p: str, s) -> list[tuple[str, tuple[int, ...]]]:
+    return [(p + "mlp.gate_proj.weight", (s.intermediate, s.hidden)), (p + "mlp.up_proj.weight", (s.intermediate, s.hidden)),
+            (p + "mlp.down_proj.weight", (s.hidden, s.intermediate))]
+
+
+def hybrid_tensors(s) -> list[tuple[str, tuple[int, ...]]]:
+    """A dense Qwen3.5/3.6 hybrid's text model under `model.language_model.` (the checkpoint's names, which vLLM's
+    Qwen3_5 loader maps): each Gated DeltaNet layer's `linear_attn` (in_proj_qkv, in_proj_z, in_proj_b,
+    in_proj_a, conv1d, dt_bias, A_log, a gated norm, out_proj), each full layer's gated `self_attn`; no vision tower
+    (the launch serves such a checkpoint with --language-model-only). tests/test_replica.py checks the names and
+    shapes against transformers' own model of the config."""
+    h, pre = s.hidden, "model.language_model."
+    keys, values = s.linear_k_heads * s.linear_k_dim, s.linear_v_heads * s.linear_v_dim
+    conv = 2 * keys + values
+    out: list[tuple[str, tuple[int, ...]]] = [(pre + "embed_tokens.weight", (s.vocab, h))]
+    for i, kind in enumerate(s.layer_types):
+        p = f"{pre}layers.{i}."
+        if kind in model_shape.LINEAR_TYPES:
+            a = p + "linear_attn."
+            mixer = [(a + "dt_bias", (s.linear_v_heads,)), (a + "A_log", (s.linear_v_heads,)),
+                     (a + "conv1d.weight", (conv, 1, s.conv_kernel)), (a + "norm.weight", (s.linear_v_dim,)),
+                     (a + "out_proj.weight", (h, values)), (a + "in_proj_qkv.weight", (conv, h)),
+                     (a + "in_proj_z.weight", (values, h)), (a + "in_proj_b.weight", (s.linear_v_heads, h)),
+                     (a + "in_proj_a.weight", (s.linear_v_heads, h))]
+        else:
+            mixer = _attention(p, s)
+        out += [*mixer, *_mlp(p, s), (p + "input_layernorm.weight", (h,)), (p + "post_attention_layernorm.weight", (h,))]
+    out.append((pre + "norm.weight", (h,)))
+    if not s.tie_embeddings:
+        out.append(("lm_head.weight", (s.vocab, h)))
     return out
 
 

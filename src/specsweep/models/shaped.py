@@ -188,13 +188,38 @@ def tokenizer(out: Path, vocab_size: int, specials: dict, max_length: int) -> No
     fast.save_pretrained(out)
 
 
-def write(name: str, dest: str | Path, with_tokenizer: bool = True) -> Path:
-    """DEST/target and DEST/drafter of shape `name` (one of SHAPES); returns DEST."""
+def shallower(fam: Family, layers: int) -> Family:
+    """The family with its target cut to its first `layers` layers (their layer types as they were: a hybrid keeps
+    its pattern) and the drafter tapping that many, spaced as the authors space them (`_ids`): every layer's shape
+    stays the model's, its depth does not, so random weights of it fit a GPU host's disk (`shape --layers`)."""
+    from specsweep.models.model_shape import text_config
+
+    target, drafter = json.loads(json.dumps(fam.target)), json.loads(json.dumps(fam.drafter))
+    text = text_config(target)
+    taps = (drafter.get("dflash_config") or {}).get("target_layer_ids") or []
+    ids = _ids(layers, len(taps))
+    if not len(set(ids)) == len(taps) or not 0 <= ids[0] and ids[-1] < layers <= text["num_hidden_layers"]:
+        raise SpecsweepError(f"shape --layers {layers}: give {len(taps) + 3} to {text['num_hidden_layers']} layers "
+                             f"(the drafter taps {len(taps)} distinct ones)")
+    text["num_hidden_layers"] = layers
+    if text.get("layer_types"):
+        text["layer_types"] = text["layer_types"][:layers]
+    if "max_window_layers" in text:
+        text["max_window_layers"] = min(text["max_window_layers"], layers)
+    drafter["num_target_layers"] = layers
+    drafter["dflash_config"]["target_layer_ids"] = ids
+    return Family(target, drafter, fam.specials)
+
+
+def write(name: str, dest: str | Path, with_tokenizer: bool = True, layers: int | None = None) -> Path:
+    """DEST/target and DEST/drafter of shape `name` (one of SHAPES), cut to `layers` (shallower) where given; returns
+    DEST."""
     from specsweep.models.model_shape import text_config
 
     if name not in SHAPES:
         raise SpecsweepError(f"shape: no shape {name!r}: pick one of {', '.join(SHAPES)}")
     fam, out = SHAPES[name](), Path(dest)
+    fam = shallower(fam, layers) if layers else fam
     for part, cfg in (("target", fam.target), ("drafter", fam.drafter)):
         (out / part).mkdir(parents=True, exist_ok=True)
         (out / part / "config.json").write_text(json.dumps(cfg, indent=2))
