@@ -27,8 +27,10 @@
 # Issue 52's steps: 8b-disk (the 8B-shaped pair's random bf16 safetensors written to $RES/models/qwen3-8b-disk, about
 #   17 GiB and 2-4 min, skipped where its index exists; then gpu_8b_on_disk, asleep at level 2: about 13 min in all,
 #   `bg 8b-disk`, then `collect 560` twice); 27b-disk (the 27B hybrid cut to 16 layers, random weights of a real spread
-#   in $RES/models/qwen3.6-27b-disk, about 19 GiB, then gpu_27b_on_disk: its greedy agreement at concurrency 1); sglang-27b (gpu_sglang_27b_hybrid, both drafter layouts, after install-sglang
-#   and the 27B shapes: `bg sglang-27b`, then `collect`).
+#   in $RES/models/qwen3.6-27b-disk, about 19 GiB, then gpu_27b_on_disk: its greedy agreement at concurrency 1);
+#   visit (gpu_8b_answers, then 35b-moe, then 27b-disk, one after another: `bg visit`, then `collect 560` until done);
+#   sglang-27b (gpu_sglang_27b_hybrid, both drafter layouts, after install-sglang and the 27B shapes: `bg sglang-27b`,
+#   then `collect`).
 # PROMPTS=N sets dataset.num_prompts for the 27B and 35B steps and coresidency.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -163,6 +165,9 @@ sweep.num_speculative_tokens=[15] sweep.concurrency=[8]" 2>&1 | tee "$OUT/8b-tur
               python3 -m specsweep.cli shape qwen3.6-27b $DISK --weights --layers 16 || exit
               echo "replica written in $((SECONDS - t0)) s: $(du -sh $DISK | cut -f1)"; df -h $RES | tail -1; fi
             study gpu_27b_on_disk ;;
+  visit) study gpu_8b_answers          # a visit's studies in the guide's order, one after another: issue 54's 8B
+        bash "$0" 35b-moe               # group first, then issue 52's list (about 25 min on an H200: `bg visit`,
+        bash "$0" 27b-disk ;;           # then `collect 560` until it is done)
   sglang-27b) for s in qwen3.5-27b qwen3.6-27b; do [ -d $RES/models/$s-dflash-shaped ] ||
                 python3 -m specsweep.cli shape $s $RES/models/$s-dflash-shaped; done
               study gpu_sglang_27b_hybrid \
@@ -171,6 +176,6 @@ sweep.num_speculative_tokens=[15] sweep.concurrency=[8]" 2>&1 | tee "$OUT/8b-tur
           "bg STEP ... | collect SECS | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched | tiny-diag |" \
           "8b-group | 8b-sleep | tiny-relaunch | modes | 27b-one | 27b-group | 27b-greedy | 8b-studies |" \
           "coresidency [ROUNDS] | 8b-starts | vllm-metrics | sglang-capture | sglang-tiny | sglang-tiny-local | sglang-8b |" \
-          "8b-disk | 27b-disk | sglang-27b" >&2
+          "8b-disk | 27b-disk | visit | sglang-27b" >&2
      exit 2 ;;
 esac
