@@ -304,7 +304,7 @@ def test_a_launched_vllm_shares_the_hosts_compile_cache_outside_its_cell_id(tmp_
     root = (tmp_path / "host-cache").resolve()
     monkeypatch.setenv(layout.VLLM_CACHE_ENV, str(root))
     fake = tmp_path / "vllm"
-    fake.write_text('#!/bin/sh\necho "cache root: $VLLM_CACHE_ROOT"\n')
+    fake.write_text('#!/bin/sh\necho "cache root: $VLLM_CACHE_ROOT"\necho "triton: $TRITON_CACHE_DIR $TRITON_CACHE_AUTOTUNING"\n')
     fake.chmod(0o755)
     folder = root / "no-spec"                                 # the baseline's: no speculative config
     for study, warm in (("one", False), ("two", True)):      # a later study of another results folder: warm
@@ -318,6 +318,8 @@ def test_a_launched_vllm_shares_the_hosts_compile_cache_outside_its_cell_id(tmp_
         assert (info["vllm_cache_root"], info["vllm_cache_before"]) == \
             (str(folder), {"compiled_configs": int(warm), "aot_models": int(warm)})
         assert f"cache root: {folder}\n" in srv.log_path.read_text()
+        # Triton's kernels and its autotuner's picks: one folder of the host cache for every shape
+        assert f"triton: {root / 'triton'} 1\n" in srv.log_path.read_text() and info["triton_cache_dir"] == str(root / "triton")
         for left in ("abc", "torch_aot_compile/def"):           # what a compiling server leaves: a config, a model
             (folder / "torch_compile_cache" / left).mkdir(parents=True, exist_ok=True)
 

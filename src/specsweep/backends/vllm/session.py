@@ -55,6 +55,7 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | 
     # the host's compile cache, one folder per speculative shape, set here and not in server.env, which the cell
     # id hashes
     env.setdefault("VLLM_CACHE_ROOT", str(cache_root(spec)))
+    env.update({k: v for k, v in triton_cache().items() if k not in env})
     if sleep:       # vLLM serves /sleep, /wake_up and /collective_rpc only in its dev mode
         env["VLLM_SERVER_DEV_MODE"] = "1"
     kernels = launch.kernel_plan(cell.spec["server"], probe, launch.target_shape(cell.spec["target"]))
@@ -71,6 +72,7 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | 
                           "per_request_spec_metrics_wanted": wanted, "per_request_timing": timing,
                           "per_request_timing_wanted": timing_wanted, "vllm_cache_root": env["VLLM_CACHE_ROOT"],
                           "vllm_cache_before": cache_state(Path(env["VLLM_CACHE_ROOT"])),
+                          "triton_cache_dir": env["TRITON_CACHE_DIR"],
                           "prefix_caching": cell.spec["server"].get("prefix_caching"), **kernels.facts(),
                           **(how.facts() if how is not None else {})})
 
@@ -89,6 +91,17 @@ def _pinned(server: dict):
 # loads what an earlier one compiled
 def cache_root(spec: dict) -> Path:
     return layout.vllm_cache().resolve() / compile_folder(spec)
+
+
+def triton_cache() -> dict:
+    """Triton's kernels and the configs its autotuner picked, kept in the host cache beside vLLM's (one folder for
+    every shape: Triton keys a kernel by its source and options, a pick by the kernel and its key arguments). Triton
+    keeps a kernel it compiled by default (under ~/.triton) but not its autotuner's picks, which the Gated DeltaNet
+    kernels benchmark in a launch's profiling run: in two launches of the 27B hybrid on one host that run took as long
+    the second time (docs/campaigns/2026-12-06-h100-27b-greedy.md). TRITON_CACHE_AUTOTUNING keeps the picks, so a
+    relaunch or a later study on this host may skip them (not yet measured), and a study given a fresh cache root
+    (SPECSWEEP_VLLM_CACHE) starts with no Triton kernels either."""
+    return {"TRITON_CACHE_DIR": str(layout.vllm_cache().resolve() / "triton"), "TRITON_CACHE_AUTOTUNING": "1"}
 
 
 def compile_folder(spec: dict) -> str:
