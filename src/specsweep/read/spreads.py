@@ -45,14 +45,6 @@ def matching(entries: list[dict], label: str, setting: str, host: str | None = N
     return next((e for e in entries if (e["label"], e["setting"], e["host"]) == (label, setting, host)), None)
 
 
-def carried_sd(sweep: dict, history: list[dict]) -> dict:
-    """The launch SD a group would pin for a comparison with these recorded launches (launch_record.pin)."""
-    want = launch_record.mode(sweep)
-    if want == launch_record.RECORDED:
-        return launch_record.carried(history)
-    return {"launch_sd": 0.0 if want == launch_record.OFF else want, "launches": None}
-
-
 def forecast_lines(grid: Grid, entries: list[dict] | None = None, host: str | None = None) -> list[str]:
     """What `specsweep doctor` says of each comparison of an `auto` study before it runs: the repeat at which a
     typical study answers it (verdicts.forecast, at the spread and effect this host recorded for that comparison
@@ -76,7 +68,7 @@ def forecast_lines(grid: Grid, entries: list[dict] | None = None, host: str | No
             if e is None:
                 out.append(f"{label} at {text}: no blocks recorded on this host: no forecast")
                 continue
-            tau = carried_sd(grid.configs[lead]["sweep"], history.get(launch_record.key(cell, ref, setting), []))
+            tau = launch_record.carry(sweep, history.get(launch_record.key(cell, ref, setting), []))
             n = forecast.repeats_to_answer(e["spread"], e["effect"], b["max_repeats"], repeats.looks(sweep),
                                            repeats.precision(sweep), b["equivalence"], tau["launch_sd"])
             seen = f"(recorded: spread {e['spread']:.2%}, effect {e['effect']:+.2%} over {e['blocks']} blocks" + (

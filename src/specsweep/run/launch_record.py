@@ -82,6 +82,19 @@ def carried(entries: list[dict]) -> dict:
             "why": f"DerSimonian-Laird over {dl['launches']} launches recorded on this host (Q p {dl['q_p']:.3g})"}
 
 
+def carry(sweep: dict, history: list[dict]) -> dict:
+    """What a comparison carries under this sweep (module doc), given its recorded launches on this host: what `pin`
+    writes, and what `specsweep doctor` forecasts with."""
+    want = mode(sweep)
+    if want != OFF and repeats.rounds(sweep) > 1:       # its rounds are launches: the cluster bootstrap resamples them
+        return {"launch_sd": 0.0, "launches": None,
+                "why": "sweep.rounds > 1: the interval resamples the group's own launches"}
+    if want == RECORDED:
+        return carried(history)
+    return {"launch_sd": 0.0 if want == OFF else want, "launches": None,
+            "why": "sweep.launch_sd=null: none" if want == OFF else "sweep.launch_sd, as given"}
+
+
 def pin(grid: Grid, members: list[str], compared: list[tuple[str, str, str]]) -> dict:
     """The group's pinned launch SDs (module doc) for its comparisons (`compared`: looks.setting_comparisons' cell,
     ref and setting): written when its job first starts, or again where sweep.launch_sd changed; read as they are
@@ -93,23 +106,10 @@ def pin(grid: Grid, members: list[str], compared: list[tuple[str, str, str]]) ->
         record = read_json(path)
         if record.get("asked") == want:
             return record
-    asked = want
-    host = socket.gethostname()
-    if want != OFF and repeats.rounds(grid.configs[lead]["sweep"]) > 1:
-        want = OFF          # its rounds are launches: the cluster bootstrap resamples them (docs/methods.md)
-        why = "sweep.rounds > 1: the interval resamples the group's own launches"
-    else:
-        why = "sweep.launch_sd=null: none"
+    host, sweep = socket.gethostname(), grid.configs[lead]["sweep"]
     history = recorded(grid.configs[lead]["results_dir"], host, grid.servers[lead].study) if want == RECORDED else {}
-    out = {}
-    for cell, ref, setting in compared:
-        k = key(cell, ref, setting)
-        if want == RECORDED:
-            out[k] = carried(history.get(k, []))
-        else:
-            out[k] = {"launch_sd": 0.0 if want == OFF else want, "launches": None,
-                      "why": why if want == OFF else "sweep.launch_sd, as given"}
-    record = {"asked": asked, "mode": want, "host": host, "comparisons": out, "written_at": time.time()}
+    out = {key(c, r, s): carry(sweep, history.get(key(c, r, s), [])) for c, r, s in compared}
+    record = {"asked": want, "host": host, "comparisons": out, "written_at": time.time()}
     atomic_write_json(path, record)
     return record
 

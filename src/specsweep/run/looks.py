@@ -183,15 +183,14 @@ class Looks:
         """Each comparison of the group at each setting both sides run: its name, sides, setting, and whether it is
         the A/A check."""
         out = {}
-        for cell, ref in comparisons(self.grid, self.members):
-            mine, theirs = schedule.settings(self.grid, cell), schedule.settings(self.grid, ref)
-            for setting in sorted(mine.keys() & theirs.keys()):
-                name = comparison_name(self.grid, cell, ref, setting, mine[setting])
-                out[name] = {"cell": cell, "ref": ref, "setting": setting, "by_repeat": (mine[setting], theirs[setting]),
-                             "label": comparison_label(self.grid, cell, ref),
-                             "setting_text": setting_text(self.grid.benches[cell][next(iter(mine[setting].values()))].spec),
-                             "aa": bool(self.grid.servers[cell].spec.get("aa")),
-                             "launch_sd": launch_record.pinned(self.grid, cell, ref, setting)["launch_sd"]}
+        for cell, ref, setting in setting_comparisons(self.grid, self.members):
+            mine, theirs = schedule.settings(self.grid, cell)[setting], schedule.settings(self.grid, ref)[setting]
+            out[comparison_name(self.grid, cell, ref, setting, mine)] = {
+                "cell": cell, "ref": ref, "setting": setting, "by_repeat": (mine, theirs),
+                "label": comparison_label(self.grid, cell, ref),
+                "setting_text": setting_text(self.grid.benches[cell][next(iter(mine.values()))].spec),
+                "aa": bool(self.grid.servers[cell].spec.get("aa")),
+                "launch_sd": launch_record.pinned(self.grid, cell, ref, setting)["launch_sd"]}
         return out
 
     def turn_starts(self) -> None:
