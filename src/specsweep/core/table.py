@@ -382,9 +382,7 @@ def metric_names(table: tuple[Column, ...] = SUMMARY) -> list[str]:
 
 # ---- the writer ---------------------------------------------------------------------------------------------
 def _encode(value, column: Column):
-    if column.encoding == JSON and value is not None:
-        return json.dumps(value)
-    return value
+    return json.dumps(value) if column.encoding == JSON and value is not None else value
 
 
 def write(table: tuple[Column, ...], rows: list[dict], path: str | Path, inputs: dict | None = None):
@@ -400,7 +398,9 @@ def write(table: tuple[Column, ...], rows: list[dict], path: str | Path, inputs:
     import pandas as pd
 
     frame = pd.DataFrame([{n: _encode(row[n], cols[n]) for n in order} for row in rows], columns=order)
-    atomic_write_text(path, frame.to_csv(index=False))
+    whole = {n: "Int64" for n in order if cols[n].encoding == INT and frame[n].dtype.kind == "f"  # blanks made it
+             and frame[n].dropna().map(float.is_integer).all()}                                  # float: "4", not "4.0"
+    atomic_write_text(path, frame.astype(whole).to_csv(index=False))
     if inputs is not None:
         atomic_write_json(layout.inputs_of(path), {"table": Path(path).name, "columns": order, **inputs})
     return frame
