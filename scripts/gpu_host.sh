@@ -165,9 +165,9 @@ sweep.num_speculative_tokens=[15] sweep.concurrency=[8]" 2>&1 | tee "$OUT/8b-tur
               python3 -m specsweep.cli shape qwen3.6-27b $DISK --weights --layers 16 || exit
               echo "replica written in $((SECONDS - t0)) s: $(du -sh $DISK | cut -f1)"; df -h $RES | tail -1; fi
             study gpu_27b_on_disk ;;
-  visit) study gpu_8b_answers          # a visit's studies in the guide's order, one after another: issue 54's 8B
-        bash "$0" 35b-moe               # group first, then issue 52's list (about 25 min on an H200: `bg visit`,
-        bash "$0" 27b-disk ;;           # then `collect 560` until it is done)
+  visit) STUDY_TIMEOUT=540 study gpu_8b_answers   # a visit's studies in the guide's order, one after another:
+        bash "$0" 35b-moe               # issue 54's 8B group first (291 s on an H100), then issue 52's list (about
+        bash "$0" 27b-disk ;;           # 25 min on an H200: `bg visit`, then `collect 560` until it is done)
   sglang-27b) for s in qwen3.5-27b qwen3.6-27b; do [ -d $RES/models/$s-dflash-shaped ] ||
                 python3 -m specsweep.cli shape $s $RES/models/$s-dflash-shaped; done
               study gpu_sglang_27b_hybrid \
