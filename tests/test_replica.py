@@ -102,6 +102,15 @@ def test_a_small_hybrid_is_written_and_read_back(tmp_path):
                                                                                 torch.ones(8))
     assert tuple(seen["model.language_model.layers.3.self_attn.q_proj.weight"].shape) == (2 * 4 * 16, 64)   # gated
     assert not any(k.startswith("model.visual") for k in seen) and "lm_head.weight" in seen
+    import transformers                 # each norm at its neutral value, as transformers' own init gives it
+
+    text = transformers.Qwen3_5TextConfig(**{**cfg["text_config"], "pad_token_id": None})
+    own = transformers.Qwen3_5ForCausalLM(text).state_dict()
+    norms = {k.replace("model.", "model.language_model.", 1): v for k, v in own.items() if k.endswith("norm.weight")}
+    norms = {k: v for k, v in norms.items() if k in seen}
+    assert len(norms) == sum(k.endswith("norm.weight") for k in seen) > 8
+    assert all(torch.equal(seen[k].float(), v.float()) for k, v in norms.items())
+    assert seen["model.language_model.layers.0.input_layernorm.weight"].abs().sum() == 0      # scales by 1 + w
 
 
 def test_the_planner_reads_the_weights_from_the_files(tmp_path):

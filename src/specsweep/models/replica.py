@@ -11,7 +11,9 @@ size; the safetensors format (an 8-byte header length, a JSON header of dtype, s
 written directly, which needs neither torch nor the safetensors package on the host. A matrix's values are random
 bf16 bit patterns: a random sign and mantissa under one exponent, so each is +-[2^-6, 2^-5) (standard deviation
 about 0.024, mean 0), drawn as random 16-bit integers: 240 M values a second on one loaded core here, where a
-normal draw made 14 M (9.2 G values for the 8B pair). Norms are 1: random text, no NaN or overflow.
+normal draw made 14 M (9.2 G values for the 8B pair). Norms get their neutral value, as a model's own init gives
+them: 1 for a norm that scales by its weight (Qwen3's, the hybrid's gated GDN norm), 0 for the hybrid's other norms,
+which scale by 1 + weight (zero-centred: vLLM's GemmaRMSNorm). Random text, no NaN or overflow.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from specsweep.core.errors import SpecsweepError
 from specsweep.models import model_shape
 
 INDEX = "model.safetensors.index.json"
+HYBRID = "model.language_model."    # the hybrid's text model's names (a dense Qwen3's are under model.)
 SIGN_MANTISSA, EXPONENT = 0x807F, 121 << 7     # bf16: sign, 8-bit exponent (bias 127), 7-bit mantissa
 CHUNK = 1 << 24            # values drawn at once (32 MiB)
 SHARD_BYTES = 2 << 30      # a shard's size, at most (a tensor larger than this is a shard of its own)
@@ -78,7 +81,7 @@ def hybrid_tensors(s) -> list[tuple[str, tuple[int, ...]]]:
     in_proj_a, conv1d, dt_bias, A_log, a gated norm, out_proj), each full layer's gated `self_attn`; no vision tower
     (the launch serves such a checkpoint with --language-model-only). tests/test_replica.py checks the names and
     shapes against transformers' own model of the config."""
-    h, pre = s.hidden, "model.language_model."
+    h, pre = s.hidden, HYBRID
     keys, values = s.linear_k_heads * s.linear_k_dim, s.linear_v_heads * s.linear_v_dim
     conv = 2 * keys + values
     out: list[tuple[str, tuple[int, ...]]] = [(pre + "embed_tokens.weight", (s.vocab, h))]
@@ -119,8 +122,9 @@ def shards(named: list[tuple[str, tuple[int, ...]]], shard_bytes: int) -> list[l
 
 def _write_tensor(f, name: str, shape: tuple[int, ...], rng: np.random.Generator) -> None:
     count = int(np.prod(shape))
-    if name.endswith("norm.weight"):        # RMSNorm weights: 1.0 in bf16 is 0x3F80
-        f.write(np.full(count, 0x3F80, dtype="<u2").tobytes())
+    if name.endswith("norm.weight"):        # RMSNorm weights, neutral: 1.0 in bf16 is 0x3F80, or 0 (zero-centred)
+        zero_centred = name.startswith(HYBRID) and ".linear_attn." not in name
+        f.write(np.full(count, 0 if zero_centred else 0x3F80, dtype="<u2").tobytes())
         return
     for start in range(0, count, CHUNK):
         bits = rng.integers(0, 1 << 16, size=min(CHUNK, count - start), dtype=np.uint16)
