@@ -144,12 +144,18 @@ def test_ngram_cell_per_request_figures_equal_the_counters_and_ignore_eos_decode
     grid = expand(compose_jobs([f"results_dir={tiny_results}", "study=perreq", "pair=tiny-ngram",
                                 "sweep.num_speculative_tokens=3", "sweep.baseline=false", "sweep.ignore_eos=true",
                                 "sweep.max_tokens=32", "sweep.warmup=2", "dataset.num_prompts=8",
-                                "sweep.repeats=1"]))
+                                "sweep.repeats=1", "sweep.divergence=true"]))
     [sid], [(bid, bench)] = grid.servers, grid.benches[next(iter(grid.servers))].items()
     materialise(bench.spec["dataset"], grid.dataset_file(bench.spec["dataset"]))
     with vllm_session.open_session(grid, sid, progress=False) as session:
         m = run_bench_cell(grid, sid, bid, session, progress=False)
-    rows = read_jsonl(grid.bench_dir(sid, bid) / "requests.jsonl")
+        rows = read_jsonl(grid.bench_dir(sid, bid) / "requests.jsonl")
+        # sweep.divergence: each row's prompt and output token ids, and the probe of the next token's logprobs
+        first = rows[0]
+        probe = session.next_token_logprobs(first["prompt_token_ids"], 5)
+    assert len(first["token_ids"]) == 32 and len(first["prompt_token_ids"]) == first["prompt_tokens"]
+    assert len(probe) == 5 and all(isinstance(t, int) and lp <= 0 for t, lp in probe.items())
+    assert first["token_ids"][0] in probe      # greedy's first token among the prefill's top 5 (a near-tie at most)
     assert (m["valid"], m["invalid_reason"], m["spec_decode_source"], m["spec_decode_exact"]) == \
         (True, None, "per_request", True)
     sd, counted = m["spec_decode"], m["spec_counters_delta"]

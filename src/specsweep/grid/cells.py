@@ -56,6 +56,8 @@ ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False,     # bench spec: swe
                                       "waves": None,
                                       # bench spec: sweep.warmup_turns (every: each turn warms up first)
                                       "warmup_turns": "every",
+                                      # bench spec: sweep.divergence (false: no token ids, no probes)
+                                      "divergence": False,
                                       # server spec: vLLM's largest CUDA graph (null: vLLM's 2 x max_num_seqs x (1+K))
                                       "kernel.cuda_graph_max_tokens": None}
 
@@ -394,7 +396,8 @@ def _bench_specs(cfg: dict, concurrencies: list[int], ignore_eos: bool = False) 
                                 "warmup": sweep["warmup"], "max_error_rate": sweep["max_error_rate"],
                                 "ignore_eos": ignore_eos or sweep.get("ignore_eos", False),
                                 "prompt_length": prompt_length, "waves": waves,
-                                "warmup_turns": sweep.get("warmup_turns", "every")})
+                                "warmup_turns": sweep.get("warmup_turns", "every"),
+                                "divergence": bool(sweep.get("divergence", False))})
     return out
 
 

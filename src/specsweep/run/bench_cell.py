@@ -14,11 +14,11 @@ from typing import Protocol
 
 from specsweep import metrics
 from specsweep.core import layout
-from specsweep.core.errors import CellError
+from specsweep.core.errors import CellError, ServerError
 from specsweep.core.results import atomic_write_json, atomic_write_jsonl, atomic_write_yaml, read_json, read_jsonl
 from specsweep.grid.cells import Grid
 from specsweep.grid.datasets import load_prompt_rows, prompts_digest
-from specsweep.metrics import phases
+from specsweep.metrics import divergence, phases
 from specsweep.verdicts import stats
 
 
@@ -92,6 +92,25 @@ def compare_with_baseline(grid: Grid, sid: str, bid: str, figures: dict, rows: l
     out["baseline_cell"] = base
     out["graph_asymmetry"] = graph_asymmetry(figures, base_fig, rows, base_rows)
     return out
+
+
+def probe_divergences(grid: Grid, sid: str, bid: str, figures: dict, rows: list[dict], session: Session) -> dict:
+    """Where this cell's greedy text leaves its baseline's (sweep.divergence; metrics/divergence.py): each first
+    differing token, probed on this cell's own server after its timing (the session's next_token_logprobs, where its
+    backend has one); nothing where the texts agree or greedy agreement does not apply."""
+    if figures.get("greedy_agreement") in (None, 1.0):
+        return {}
+    found, why = divergence.located(rows, read_jsonl(grid.bench_dir(figures["baseline_cell"], bid) / layout.REQUESTS))
+    probe = getattr(session, "next_token_logprobs", None)
+    if probe is None:
+        return divergence.explained([], "; ".join(filter(None, [why, f"{len(found)} divergence(s) not probed: this "
+                                                                       "backend has no log-probability probe"])))
+    for p in found:
+        try:
+            p["logprobs"] = probe(p["prefix"], divergence.TOP)
+        except ServerError as e:
+            p["error"] = str(e)
+    return divergence.explained(found, why)
 
 
 def graph_asymmetry(figures: dict, base_fig: dict, rows: list[dict], base_rows: list[dict]) -> str | None:
@@ -245,6 +264,8 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     figures["valid"] = not reasons
     figures["invalid_reason"] = "; ".join(reasons) or None
     figures.update(compare_with_baseline(grid, sid, bid, figures, m.rows))
+    if bench.get("divergence"):
+        figures.update(probe_divergences(grid, sid, bid, figures, m.rows, session))
     invalidate(figures, figures.get("graph_asymmetry"))
     figures["output_length_warning"] = output_length_warning(grid, sid, bid, figures)
     figures.update(server_cell=sid, bench_cell=bid, started_at=started_at, finished_at=finished_at, **(context or {}))

@@ -35,6 +35,7 @@ class RequestRecord:
     start_s: float = 0.0        # seconds since the cell's start
     spec: dict | None = None    # the request's own spec-decode stats, where the server reports them (spec_field)
     token_ids: list[int] | None = None   # the output's token ids, where asked for (return_token_ids: phases.py)
+    prompt_token_ids: list[int] | None = None   # the prompt's, as the server templated it (return_token_ids)
     server_timing: dict | None = None  # the server's own timing of the request, where it sends it (timing_field);
     #                                    the backend's session turns it into metrics.server_tpot's neutral shape
 
@@ -56,7 +57,8 @@ class ChatSettings:
     api_key: str | None = field(default=None, repr=False)   # sent as a Bearer token; never recorded
     timing_field: tuple[str, ...] = ()   # the key path at which a stream chunk carries the server's request timing
     per_chunk_usage: bool = True         # continuous_usage_stats: each chunk's token count (off only to measure its cost)
-    return_token_ids: bool = False       # vLLM's return_token_ids: each chunk's token ids (where </think> falls)
+    return_token_ids: bool = False       # vLLM's return_token_ids: each chunk's token ids and the prompt's (where
+    #                                      </think> falls; where a greedy text leaves its baseline's: divergence.py)
     waves: bool = False                  # sweep.waves: `concurrency` prompts at once, the next wave once all finished
 
 
@@ -153,6 +155,8 @@ async def chat_once(http: httpx.AsyncClient, url: str, messages: list[dict], s: 
                         return rec
                     now = time.perf_counter()
                     content = False
+                    if s.return_token_ids and chunk.get("prompt_token_ids") is not None:
+                        rec.prompt_token_ids = list(chunk["prompt_token_ids"])
                     for choice in chunk.get("choices") or []:
                         delta = (choice.get("delta") or {})
                         piece = (delta.get("content") or "") + (delta.get("reasoning_content") or "") \

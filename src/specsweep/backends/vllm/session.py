@@ -247,14 +247,15 @@ def bench_server(url: str, prompts: list[list[str]], settings: client.ChatSettin
     return asyncio.run(measure(url, prompts, settings, concurrency, warmup, progress=progress))
 
 
-def mark_think_end(rows: list[dict], tokenizer: str | None) -> None:
+def mark_think_end(rows: list[dict], tokenizer: str | None, keep: bool = False) -> None:
     """Each row's `think_end` (phases.py) from the token ids vLLM returned (return_token_ids, asked for on
-    thinking cells), which are then dropped; rows without ids get none, and their split says so."""
+    thinking cells), which are then dropped unless kept (sweep.divergence reads them); rows without ids get none,
+    and their split says so."""
     think_id = None
     if tokenizer and any(r.get("token_ids") for r in rows):
         think_id = _think_id(tokenizer)
     for r in rows:
-        ids = r.pop("token_ids", None)
+        ids = r.get("token_ids") if keep else r.pop("token_ids", None)
         if ids is not None:
             r["think_end"] = phases.think_end_position(ids, think_id)
 
@@ -318,7 +319,8 @@ class VllmSession(ServerSession):
     def measure(self, prompts: list[list[str]], bench: dict, progress: bool, desc: str) -> Measurement:
         settings = client.settings_for(bench, self.srv.served_name, self.run["request_timeout_s"],
                                        spec_field=SPEC_FIELD, timing_field=TIMING_FIELD, api_key=self.srv.api_key,
-                                       return_token_ids=bool(bench["thinking"]))   # where </think> falls
+                                       # where </think> falls; where a greedy text parts (sweep.divergence)
+                                       return_token_ids=bool(bench["thinking"] or bench.get("divergence")))
         try:
             rows, figures = asyncio.run(measure(self.srv.url, prompts, settings, bench["concurrency"],
                                                 bench["warmup"], progress, desc))
@@ -326,13 +328,27 @@ class VllmSession(ServerSession):
             rows, figures = [], {"scrape_error": f"{type(e).__name__}: {e}"}
         failure = self.death("server died during the cell (vLLM's engine core exited)") if not self.srv.alive() else \
             f"/metrics failed: {figures['scrape_error']}" if "scrape_error" in figures else None
-        mark_think_end(rows, getattr(self, "tokenizer", None))
+        mark_think_end(rows, getattr(self, "tokenizer", None), keep=bool(bench.get("divergence")))
         level = self.srv.info.get("per_request_spec_metrics")
         figures.update(backend="vllm", vllm_version=self.srv.info.get("vllm_version"),
                        server_python=self.srv.info.get("python"), per_request_spec_metrics=level,
                        per_request_timing=self.srv.info.get("per_request_timing"),
                        cuda_graph_max_tokens=self.srv.info.get("cuda_graph_max_tokens"))
         return Measurement(rows, figures, failure, per_request_asked=level)
+
+    def next_token_logprobs(self, prefix: list[int], top: int) -> dict[int, float]:
+        """The target's top `top` log-probabilities for the token after `prefix` (token ids): one untimed one-token
+        completion, a prefill (divergence.py), its tokens named by id (return_tokens_as_token_ids)."""
+        try:
+            r = httpx.post(f"{self.srv.url}/v1/completions", headers=self.srv.auth,
+                           timeout=self.run["request_timeout_s"],
+                           json={"model": self.srv.served_name, "prompt": prefix, "max_tokens": 1, "temperature": 0,
+                                 "logprobs": top, "return_tokens_as_token_ids": True})
+            r.raise_for_status()
+            top_lp = r.json()["choices"][0]["logprobs"]["top_logprobs"][0]
+            return {int(k.removeprefix("token_id:")): v for k, v in top_lp.items()}
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
+            raise ServerError(f"/v1/completions with logprobs: {type(e).__name__}: {str(e)[:160]}") from None
 
 
 def kv_shortfall(info: dict, server: dict, concurrency: int) -> str | None:
