@@ -1,6 +1,8 @@
 """Where a greedy member's text leaves its baseline's (metrics/divergence.py, sweep.divergence): the first differing
 token found from both servers' token ids, the probe's margins read, and run_bench_cell probing on the cell's own
 session after its timing. Exact logic on given rows and a deterministic probe."""
+import json
+
 import pytest
 from test_bench_cell import FixedSession, STEPS, cells, counters, rows
 from test_metrics import rec
@@ -36,6 +38,7 @@ def test_each_differing_request_is_located_at_its_first_differing_token_with_the
     many = [row(i, [1, 2]) for i in range(10)], [row(i, [1, 3]) for i in range(10)]
     found, why = divergence.located(*many, limit=8)
     assert len(found) == 8 and why == "2 more differing request(s) not probed (the first 8 are)"
+    assert divergence.MAX_PROBES >= 16      # a GPU preset's 16 prompts are all probed
 
 
 def test_margins_are_read_from_the_probe_and_a_token_outside_the_top_gives_a_bound():
@@ -104,3 +107,14 @@ def test_agreeing_texts_and_a_backend_without_a_probe(grid):
     m = run_bench_cell(grid, sid, bid, parted, progress=False)
     assert m["greedy_divergences"] == [] and m["greedy_divergence_margin"] is None
     assert m["greedy_divergence_na"] == "1 divergence(s) not probed: this backend has no log-probability probe"
+
+
+def test_a_cell_that_ran_before_its_baseline_says_it_was_not_probed(grid):
+    sid, base, bid = cells(grid)
+    ids = [list(range(12)), list(range(10))]
+    parted = ProbingSession(with_ids(rows(), [ids[0], [5] * 10]), counters(STEPS), {})
+    assert run_bench_cell(grid, sid, bid, parted, progress=False)["greedy_agreement"] is None    # no baseline yet
+    run_bench_cell(grid, base, bid, FixedSession(with_ids(rows(), ids), None, None), progress=False)
+    m = json.loads(grid.metrics_path(sid, bid).read_text())      # compared when its baseline finished
+    assert m["greedy_agreement"] == 0.5 and parted.asked == [] and m["greedy_divergences"] == []
+    assert m["greedy_divergence_na"].startswith("this cell ran before its baseline's")

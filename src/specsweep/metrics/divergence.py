@@ -14,7 +14,7 @@ target's alone).
 """
 from __future__ import annotations
 
-MAX_PROBES = 8          # first divergences probed per cell: each is one short request after the cell's timing
+MAX_PROBES = 32         # first divergences probed per cell: each is one short request after the cell's timing
 TOP = 20                # log-probabilities asked for per probe (vLLM's default --max-logprobs)
 
 

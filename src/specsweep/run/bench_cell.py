@@ -198,6 +198,9 @@ def refresh_comparisons(grid: Grid, base: str, bid: str) -> None:
             continue
         rows = read_jsonl(grid.bench_dir(sid, bid) / layout.REQUESTS)
         figures.update(compare_with_baseline(grid, sid, bid, figures, rows))
+        if grid.benches[sid][bid].spec.get("divergence") and figures.get("greedy_agreement") not in (None, 1.0):
+            figures.update(divergence.explained([], "this cell ran before its baseline's, so its server was not "
+                                                    "probed (divergence.located finds where its texts part)"))
         invalidate(figures, figures["graph_asymmetry"])
         figures["output_length_warning"] = output_length_warning(grid, sid, bid, figures)
         atomic_write_json(grid.metrics_path(sid, bid), figures)
