@@ -63,11 +63,17 @@ def test_the_8b_replica_and_its_tokenizer(tmp_path):
     """The shape scripts/gpu_host.sh serves: Qwen3-8B and its drafter; the tokenizer has every id of the vocab."""
     from transformers import AutoConfig, AutoTokenizer
 
+    from specsweep.grid.datasets import synthetic_rows
+
     assert cli.main(["shape", "qwen3-8b", str(tmp_path / "p")]) == 0
     cfg = AutoConfig.from_pretrained(tmp_path / "p" / "target")
     assert (type(cfg).__name__, cfg.num_hidden_layers, cfg.vocab_size) == ("Qwen3Config", 36, 151936)
     tok = AutoTokenizer.from_pretrained(tmp_path / "p" / "target")
     assert len(tok) == 151936 and tok.convert_tokens_to_ids("<|MASK|>") == 151669
+    # it carries a prompt's text: a synthetic problem's words one token each, any other word in characters, no [UNK]
+    a, b = (tok(r["turns"][0]).input_ids for r in synthetic_rows(2, 0))
+    assert a != b and len(a) == len(synthetic_rows(2, 0)[0]["turns"][0].split())
+    assert tok.unk_token_id not in tok("Zebras, Hello!").input_ids and tok.decode(tok("Zebras").input_ids) == "Zebras"
     assert tok.eos_token_id == json.loads((tmp_path / "p" / "target" / "generation_config.json").read_text())[
         "eos_token_id"] == 151645
     d = model_shape.read_config(tmp_path / "p" / "drafter")

@@ -43,6 +43,13 @@ def synthetic_problem(rng: random.Random) -> tuple[str, str, int]:
     return question, " ".join(steps), total
 
 
+def synthetic_words() -> list[str]:
+    """Every whitespace-separated word of the synthetic problems and their steps (a shaped replica's tokenizer
+    gives each its own id: models/shaped.py), sorted."""
+    rng = random.Random(0)
+    return sorted({w for _ in range(4000) for part in synthetic_problem(rng)[:2] for w in part.split()})
+
+
 def synthetic_rows(n: int, seed: int) -> list[dict]:
     rng = random.Random(10_000 + seed)   # disjoint from the seeds the tiny pair trains on
     return [{"turns": [synthetic_problem(rng)[0]]} for _ in range(n)]

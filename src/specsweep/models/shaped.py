@@ -172,15 +172,25 @@ SHAPES = {
 
 
 def tokenizer(out: Path, vocab_size: int, specials: dict, max_length: int) -> None:
-    """A word-level tokenizer with exactly the model's ids: w<i> for every id but the specials."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    """A tokenizer with exactly the model's ids that carries a prompt's text: each word of the synthetic problems
+    and the chat roles one token (as a real tokenizer's common words are), any other word spelled in characters
+    (WordPiece's ## pieces), never [UNK]; w<i> for every other id, which is what a random model's output reads as.
+    A word-level vocabulary of w<i> alone made every English word [UNK]: a model saw a prompt's length only."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    by_id = {i: s for s, i in specials.items()}
-    vocab = {by_id.get(i, f"w{i}"): i for i in range(vocab_size)}
-    vocab["[UNK]"] = vocab.pop("w0")
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    from specsweep.grid.datasets import synthetic_words
+
+    chars = [chr(c) for c in range(33, 127)]
+    words = dict.fromkeys([*chars, *("##" + c for c in chars), "system", "user", "assistant", *synthetic_words()])
+    vocab = {"[UNK]": 0, **specials}
+    free = (i for i in range(1, vocab_size) if i not in vocab.values())
+    vocab.update(zip(words, free))
+    taken = set(vocab.values())
+    vocab.update({f"w{i}": i for i in range(vocab_size) if i not in taken})
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    unk_token="[UNK]", additional_special_tokens=["<|im_start|>", "<|MASK|>"])
     fast.chat_template = CHAT_TEMPLATE
