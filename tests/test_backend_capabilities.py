@@ -14,7 +14,7 @@ from specsweep.plan import checks, preflight
 
 def test_each_backend_claims_only_known_features():
     assert {n: sorted(registry.capabilities(n)) for n in registry.names()} == {
-        "vllm": ["block_verification", "k_schedule", "set_acceptance"],
+        "vllm": ["block_verification", "divergence", "k_schedule", "set_acceptance"],
         "local": ["block_verification", "set_acceptance"],
         "sglang": []}
     assert registry.having("k_schedule") == ("vllm",) and registry.having("set_acceptance") == ("vllm", "local")
@@ -28,9 +28,9 @@ def test_a_claim_outside_the_features_is_refused(monkeypatch):
 
 def test_a_backend_gets_the_shared_refusal_of_each_feature_it_lacks_and_no_other():
     assert checks.refusals("vllm") == []
-    assert checks.refusals("local") == [checks.check_k_schedule]
+    assert checks.refusals("local") == [checks.check_k_schedule, checks.check_divergence]
     assert checks.refusals("sglang") == [checks.check_set_acceptance, checks.check_verification,
-                                         checks.check_k_schedule]
+                                         checks.check_k_schedule, checks.check_divergence]
     for name in registry.names():             # nobody lists a shared refusal itself any more
         assert not set(checks.REFUSALS.values()) & set(parts.checks(name).CHECKS)
 
@@ -43,6 +43,14 @@ def test_refusing_follows_the_capability_not_the_name(monkeypatch):
     assert checks.check_k_schedule(cfg, {}).status == "pass"       # the backend's own check would take over
     assert checks.check_k_schedule not in checks.refusals("local")
     assert "k_schedule" not in [c.name for c in preflight.run_checks([cfg], {"server_env": {}})]
+
+
+def test_a_divergence_probe_off_vllm_is_one_line():
+    cfg = compose_jobs(["server=local", "kernel=local_sdpa", "sweep.divergence=true"])[0]
+    assert checks.check_divergence(cfg, {}).message == (
+        "sweep.divergence is not implemented on the local backend: run these cells on a backend that has it "
+        "(server.backend vllm), or set sweep.divergence=false")
+    assert checks.check_divergence(compose_jobs(["server=local", "kernel=local_sdpa"])[0], {}).status == "pass"
 
 
 def test_a_feature_nobody_has_says_so(monkeypatch):

@@ -57,7 +57,7 @@ def test_a_fourth_backend_is_its_package_a_registry_line_and_a_server_entry(echo
     env = preflight.environment(jobs[0]["server"])                                                # its checks
     assert env["server_env"] == {"echo": "1.0"}
     assert [c.name for c in preflight.run_checks(jobs, env)] == ["dataset", "echo", "set_acceptance", "verification",
-                                                                 "k_schedule", "residency"]   # refused by capability
+                                                                 "k_schedule", "divergence", "residency"]   # refused by capability
     [refused] = [c for c in preflight.run_checks(echo("sweep.set_acceptance=[3.0]"), env) if c.status == "fail"]
     assert refused.message == ("sweep.set_acceptance [3.0] is not implemented on the echo backend: run these cells "
                                "on a backend that has it (server.backend vllm or local), or drop sweep.set_acceptance")

@@ -41,6 +41,7 @@ FEATURES = {
     "set_acceptance": "sweep.set_acceptance",
     "block_verification": "sweep.verification=block",
     "k_schedule": "sweep.k_schedule",
+    "divergence": "sweep.divergence",
 }
 
 

@@ -329,9 +329,17 @@ def check_residency(configs: list[dict], env):
     return ok("residency", message) if all(fits for fits, _ in lines) else warn("residency", message)
 
 
+def check_divergence(cfg, env):
+    """sweep.divergence (each request's token ids, the target's log-probabilities where a greedy text parts),
+    refused where the backend returns neither."""
+    if not cfg["sweep"].get("divergence"):
+        return ok("divergence", "no divergence probe")
+    return _refused("divergence", "divergence", "sweep.divergence", cfg, "set sweep.divergence=false")
+
+
 # each feature's refusal, which preflight adds to the checks of every backend without that feature
 REFUSALS = {"set_acceptance": check_set_acceptance, "block_verification": check_verification,
-            "k_schedule": check_k_schedule}
+            "k_schedule": check_k_schedule, "divergence": check_divergence}
 
 
 def refusals(backend: str) -> list:

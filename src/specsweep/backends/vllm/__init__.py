@@ -33,7 +33,7 @@ ID_TAG = ""            # the first backend: its cell ids carry no tag, and stay 
 ID_BY_BLOCK = False
 LAYER_ID_OFFSET = 1                  # adds 1 to each target_layer_id (its probe in env.json says): ids 0..n-2
 VERSION_FIELDS = ("vllm_version",)
-CAPABILITIES = frozenset({"set_acceptance", "block_verification", "k_schedule"})   # backends.FEATURES
+CAPABILITIES = frozenset({"set_acceptance", "block_verification", "k_schedule", "divergence"})   # backends.FEATURES
 # What its configs must also hold (config.schema() adds it): a server's launch settings, and the command it runs
 SCHEMA = {"properties": {
     "server": {"required": ["python", "host", "port", "port_range", "tensor_parallel_size", "data_parallel_size",
