@@ -46,6 +46,8 @@ def test_margins_are_read_from_the_probe_and_a_token_outside_the_top_gives_a_bou
             "logprobs": {5: -1.00, 7: -1.02, 9: -3.0}}
     far = {**near, "index": 1, "logprobs": {5: -0.1, 9: -4.0}}          # the cell's token is not in the top
     failed = {**near, "index": 2, "error": "/v1/completions with logprobs: HTTPStatusError: 400"}
+    nothing = {**near, "index": 3, "logprobs": {}}                       # a probe that returned no logprobs
+    assert divergence.explained([nothing], None)["greedy_divergences"][0]["margin"] is None
     got = divergence.explained([near, far, failed], None)
     first, second, third = got["greedy_divergences"]
     assert first["margin"] == pytest.approx(0.02) and first["probe_top_token"] == 5

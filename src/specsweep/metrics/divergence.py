@@ -66,7 +66,7 @@ def explained(probes: list[dict], why: str | None) -> dict:
             continue
         lps = p["logprobs"]
         base_lp, cell_lp = lps.get(p["baseline_token"]), lps.get(p["cell_token"])
-        entry.update(baseline_logprob=base_lp, cell_logprob=cell_lp, probe_top_token=max(lps, key=lps.get),
+        entry.update(baseline_logprob=base_lp, cell_logprob=cell_lp, probe_top_token=max(lps, key=lps.get, default=None),
                      margin=base_lp - cell_lp if base_lp is not None and cell_lp is not None else None)
         if entry["margin"] is not None:
             margins.append(abs(entry["margin"]))
