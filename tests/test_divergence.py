@@ -12,6 +12,8 @@ from specsweep.grid.cells import expand
 from specsweep.grid.config import compose_jobs
 from specsweep.grid.datasets import materialise
 from specsweep.metrics import divergence
+from specsweep.read import summary
+from specsweep.read.study import Study
 from specsweep.run.bench_cell import run_bench_cell
 
 
@@ -96,6 +98,9 @@ def test_a_greedy_cell_whose_text_parts_is_probed_on_its_own_server_after_its_ti
     assert (d["index"], d["position"], d["baseline_token"], d["cell_token"]) == (1, 4, 4, 99)
     assert d["margin"] == pytest.approx(0.01) and m["greedy_divergence_margin"] == pytest.approx(0.01)
     assert m["greedy_divergence_na"] is None and m["valid"]
+    [row] = [r for r in summary.rows(Study.load(grid.study_files(grid.servers[sid].study).dir, grid))
+             if r["method"] != "none"]
+    assert row["greedy_agreement"] == 0.5 and row["greedy_divergence_margin"] == pytest.approx(0.01)   # the table's
 
 
 def test_agreeing_texts_and_a_backend_without_a_probe(grid):

@@ -244,10 +244,10 @@ _SUMMARY = (      # in the order of where each comes from; SUMMARY below puts th
     _median("acceptance_rate", ("spec_decode", "acceptance_rate"), "", HIGHER),
     _median("greedy_agreement", ("greedy_agreement",), "", HIGHER),
     Column("greedy_agreement_na", DIAGNOSIS, "the first repeat's greedy_agreement_na: why it is blank", encoding=TEXT),
+    _median("greedy_divergence_margin", ("greedy_divergence_margin",), "nats", LOWER),     # sweep.divergence
     Column("repeat_agreement", FIGURE, "the later valid repeats' share of texts equal to the first's, per prompt and "
            "turn (metrics.repeat_agreement): one server across its wakes or launches", "", HIGHER),
-    Column("repeat_agreement_na", DIAGNOSIS, "why repeat_agreement is blank (summary.repeat_agreement_columns)",
-           encoding=TEXT, tag="repeat_agreement_na"),
+    Column("repeat_agreement_na", DIAGNOSIS, "why repeat_agreement is blank", encoding=TEXT, tag="repeat_agreement_na"),
     _median("error_rate", ("error_rate",), "", LOWER),
     *TIMING,
     *QUALITY,
