@@ -102,11 +102,14 @@ PY
       OUT=/root/bg/$step setsid bash -c 'bash scripts/gpu_host.sh "$@" > /root/bg/$1/step.out 2>&1; echo $? > /root/bg/$1.rc' \
         _ "$@" < /dev/null > /dev/null 2>&1 &
       echo "started $step in the background" ;;
-  collect) until [ $SECONDS -ge "${2:-560}" ]; do
+  collect) copy() { for d in /root/bg/*/; do mkdir -p "$OUT/$(basename "$d")"; cp "$d"* "$OUT/$(basename "$d")/" \
+                      2>/dev/null; done; }       # every 30 s too: a call cut at its limit still brings back $OUT
+           until [ $SECONDS -ge "${2:-560}" ]; do
              left=0; for d in /root/bg/*/; do [ -f "${d%/}.rc" ] || left=1; done
-             [ $left = 0 ] && break; sleep 5; done
-           for d in /root/bg/*/; do n=$(basename "$d"); mkdir -p "$OUT/$n"; cp "$d"* "$OUT/$n/" 2>/dev/null
-             echo "== $n: rc $(cat "${d%/}.rc" 2>/dev/null || echo 'still running')"; tail -25 "$d/step.out"; done ;;
+             [ $left = 0 ] && break; [ $((SECONDS % 30)) -lt 5 ] && copy; sleep 5; done
+           copy
+           for d in /root/bg/*/; do
+             echo "== $(basename "$d"): rc $(cat "${d%/}.rc" 2>/dev/null || echo 'still running')"; tail -25 "$d/step.out"; done ;;
   # ---- the H200 campaigns' steps, as preset runs ----
   tiny) study gpu_tiny_vllm
         study gpu_tiny_local ;;
