@@ -1,8 +1,8 @@
 """Config-only replicas of published pairs: study a model's cost before downloading its weights.
 
 vLLM's `--load-format dummy` makes random weights itself, for the target and the drafter, so a model-sized cost
-study needs only each `config.json` and a tokenizer of the model's own vocabulary (word-level, every id, a ChatML
-template). `specsweep shape NAME DEST` writes DEST/target (config, tokenizer, generation config) and
+study needs only each `config.json` and a tokenizer of the model's own vocabulary (every id, text carried word by
+word or in characters, a ChatML template: `tokenizer`). `specsweep shape NAME DEST` writes DEST/target (config, tokenizer, generation config) and
 DEST/drafter/config.json (vLLM 0.26's DFlash format: `DFlashDraftModel`, `dflash_config` with `mask_token_id` and
 `target_layer_ids`, `block_size`, `num_target_layers`). Random weights accept no drafts: such a pair measures the
 cost side, or set acceptance (`sweep.set_acceptance`).
