@@ -45,8 +45,8 @@ def located(rows: list[dict], base_rows: list[dict], limit: int = MAX_PROBES) ->
         else:
             out.append({"index": r["index"], "turn": r["turn"], "position": pos, "baseline_token": base_ids[pos],
                         "cell_token": ids[pos], "prefix": [*prompt, *base_ids[:pos]]})
-    why = [f"{unlocated} differing request(s) have no differing token to probe (no token ids from the server, or "
-           "one output only ended sooner)" if unlocated else "",
+    why = [f"{unlocated} differing request(s) have no differing token to probe (no token ids from the server, the "
+           "same ids detokenized apart, or one output only ended sooner)" if unlocated else "",
            f"{over} more differing request(s) not probed (the first {limit} are)" if over else ""]
     return out, "; ".join(filter(None, why)) or None
 
