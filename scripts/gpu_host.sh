@@ -20,7 +20,7 @@
 #   then tiny-relaunch), 27b-one (gpu_27b_one), 27b-group (and --also the all-full drafter layout), 27b-greedy (and
 #   real acceptance; with dummy weights its texts are empty, so its agreement is blank:
 #   docs/campaigns/2026-12-06-h100-27b-greedy.md), 35b-moe (gpu_35b_moe_hybrid), 8b-studies (gpu_8b_group cold, then warm on the same compile cache, then
-#   specsweep.read.warm_study; about 15 min: `bg 8b-studies`, then `collect`); the benchmarks coresidency [ROUNDS]
+#   specsweep.read.warm_study; about 15 min: `bg 8b-studies`, then `collect`; overrides after it go to both studies); the benchmarks coresidency [ROUNDS]
 #   and 8b-starts (python -m bench run; 8b-starts about 12 min: `bg 8b-starts`, then `collect 560` twice), 8b-turns
 #   [ROUNDS] (bench turn_designs: the 8B-shaped baseline and K=15 at c=8, today's turns against waves, one launch);
 #   vllm-metrics (a grep of the bundle); sglang-capture, sglang-tiny, sglang-tiny-local, sglang-8b (gpu_sglang_*).
@@ -29,6 +29,8 @@
 #   `bg 8b-disk`, then `collect 560` twice); 27b-disk (the 27B hybrid cut to 16 layers, random weights of a real spread
 #   in $RES/models/qwen3.6-27b-disk, about 19 GiB, then gpu_27b_on_disk: its greedy agreement at concurrency 1);
 #   visit (gpu_8b_answers, then 35b-moe, then 27b-disk, one after another: `bg visit`, then `collect 560` until done);
+#   visit-h100 (an H100's: 27b-disk, then 8b-studies co-resident in 80 GB at a 2048 context, one repeat, since
+#   the warm study compares starts);
 #   sglang-27b (gpu_sglang_27b_hybrid, both drafter layouts, after install-sglang and the 27B shapes: `bg sglang-27b`,
 #   then `collect`).
 # PROMPTS=N sets dataset.num_prompts for the 27B and 35B steps and coresidency.
@@ -135,10 +137,10 @@ print('mask token id ->', eot, doctor(Path(sys.argv[1] + '/drafter'), Path(sys.a
   35b-moe) study gpu_35b_moe_hybrid ${PROMPTS:+dataset.num_prompts=$PROMPTS} ;;
   27b-greedy) study gpu_27b_one ${PROMPTS:+dataset.num_prompts=$PROMPTS} "sweep.set_acceptance=[null,6.0]" \
                 --also "pair=qwen3.5-27b-dflash pair.target=$SHAPED27 sweep.set_acceptance=[6.0]" ;;
-  8b-studies) export SPECSWEEP_VLLM_CACHE=/root/vllm-cache-$(date +%s)
+  8b-studies) shift; export SPECSWEEP_VLLM_CACHE=/root/vllm-cache-$(date +%s)
               walls=()
               for name in qwen3-8b-cold qwen3-8b-warm; do t0=$SECONDS
-                study gpu_8b_group study=$name
+                study gpu_8b_group study=$name "$@"
                 walls+=($((SECONDS - t0))); done
               python3 -m specsweep.read.warm_study $RES/qwen3-8b-cold $RES/qwen3-8b-warm --walls "${walls[@]}" \
                 --out "$OUT/warm_study.json" ;;
@@ -171,6 +173,8 @@ sweep.num_speculative_tokens=[15] sweep.concurrency=[8]" 2>&1 | tee "$OUT/8b-tur
   visit) STUDY_TIMEOUT=540 study gpu_8b_answers   # a visit's studies in the guide's order, one after another:
         bash "$0" 35b-moe               # issue 54's 8B group first (291 s on an H100), then issue 52's list (about
         bash "$0" 27b-disk ;;           # 25 min on an H200: `bg visit`, then `collect 560` until it is done)
+  visit-h100) bash "$0" 27b-disk        # what is owed and fits 80 GB: the 27B hybrid from files, then the warm study
+              bash "$0" 8b-studies server.max_model_len=2048 server.gpu_memory_utilization=0.95 sweep.repeats=1 ;;
   sglang-27b) for s in qwen3.5-27b qwen3.6-27b; do [ -d $RES/models/$s-dflash-shaped ] ||
                 python3 -m specsweep.cli shape $s $RES/models/$s-dflash-shaped; done
               study gpu_sglang_27b_hybrid \
@@ -179,6 +183,6 @@ sweep.num_speculative_tokens=[15] sweep.concurrency=[8]" 2>&1 | tee "$OUT/8b-tur
           "bg STEP ... | collect SECS | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched | tiny-diag |" \
           "8b-group | 8b-sleep | tiny-relaunch | modes | 27b-one | 27b-group | 27b-greedy | 8b-studies |" \
           "coresidency [ROUNDS] | 8b-starts | vllm-metrics | sglang-capture | sglang-tiny | sglang-tiny-local | sglang-8b |" \
-          "8b-disk | 27b-disk | visit | sglang-27b" >&2
+          "8b-disk | 27b-disk | visit | visit-h100 | sglang-27b" >&2
      exit 2 ;;
 esac
