@@ -27,7 +27,6 @@ import os
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -124,7 +123,7 @@ def main() -> None:
     elif not args.out:
         ap.error("--out is required (but with --smoke)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))      # unwind: every server started here is stopped
-    results = Path(args.results or tempfile.mkdtemp(prefix="coresidency-"))
+    results = Path(args.results) if args.results else harness.scratch("coresidency-", keep=not args.smoke)
     grid, base, spec, bench, prompts = cells(args.overrides.split(), results, args.passes)
     passes, alone_by_launch = [], []
     t0 = time.time()

@@ -37,7 +37,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -290,7 +289,7 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="the floor DAGs once, in a temp dir, nothing kept")
     args = ap.parse_args()
     if args.smoke:
-        args.floor_only, args.repeats, args.out = True, 1, tempfile.mkdtemp(prefix="dag-overhead-smoke-")
+        args.floor_only, args.repeats, args.out = True, 1, harness.scratch("dag-overhead-smoke-", keep=False)
     out = Path(args.out)
     pair = None if args.floor_only else ensure_pair(Path(args.pair) if args.pair else out / "pair")
     runs = []
@@ -315,7 +314,6 @@ def main() -> None:
     harness.record(None if args.smoke else out / "result.json", rounds=args.repeats, ratio=None, runs=runs,
                    imports=imports)
     if args.smoke:
-        shutil.rmtree(out, ignore_errors=True)
         print("smoke: nothing written")
 
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from bench import harness
 from specsweep.grid.datasets import synthetic_rows
 from specsweep.models.dflash.engine import generate
 from specsweep.models.dflash.model import DFlashDrafter
@@ -40,7 +39,7 @@ def main() -> None:
     if args.smoke:
         from helpers import make_random_pair
 
-        args.models = str(make_random_pair(Path(tempfile.mkdtemp(prefix="engine-speed-"))))
+        args.models = str(make_random_pair(harness.scratch("engine-speed-", keep=False)))
         args.prompts, args.max_new_tokens, args.blocks, args.rounds = 2, 8, "1,4", 1
     torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(f"{args.models}/target")

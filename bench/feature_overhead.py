@@ -33,7 +33,6 @@ import asyncio
 import json
 import math
 import statistics
-import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -193,7 +192,7 @@ def main() -> None:
         args.rounds, args.prompts, args.max_tokens, args.concurrency, args.capture = 2, 4, 16, 2, None
     args.rounds = args.rounds or feature.default_rounds
     out = None if args.smoke else Path(args.out or REPO / "bench" / "out" / f"{args.feature}_overhead.json")
-    results = Path(tempfile.mkdtemp(prefix=f"{args.feature}-overhead-"))
+    results = harness.scratch(f"{args.feature}-overhead-", keep=not args.smoke)
     pair = Path(args.pair)
     if not (pair / "target").exists():
         from helpers import make_random_pair

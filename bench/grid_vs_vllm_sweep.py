@@ -28,7 +28,6 @@ import shlex
 import shutil
 import socket
 import sys
-import tempfile
 from pathlib import Path
 
 from bench import harness
@@ -145,7 +144,7 @@ def main() -> None:
                     "kept (both tools' DAGs: minutes, so no test runs it)")
     args = ap.parse_args()
     if args.smoke:
-        args.rounds, args.out = 1, tempfile.mkdtemp(prefix="grid-vs-vllm-smoke-")
+        args.rounds, args.out = 1, harness.scratch("grid-vs-vllm-smoke-", keep=False)
         from helpers import make_random_pair
 
         args.pair = str(make_random_pair(Path(args.out)))
@@ -159,7 +158,6 @@ def main() -> None:
                        ratio=harness.interval([math.log(r["ratio_specsweep_over_vllm"]["cold"]) for r in rounds]),
                        rows=rounds)
     if args.smoke:
-        shutil.rmtree(out, ignore_errors=True)
         print("smoke: nothing kept")
 
 

@@ -1,11 +1,15 @@
-"""What the maintained benchmarks share: the A B B A order, the interval of a paired ratio, and one record shape.
+"""What the maintained benchmarks share: the A B B A order, the interval of a paired ratio, one record shape, and
+a scratch folder.
 
 A script in bench/ imports it as a module of the `bench` package, `from bench import harness`: the runner
 (`python -m bench run NAME`, bench/__main__.py) puts the repository's root, src/ and tests/ on the path once.
 """
 from __future__ import annotations
 
+import atexit
 import math
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +18,15 @@ from scipy import stats
 from specsweep.core import results
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def scratch(prefix: str, keep: bool) -> Path:
+    """A new folder under the system's temp folder for a run's servers and files; unless `keep` (a --smoke run's),
+    removed when the process exits, its servers stopped by then (a SIGTERM handler's sys.exit unwinds first)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    if not keep:
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def abba(arms: tuple[str, str], rounds: int) -> list[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import tomllib
 from pathlib import Path
 
@@ -52,16 +51,20 @@ def env() -> dict:
 
 
 def placeholders(tmp: Path | None = None, tiny_pair: Path | None = None) -> dict:
-    """What {tmp}, {random_pair} and {tiny_pair} in smoke_args stand for, made on use."""
-    tmp = tmp or Path(tempfile.mkdtemp(prefix="bench-smoke-"))
+    """What {tmp}, {random_pair} and {tiny_pair} in smoke_args stand for, made on use (a {tmp} made here is removed
+    when this process exits, after its runs)."""
 
     class Lazy(dict):
         def __missing__(self, key):
-            if key == "random_pair":
+            if key == "tmp":
+                from bench import harness
+
+                self[key] = str(tmp or harness.scratch("bench-smoke-", keep=False))
+            elif key == "random_pair":
                 sys.path.insert(0, str(REPO / "tests"))
                 from helpers import make_random_pair
 
-                self[key] = str(make_random_pair(tmp / "random"))
+                self[key] = str(make_random_pair(Path(self["tmp"]) / "random"))
             elif key == "tiny_pair":
                 pair = tiny_pair or Path(os.environ.get("SPECSWEEP_BENCH_TINY", REPO / "results" / "models" / "tiny"))
                 if not (pair / "drafter").exists():
@@ -71,7 +74,7 @@ def placeholders(tmp: Path | None = None, tiny_pair: Path | None = None) -> dict
             else:
                 raise KeyError(key)
             return self[key]
-    return Lazy(tmp=str(tmp))
+    return Lazy()
 
 
 def argv(e: dict, smoke: bool = False, extra: list[str] = (), values: dict | None = None) -> list[str]:

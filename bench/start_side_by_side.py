@@ -32,7 +32,6 @@ import os
 import platform
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -77,7 +76,7 @@ def alternate(arms: dict[str, tuple[list[str], int]], starts: int, warm: str | N
     and a 95% t interval. Writes out/<name>.json (harness.record) and .md; `out` None (--smoke): neither, and no
     uncounted start (`warm` None)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))      # unwind: the servers started here are stopped
-    results = Path(tempfile.mkdtemp(prefix=f"{name}-"))
+    results = harness.scratch(f"{name}-", keep=out is not None)
     labels = list(arms)
     order = harness.abba((labels[0], labels[1]), starts)
     t0 = time.time()
@@ -134,7 +133,7 @@ def gpu_start(overrides: list[str], width: int | None, results: Path, cache: Pat
 def gpu_visit(overrides: list[str], out: Path) -> dict:
     """One after another (cold), side by side (cold), side by side again (warm: the second's compile cache)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    work = Path(tempfile.mkdtemp(prefix="gpu-starts-"))
+    work = harness.scratch("gpu-starts-", keep=True)
     t0 = time.time()
     arms = {}
     for arm, width, cache in (("one after another, cold", 1, "a"), ("side by side, cold", None, "b"),

@@ -26,7 +26,6 @@ import json
 import math
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -141,7 +140,7 @@ def main() -> None:
     elif not args.out:
         ap.error("--out is required (but with --smoke)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    results = Path(args.results or tempfile.mkdtemp(prefix="turn-designs-"))
+    results = Path(args.results) if args.results else harness.scratch("turn-designs-", keep=not args.smoke)
     grid, base, spec, bench, prompts = cells(args.overrides.split(), results)
     ids = [base, spec]
     gpu_ids, claims = take_gpus(schedule.group_gpus(grid, base)) if schedule.group_gpus(grid, base) else ([], [])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -152,3 +153,20 @@ def test_grid_vs_vllm_sweep_argv_is_what_vllms_tool_parses(tmp_path):
     bench = parser.parse_args(bench_argv[3:])
     assert (bench.dataset_name, bench.custom_output_len, bench.max_concurrency) == ("custom", 64, 4)
 
+
+def test_a_scratch_folder_goes_when_its_run_ends_unless_kept(tmp_path):
+    """A --smoke run's scratch folder (harness.scratch, keep=False) is removed when its process exits, a SIGTERM's
+    sys.exit too; a full run's is kept (its servers' logs)."""
+    code = ("import signal, sys; from bench import harness; signal.signal(signal.SIGTERM, lambda *_: sys.exit(143)); "
+            "print(harness.scratch('a-', keep=False), harness.scratch('b-', keep=True), flush=True); "
+            "sys.stdin.read() if sys.argv[1:] == ['wait'] else None")
+    env = {**manifest.env(), "TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    gone, kept = map(Path, done.stdout.split())
+    assert done.returncode == 0 and not gone.exists() and kept.is_dir()
+    proc = subprocess.Popen([sys.executable, "-c", code, "wait"], cwd=REPO, env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    gone = Path(proc.stdout.readline().split()[0])
+    assert gone.is_dir()
+    proc.terminate()
+    assert proc.wait(timeout=60) == 143 and not gone.exists()

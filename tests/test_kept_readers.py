@@ -11,8 +11,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def command(module: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+def command(module: str, *args: str, **env_vars: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+           **env_vars}
     return subprocess.run([sys.executable, "-m", f"specsweep.read.{module}", *args], capture_output=True, text=True,
                           timeout=120, cwd=REPO, env=env)
 
@@ -27,10 +28,11 @@ def test_replay_looks_smoke_and_a_folder_with_no_kept_study(tmp_path):
     assert "Traceback" not in empty.stderr and len(empty.stderr.splitlines()) == 1
 
 
-def test_warm_study_smoke_and_a_kept_study_read_against_itself():
-    out = command("warm_study", "--smoke")                    # two made-up studies, the warm one a hit at 0.6x
+def test_warm_study_smoke_and_a_kept_study_read_against_itself(tmp_path):
+    out = command("warm_study", "--smoke", TMPDIR=str(tmp_path))   # two made-up studies, the warm one a hit at 0.6x
     assert out.returncode == 0, out.stderr
     assert '"worst": 0.6, "met": true' in out.stdout and "nothing written" in out.stdout
+    assert not list(tmp_path.iterdir())                       # its made-up studies removed
     kept = REPO / "bench" / "archive" / "h200" / "vllm" / "qwen3.6-27b-hybrid"      # three members, all misses
     same = command("warm_study", str(kept), str(kept))
     assert same.returncode == 0 and same.stdout.count("| 1.0 | miss |") == 3 and '"met": false' in same.stdout

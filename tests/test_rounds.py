@@ -21,7 +21,8 @@ from specsweep.verdicts import stats
 
 # where a grid's overrides give no results_dir: an empty one of this module's (its ids name the pair's paths under
 # it), so that no study left in this checkout's results/ counts as finished
-EMPTY_RESULTS = tempfile.mkdtemp(prefix="specsweep-rounds-")
+_EMPTY = tempfile.TemporaryDirectory(prefix="specsweep-rounds-")      # removed when the session's Python exits
+EMPTY_RESULTS = _EMPTY.name
 
 
 def grid(*overrides) -> Grid:

@@ -109,19 +109,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--smoke", action="store_true", help="two made-up studies, nothing written")
     args = ap.parse_args(argv)
     if args.smoke:
-        cold, warm = smoke_studies(Path(tempfile.mkdtemp(prefix="warm-study-")))
-        walls: tuple = (400.0, 350.0)
-    elif len(args.studies) == 2:
-        cold, warm = args.studies
-        walls = tuple(args.walls) if args.walls else (None, None)
-        if args.step_out:
-            found = walls_from(args.step_out.read_text())
-            walls = (found.get(cold.name), found.get(warm.name))
-    else:
+        with tempfile.TemporaryDirectory(prefix="warm-study-") as tmp:
+            print(table(read(*smoke_studies(Path(tmp)), (400.0, 350.0), args.reference)))
+        print("nothing written")
+        return
+    if len(args.studies) != 2:
         sys.exit("warm_study: name the cold study's folder and the warm one's (or --smoke)")
+    cold, warm = args.studies
+    walls = tuple(args.walls) if args.walls else (None, None)
+    if args.step_out:
+        found = walls_from(args.step_out.read_text())
+        walls = (found.get(cold.name), found.get(warm.name))
     result = read(cold, warm, walls, args.reference)
     print(table(result))
-    if args.smoke or not args.out:
+    if not args.out:
         print("nothing written")
         return
     run_record(args.out, rounds=1, ratio=None, cold=str(cold), warm=str(warm), **result)
