@@ -136,8 +136,7 @@ TIMING = (
     Column("server_figures_invalid", DIAGNOSIS, "the first valid repeat's server_figures_invalid (or: no valid "
            "repeat; a repeat recorded before server timing was)", encoding=TEXT,
            tag="server_figures_invalid"),
-    Column("server_itl_na", DIAGNOSIS, "the first valid repeat's server_itl_na: why the server's ITL is blank",
-           encoding=TEXT),
+    Column("server_itl_na", DIAGNOSIS, "the first valid repeat's server_itl_na: why the ITL is blank", encoding=TEXT),
     _median("server_tpot_ms", ("server_tpot_ms", "mean"), "ms", LOWER, blank_when=("server_figures_invalid",)),
     _median("server_itl_ms_median", ("server_itl_ms", "median"), "ms", LOWER,
             blank_when=("server_figures_invalid", "server_itl_na")),
@@ -183,8 +182,7 @@ QUALITY = (
            encoding=TEXT, tag="stream_starvation"),
     Column("steady_na", DIAGNOSIS, "the first valid repeat's steady_na: why the steady-state throughput is blank",
            encoding=TEXT, tag="steady_na"),
-    Column("steady_clock", LABEL, "the first valid repeat's steady_clock: whose clock placed the window",
-           encoding=TEXT),
+    Column("steady_clock", LABEL, "the first valid repeat's steady_clock: whose clock set the window", encoding=TEXT),
     _median("steady_output_tok_s", ("steady_output_tok_s",), "tok/s", HIGHER, blank_when=("steady_na",)),
     _median("steady_window_s", ("steady_window_s",), "s", None, blank_when=("steady_na",)),
 )
@@ -269,6 +267,8 @@ _SUMMARY = (      # in the order of where each comes from; SUMMARY below puts th
     Column("break_even_al_high", FIGURE, "ceiling.py: the break-even from the CIs' lower bounds", "tokens", LOWER),
     Column("ceiling_speedup_at_al", FIGURE, "ceiling.py: the curve's speedup at the drafter's own AL", "x", HIGHER),
     Column("ceiling_na", DIAGNOSIS, "ceiling.py: what the curve cannot say", encoding=TEXT),
+    *(Column(n, FIGURE, "step_cost.py: a verify step's time over a baseline decode step (AL / server TPOT speedup)",
+             "x", LOWER) for n in ("step_cost", "step_cost_ci_low", "step_cost_ci_high")),
     Column("diagnosis", DIAGNOSIS, "the server cell's diagnosis (counterfactuals.py): the cause of a low acceptance", encoding=TEXT, tag="diagnosis"),
     Column("diagnosis_evidence", DIAGNOSIS, "the diagnosis's evidence", encoding=TEXT, tag="diagnosis_evidence"),
     *AXES,
@@ -320,7 +320,7 @@ READ_FIRST = ("server_cell", "method", "num_speculative_tokens", "dataset", "thi
               "server_figures_invalid", "streamed_figures_invalid", "bursts_in_server", "bursts_after_server",
               "tpot_sources_disagree",
               "speedup_output_tok_s", "speedup_output_tok_s_ci_low", "speedup_output_tok_s_ci_high",
-              "mean_acceptance_length",
+              "mean_acceptance_length", "step_cost", "step_cost_ci_low", "step_cost_ci_high",
               "set_acceptance_length", "expected_acceptance_length", "acceptance_gap", "set_acceptance_gap",  # #30.8
               "acceptance_rate", "output_tok_s",
               # issue #30: the streams at concurrency above 1 (docs/timing.md#answers-and-streams)

@@ -19,7 +19,7 @@ from specsweep.diagnose import diagnosis
 from specsweep.grid import repeats, schedule
 from specsweep.grid.cells import AA
 from specsweep.metrics import length_shares, median_mad, phases
-from specsweep.read import ceiling, study_launches
+from specsweep.read import ceiling, step_cost, study_launches
 from specsweep.read.study import Study
 from specsweep.run import launch_record, looks
 from specsweep.verdicts import stats
@@ -69,7 +69,7 @@ def rows(study: Study) -> list[dict]:
         row.update(axes_columns(cells, sid, bids, lengths), ignore_eos=exact)
         row.update(set_acceptance_columns(cells, sid, bids))
         out.append(row)
-    out = ceiling.annotate(out)
+    out = step_cost.annotate(ceiling.annotate(out))
     warning = aa_warning(out)
     for row in out:
         row["aa_check"] = warning
