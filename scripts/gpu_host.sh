@@ -19,10 +19,11 @@
 #   doctors the drafter first), 8b-group, 8b-sleep (gpu_8b_*), tiny-relaunch (gpu_tiny_relaunch), modes (8b-sleep,
 #   then tiny-relaunch), 27b-one (gpu_27b_one), 27b-group (and --also the all-full drafter layout), 27b-greedy (and
 #   real acceptance; with dummy weights its texts are empty, so its agreement is blank:
-#   docs/campaigns/2026-12-06-h100-27b-greedy.md), 35b-moe (gpu_35b_moe_hybrid), 8b-studies (gpu_8b_group cold, then warm on the same compile cache, then
-#   specsweep.read.warm_study; about 15 min: `bg 8b-studies`, then `collect`; overrides after it go to both studies); the benchmarks coresidency [ROUNDS]
-#   and 8b-starts (python -m bench run; 8b-starts about 12 min: `bg 8b-starts`, then `collect 560` twice), 8b-turns
-#   [ROUNDS] (bench turn_designs: the 8B-shaped baseline and K=15 at c=8, today's turns against waves, one launch);
+#   docs/campaigns/2026-12-06-h100-27b-greedy.md), 35b-moe (gpu_35b_moe_hybrid), 8b-studies [OVERRIDES] (gpu_8b_group
+#   cold, then warm on the same compile cache, each with the overrides, then specsweep.read.warm_study; about 15 min:
+#   `bg 8b-studies`, then `collect`); the benchmarks coresidency [ROUNDS] and 8b-starts (python -m bench run;
+#   8b-starts about 12 min: `bg 8b-starts`, then `collect 560` twice), 8b-turns [ROUNDS] (bench turn_designs: the
+#   8B-shaped baseline and K=15 at c=8, today's turns against waves, one launch);
 #   vllm-metrics (a grep of the bundle); sglang-capture, sglang-tiny, sglang-tiny-local, sglang-8b (gpu_sglang_*).
 # Issue 52's steps: 8b-disk (the 8B-shaped pair's random bf16 safetensors written to $RES/models/qwen3-8b-disk, about
 #   17 GiB and 2-4 min, skipped where its index exists; then gpu_8b_on_disk, asleep at level 2: about 13 min in all,
