@@ -46,3 +46,17 @@ def test_the_27b_hybrids_step_costs_are_its_pages():
         assert r["step_cost"] == pytest.approx(figure, abs=0.03)
         assert r["step_cost_ci_low"] <= r["step_cost"] <= r["step_cost_ci_high"]
     assert all(r["step_cost"] is None for r in rows if r["method"] == "none")
+
+
+def test_the_verdict_line_splits_the_server_tpot_speedup_into_acceptance_and_step_cost():
+    from specsweep.read import summary
+
+    r = {c: None for c in table.names(table.SUMMARY)}
+    r.update(row(), server_cell="k7", pair="tiny", dataset="synthetic", thinking=False, concurrency=1,
+             speedup_e2e_geomean=1.4, speedup_e2e_ci_low=1.3, speedup_e2e_ci_high=1.5, verdict="faster",
+             paired_prompts=16, valid_repeats=10, looks=1, stopped="fixed", speedup_output_tok_s=1.4)
+    [line] = summary.verdict_lines(step_cost.annotate([r]), [])
+    assert line.endswith("; server TPOT 4.00x [3.80, 4.20] = AL 6.00 / a step of 1.50x a decode step"), line
+    r["speedup_server_tpot_na"], r["speedup_server_tpot_geomean"] = "a repeat's server timing failed", None
+    [line] = summary.verdict_lines(step_cost.annotate([r]), [])
+    assert line.endswith("; server TPOT n/a (a repeat's server timing failed)"), line

@@ -420,7 +420,9 @@ def verdict_lines(summary: list[dict], ks: list[dict]) -> list[str]:
                          + "; server TPOT " + (f"n/a ({r['speedup_server_tpot_na']})" if r["speedup_server_tpot_na"]
                                                else stats.format_ratio(r["speedup_server_tpot_geomean"],
                                                                        r["speedup_server_tpot_ci_low"],
-                                                                       r["speedup_server_tpot_ci_high"])))
+                                                                       r["speedup_server_tpot_ci_high"]))
+                         + (f" = AL {r['mean_acceptance_length']:.2f} / a step of {r['step_cost']:.2f}x a decode step"
+                            if r.get("step_cost") is not None else ""))     # step_cost.py: why the speedup is that
             if r.get("verdict_reason"):
                 lines.append(f"  NO VERDICT: degenerate answers: {r['verdict_reason']}")
             if r.get("stream_starvation"):
