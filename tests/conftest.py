@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import (BIN, REPO, TRAIN_SCALE, make_random_pair, raise_on_signals, run, smk_config, snakemake, stop_all,
-                     wait_for)
+from helpers import (BIN, REPO, TRAIN_SCALE, claim_test_port, make_random_pair, raise_on_signals, run, smk_config,
+                     snakemake, stop_all, wait_for)
 
 BY_FIXTURE = {"tiny_results": ("trained_pair",), "pair_training": ("trained_pair",),
               "smoke": ("trained_pair", "dag", "server")}
@@ -187,6 +187,14 @@ def random_results(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("random") / "results"
     make_random_pair(root)
     return root
+
+
+@pytest.fixture
+def own_port():
+    """A port for a server the test starts itself, claimed for the test (helpers.claim_test_port)."""
+    port, claim = claim_test_port()
+    yield port
+    claim.release()
 
 
 @pytest.fixture

@@ -145,6 +145,21 @@ def run_bounded(argv, log: Path, timeout_s: float, env: dict) -> int:
     return rc
 
 
+TEST_PORTS = (18400, 18499)
+"""Where a test's own server (an `mlflow server`) listens: below the kernel's ephemeral range (32768-60999 here),
+so no server's or client's bind(0) in the other session beside this one can take the port between its pick and
+the server's bind (CI lost two browser tests to that: a vLLM start took the port an `mlflow server` was still
+importing to bind), and apart from the product's own server.port_range (18100-18199)."""
+
+
+def claim_test_port():
+    """A free port in TEST_PORTS and its claim, held under the product's lock files (core.claims) so that two test
+    sessions never pick the same one; release the claim when the server has stopped."""
+    from specsweep.core.claims import claim_port
+
+    return claim_port({"host": "127.0.0.1", "port": None, "port_range": list(TEST_PORTS)})
+
+
 def wait_for(predicate, timeout_s, what, interval_s=0.2):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -3,12 +3,11 @@ headless Chromium (Debian's package, driven by Playwright). Screenshots go to th
 also to $SPECSWEEP_SCREENSHOTS (e.g. docs/img) shrunk, which is how the README's pictures are made."""
 import os
 import re
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import BIN, popen_group, snakemake, wait_for
+from helpers import BIN, claim_test_port, popen_group, snakemake, wait_for
 
 from specsweep.read import tracking
 from specsweep.run.server import stop_group
@@ -179,12 +178,6 @@ def name_cells(page) -> list[dict]:
       .sort((a, b) => a.row - b.row)""")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def verdict_store(tmp_path_factory):
     """Two studies with CIs (the verdict tests' fake sessions: K=3 and K=7 at set speedups, 2 repeats, 12 prompts;
@@ -215,7 +208,7 @@ def mlflow_ui(verdict_store):
 
     db, *_ = verdict_store
     log_path = db.parent / "mlflow-server.log"
-    port = free_port()
+    port, claim = claim_test_port()
     argv = [str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{db}",
             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     log = open(log_path, "wb")
@@ -235,6 +228,7 @@ def mlflow_ui(verdict_store):
     finally:
         stop_group(proc.pid, proc, 20)
         log.close()
+        claim.release()
 
 
 def test_mlflow_ui_opens_on_one_run_per_configuration_and_compares_k3_with_k7(verdict_store, mlflow_ui, page,

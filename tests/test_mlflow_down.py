@@ -4,7 +4,6 @@ start: this runs in .ci/run's parallel run); the MLflow server is a real `mlflow
 import json
 import os
 import signal
-import socket
 import subprocess
 
 import pytest
@@ -14,14 +13,8 @@ from helpers import BIN, cell_files, popen_group, run, snakemake_argv, standin_s
 pytestmark = pytest.mark.dag
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_mlflow_down_keeps_results_and_a_later_run_ingests_once(random_results, tmp_path):
-    results, port = tmp_path / "results", free_port()
+def test_mlflow_down_keeps_results_and_a_later_run_ingests_once(random_results, tmp_path, own_port):
+    results, port = tmp_path / "results", own_port
     _, site, standin = standin_study(random_results, tmp_path, 0.2)
     study = [*standin, "server.stop_grace_s=5", "pair.method=none", "dataset.num_prompts=4", "sweep.max_tokens=8",
              "sweep.warmup=0", f"tracking.uri=http://127.0.0.1:{port}"]
