@@ -29,11 +29,11 @@ import json
 import math
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
+from bench import harness
 from specsweep.verdicts import sequential, spending
 
 CHUNK = 10_000
@@ -121,11 +121,7 @@ def run(studies: int, seed: int, rule: str, max_repeats: int = 20, kind: str = "
     jobs = [(int(c.generate_state(1)[0]), min(CHUNK, studies - i * CHUNK), rule, max_repeats, kind, precision,
              boundaries, design) for i, c in enumerate(children)]
     start = time.monotonic()
-    if workers > 1:
-        with ProcessPoolExecutor(workers) as pool:
-            parts = list(pool.map(chunk, jobs))
-    else:
-        parts = [chunk(j) for j in jobs]
+    parts = harness.parallel_map(chunk, jobs, workers)
     total = {k: sum(p[k] for p in parts) for k in parts[0]}
     n, x = total["studies"], total["decided"]
     return {"rule": rule, "blocks": kind, "max_repeats": max_repeats, "precision": precision,

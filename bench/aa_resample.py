@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from bench import harness
 from bench.aa_looks import CHUNK, design_arg, study, tally, wilson
 from specsweep.core import layout
 from specsweep.read.study import Cell
@@ -254,12 +255,7 @@ def run(pools_by_host: dict[str, list[Pool]], studies: int, seed: int, rule: str
         jobs = [(int(c.generate_state(1)[0]), min(CHUNK, studies - i * CHUNK), rule, max_repeats, mats, design)
                 for i, c in enumerate(seqs[host].spawn(math.ceil(studies / CHUNK)))]
         start = time.monotonic()
-        if workers > 1:
-            from concurrent.futures import ProcessPoolExecutor
-            with ProcessPoolExecutor(workers) as ex:
-                parts = list(ex.map(chunk, jobs))
-        else:
-            parts = [chunk(j) for j in jobs]
+        parts = harness.parallel_map(chunk, jobs, workers)
         tallies = [{k: sum(p["pools"][i][k] for p in parts) for k in TALLIES} for i in range(len(pools))]
         results.append(summary(host, rule, tallies, pools, time.monotonic() - start))
         every[0].extend(tallies)

@@ -1,5 +1,5 @@
-"""What the maintained benchmarks share: the A B B A order, the interval of a paired ratio, one record shape, and
-a scratch folder.
+"""What the maintained benchmarks share: the A B B A order, the interval of a paired ratio, one record shape, a
+scratch folder, and the map of a simulation's chunks over worker processes.
 
 A script in bench/ imports it as a module of the `bench` package, `from bench import harness`: the runner
 (`python -m bench run NAME`, bench/__main__.py) puts the repository's root, src/ and tests/ on the path once.
@@ -27,6 +27,16 @@ def scratch(prefix: str, keep: bool) -> Path:
     if not keep:
         atexit.register(shutil.rmtree, path, ignore_errors=True)
     return path
+
+
+def parallel_map(fn, jobs: list, workers: int) -> list:
+    """fn over jobs, in their order: in `workers` processes (fn and each job picklable), or here when workers is 1."""
+    if workers <= 1:
+        return [fn(j) for j in jobs]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers) as pool:
+        return list(pool.map(fn, jobs))
 
 
 def abba(arms: tuple[str, str], rounds: int) -> list[str]:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import harness
 from bench.aa_looks import design_arg
 from bench.auto_vs_fixed import campaign_walls
 from specsweep.read.replay_looks import study_blocks
@@ -155,12 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     model = wall_model(roots)
     print(json.dumps(model))
     jobs = [(blocks, fn, looks, args.replays, seeds, model) for fn, looks in designs]
-    if args.workers > 1:
-        from concurrent.futures import ProcessPoolExecutor
-        with ProcessPoolExecutor(args.workers) as pool:
-            rows = list(pool.map(one_design, jobs))
-    else:
-        rows = [one_design(j) for j in jobs]
+    rows = harness.parallel_map(one_design, jobs, args.workers)
     for row in rows:
         fn, looks = row["spending"], row["looks"]
         print(f"{fn:24s} {str(tuple(looks)):26s} all three {100 * row['all_three_answered']:.2f}% "
