@@ -194,7 +194,7 @@ def test_a_leftover_server_is_stopped_only_when_provably_ours(tmp_path, lock_dir
     from specsweep.backends.vllm import session as vllm_session
     from specsweep.grid.cells import expand
     from specsweep.grid.config import compose_jobs
-    from specsweep.run.server import reap_leftover
+    from specsweep.run.server import drop_runtime_dir, reap_leftover
 
     grid = expand(compose_jobs([f"results_dir={tmp_path}", "pair.method=none",
                                 f"server.executable={fake_server(tmp_path)}", "server.stop_grace_s=5"]))
@@ -213,10 +213,12 @@ def test_a_leftover_server_is_stopped_only_when_provably_ours(tmp_path, lock_dir
         if ours:
             assert note.startswith(f"stopped a leftover vLLM server (pid {info['pgid']}")
             wait_for(lambda: not group_alive(info["pgid"]), 10, "the leftover to stop")
+            assert not Path(info["runtime_dir"]).exists()       # its runtime folder went with it
         else:
             assert "is not the server we started" in note and "left alone" in note
-            assert group_alive(info["pgid"])
+            assert group_alive(info["pgid"]) and Path(info["runtime_dir"]).is_dir()
     finally:
+        drop_runtime_dir(info["runtime_dir"])
         if group_alive(info["pgid"]):
             os.killpg(info["pgid"], signal.SIGKILL)
         left.proc.wait(timeout=10)

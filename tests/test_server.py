@@ -82,6 +82,8 @@ def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(t
     with srv:
         assert srv.alive() and srv.info["pgid"] == srv.info["pid"]
         assert "--speculative-config" in srv.info["argv"]
+        runtime = Path(srv.info["runtime_dir"])          # vLLM's ZMQ sockets go to the launch's own folder
+        assert any(p.is_socket() for p in runtime.iterdir()), sorted(runtime.iterdir())
         shared_node_guard(srv, issued_keys)
         settings = ChatSettings(srv.served_name, 24, 0.0, 0, False, 60, spec_field=vllm_session.SPEC_FIELD,
                                 api_key=srv.api_key)
@@ -123,8 +125,8 @@ def test_dflash_server_counters_agree_with_its_log_and_teardown_leaves_nothing(t
           f"{per_request['mean_acceptance_length_per_prompt']:.4f}, output lengths "
           f"{[r['completion_tokens'] for r in rows]}, steps {[r['spec']['num_spec_steps'] for r in rows]}")
     assert files_holding(tmp_path, issued_keys[0]) == []        # not in the log nor in server.json
-    # nothing left behind: the process group is gone and the port is free
-    assert not group_alive(srv.info["pgid"]) and port_is_free("127.0.0.1", srv.port)
+    # nothing left behind: the process group is gone, the port is free, and the runtime folder removed
+    assert not group_alive(srv.info["pgid"]) and port_is_free("127.0.0.1", srv.port) and not runtime.exists()
     assert srv.proc.returncode is not None
     # acceptance is measured and within [1, K + 1] (how high is a training outcome), and vLLM accepts what our own
     # engine accepts on the same prompts: both verify whole blocks, greedy in float32, so they differ only where
@@ -334,7 +336,8 @@ def test_every_launch_of_a_cell_hands_vllm_the_same_compile_key_and_each_k_its_o
                                                                                         monkeypatch):
     """vLLM 0.26 hashes every `VLLM_` variable it knows into its compile-cache key (envs.compile_factors; 0.32 leaves
     VLLM_API_KEY out), so the launch's fresh key travels as SPECSWEEP_API_KEY, which the guard reads, and a caller's
-    own VLLM_API_KEY, or one in server.env, is withheld: two launches of one cell see the same `VLLM_` environment.
+    own VLLM_API_KEY, or one in server.env, is withheld: two launches of one cell see the same `VLLM_` environment,
+    but for the variables vLLM leaves out of its key (RUNTIME_DIR_ENV: each launch's own folder).
     vLLM's key leaves out K (vllm-project/vllm#53366), so each K's launches compile into a folder of their own."""
     from specsweep.core import layout
 
@@ -357,7 +360,8 @@ def test_every_launch_of_a_cell_hands_vllm_the_same_compile_key_and_each_k_its_o
             lines = srv.log_path.read_text().splitlines()
             # the key was there: the stopped server's log has it redacted (Server._redact_log)
             assert [x for x in lines if x.startswith("SPECSWEEP_API_KEY=")] == ["SPECSWEEP_API_KEY=<redacted api key>"]
-            seen.append([x for x in lines if x.startswith("VLLM_")])
+            seen.append([x for x in lines if x.startswith("VLLM_")
+                         and x.split("=")[0] not in vllm_session.RUNTIME_DIR_ENV])   # a launch's own, keyless
         assert seen[0] == seen[1], sid
         assert not [x for x in seen[0] if x.startswith("VLLM_API_KEY=")], sid
         roots[sid] = dict(x.split("=", 1) for x in seen[0])["VLLM_CACHE_ROOT"]

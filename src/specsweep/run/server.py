@@ -9,8 +9,10 @@ import contextvars
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -79,31 +81,6 @@ def new_api_key() -> str:
     return secrets.token_hex(32)
 
 
-def run_probe(python: str, script: str, environ: dict) -> dict:
-    """What a server's Python holds, as a probe script prints it (JSON, its last line), run in the environment
-    the server will run in and without importing the server (it loads torch); where that Python does not run,
-    {"executable": None, "error": ...}."""
-    try:
-        out = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=120, env=environ)
-        return json.loads(out.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return {"executable": None, "error": f"could not run {python}"}
-
-
-def shared_argv(spec: dict, tokenizer: str, tensor_parallel: str, data_parallel: str, memory: str) -> list[str]:
-    """The launch lines every server backend passes in its own flags' names: the tokenizer where it is not the
-    target's, the tensor and data parallel sizes where not 1, and the memory fraction where set."""
-    s = spec["server"]
-    argv = [] if spec["tokenizer"] == spec["target"] else [tokenizer, spec["tokenizer"]]
-    if s["tensor_parallel_size"] != 1:
-        argv += [tensor_parallel, str(s["tensor_parallel_size"])]
-    if s["data_parallel_size"] != 1:
-        argv += [data_parallel, str(s["data_parallel_size"])]
-    if s["gpu_memory_utilization"] is not None:
-        argv += [memory, str(s["gpu_memory_utilization"])]
-    return argv
-
-
 @dataclass
 class Server:
     argv_for: Callable[[int], list[str]]     # the launch argv, given the port claimed for it
@@ -131,6 +108,9 @@ class Server:
     on_ready: Callable[["Server"], dict] | None = None
     # GPUs already claimed for this launch by its group (co-resident members share them), or None: claim its own
     gpu_ids: list[str] | None = None
+    # Variables pointed at a folder of this launch's own, where the server leaves runtime files it never removes
+    # (vLLM: VLLM_RPC_BASE_PATH, its ZMQ sockets, 3 a launch), removed once its group is gone; a value set stays
+    runtime_dir_env: tuple[str, ...] = ()
     port: int = 0
     url: str = ""
     proc: subprocess.Popen | None = None
@@ -138,6 +118,7 @@ class Server:
     info: dict = field(default_factory=dict)
     _claims: list[Claim] = field(default_factory=list)
     _key_file: Path | None = None
+    _runtime_dir: Path | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)   # SideBySide.cancel: give up waiting
 
     def start(self) -> None:
@@ -159,6 +140,9 @@ class Server:
         env.update({k: str(v) for k, v in self.env.items()})
         env = {k: v for k, v in env.items() if k not in self.withheld}
         argv, env = self._hand_over_key(argv, env)
+        wanted = [v for v in self.runtime_dir_env if v not in env]
+        self._runtime_dir = Path(tempfile.mkdtemp(prefix="specsweep-run-")) if wanted else None
+        env.update({v: str(self._runtime_dir) for v in wanted})
         # unbuffered: the log shows each request as it is served, and a killed server's last lines survive
         env.setdefault("PYTHONUNBUFFERED", "1")
         if gpu_ids:
@@ -175,7 +159,8 @@ class Server:
                      "api_key_via": self.key_env or self.key_config_flag,   # how, never the key
                      # the kernel's own start time: what reap_leftover compares against, whatever the load
                      "started_at": psutil.Process(self.proc.pid).create_time(),
-                     "orchestrator_pid": os.getpid(), "launch_id": uuid.uuid4().hex}
+                     "orchestrator_pid": os.getpid(), "launch_id": uuid.uuid4().hex,
+                     "runtime_dir": str(self._runtime_dir) if self._runtime_dir else None}
         self._save_record()
 
     def _hand_over_key(self, argv: list[str], env: dict) -> tuple[list[str], dict]:
@@ -314,6 +299,7 @@ class Server:
             self._drop_key_file()
             if self.proc is None or self.proc.poll() is not None:
                 self._redact_log()
+                drop_runtime_dir(self._runtime_dir)
             for claim in self._claims:
                 claim.release()
             self._claims = []
@@ -420,6 +406,12 @@ def save_launch(log_dir: Path, info: dict) -> None:
     atomic_write_json(Path(log_dir) / layout.SERVER_RECORD, records)
 
 
+def drop_runtime_dir(path: str | Path | None) -> None:
+    """A launch's runtime folder (Server.runtime_dir_env), once its server is gone: only a folder we made."""
+    if path and Path(path).name.startswith("specsweep-run-"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def reap_leftover(log_dir: Path, grace_s: float = 30, kind: str = "vLLM") -> str | None:
     """Servers recorded by earlier launches that still run: stop each one provably ours, else only report.
 
@@ -448,4 +440,5 @@ def _reap_one(info: dict, log_dir: Path, grace_s: float, kind: str) -> str | Non
         raise ServerError(f"the {kind} server recorded in {log_dir / layout.SERVER_RECORD} (pid {pgid}) belongs to a run "
                           f"that is still going (pid {owner}): wait for it, or stop that run first")
     stop_group(pgid, None, grace_s)
+    drop_runtime_dir(info.get("runtime_dir"))
     return f"stopped a leftover {kind} server (pid {pgid}, port {info.get('port')}) from a killed run"

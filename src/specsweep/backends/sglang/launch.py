@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsweep.core.errors import ServerError
-from specsweep.run.server import run_probe, shared_argv
+from specsweep.run.launch_parts import run_probe, shared_argv
 
 
 @dataclass(frozen=True)

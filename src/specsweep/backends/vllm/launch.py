@@ -14,7 +14,7 @@ from pathlib import Path
 
 from specsweep.core.errors import ServerError
 from specsweep.core.extra_args import flag_value
-from specsweep.run.server import run_probe, shared_argv
+from specsweep.run.launch_parts import run_probe, shared_argv
 
 # The middleware that refuses requests without the launch's API key on every path but /health and /metrics
 # (guard.py says why vLLM's own check is not enough), and the directory its server's Python imports it from

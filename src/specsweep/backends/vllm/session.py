@@ -27,6 +27,11 @@ from specsweep.run import client
 from specsweep.run.bench_cell import Measurement
 from specsweep.run.server import Server, ServerSession
 
+RUNTIME_DIR_ENV = ("VLLM_RPC_BASE_PATH",)
+"""Where vLLM makes its ZMQ sockets, which it leaves behind when stopped: a folder of each launch's own
+(Server.runtime_dir_env). Left out of vLLM's compile-cache key (envs.compile_factors' ignored_factors, in 0.26 as in
+0.32), so a launch's own value costs no cache hit."""
+
 
 def launched_spec(spec: dict, how: Launch | None) -> dict:
     """The spec a member is launched with: its share of the GPU and its fixed KV cache where its group is co-resident
@@ -66,6 +71,7 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | 
     return Server(lambda port: launch.build_argv(command, spec, cell.run["host"], port, name, level, timing) + extra,
                   cell.run, log_dir or grid.log_dir(sid), env=env, gpus_needed=cell.gpus, served_name=name,
                   kind="vLLM", key_env=guard.KEY_ENV, withheld=("VLLM_API_KEY",), log_facts=startup_facts,
+                  runtime_dir_env=RUNTIME_DIR_ENV,
                   on_ready=_pinned(spec["server"]),
                   gpu_ids=list(how.gpu_ids) if how is not None and how.gpu_ids else None,
                   record={"python": python, "vllm_version": version, "per_request_spec_metrics": level,
