@@ -203,8 +203,8 @@ def test_scancel_stops_the_server_keeps_finished_cells_and_the_rerun_redoes_only
                          cwd=REPO, capture_output=True, text=True, timeout=300, env=env_with_plugin())
     assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
     # only that cell is redone: the group's job (named after the baseline) with the DFlash cell's bench cells alone
-    [job] = [line for line in dry.stdout.splitlines() if "bench cells to run" in line]
-    assert spec.name in job and f"{base_metrics.parent.parent.name}/" not in job, job
+    [job] = [line for line in dry.stdout.splitlines() if " to run: " in line]
+    assert f"of {spec.name}" in job and f"of {base_metrics.parent.parent.name}" not in job, job
 
 
 def start_now_once_pending(jobid: str) -> None:

@@ -168,7 +168,7 @@ def test_one_new_grid_value_runs_only_its_server_cell(smoke):
     dry = snakemake(work, *smk_config(work.parent / "results", "sweep.num_speculative_tokens=[3,5]"), "-n")
     out = dry.stdout + dry.stderr
     assert dry.returncode == 0, out[-2000:]
-    jobs = [line for line in out.splitlines() if line.startswith("Job ") and "bench cells to run" in line]
+    jobs = [line for line in out.splitlines() if line.startswith("Job ") and " to run: " in line]
     assert len(jobs) == 1 and "-k5-" in jobs[0] and "-k3-" not in jobs[0], jobs    # the group's job, K=5's cells
 
 

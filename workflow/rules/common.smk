@@ -51,6 +51,18 @@ def cell_metrics(wildcards):
     return [str(repeats.done_path(GRID, wildcards.server, bid)) for bid in GRID.benches[wildcards.server]]
 
 
+def pending_line(lead):
+    """The group job's message: how many bench cells it has to run, and of which members (`specsweep cells` names
+    them, and the job's log each as it finishes)."""
+    counts = {}
+    for sid, _ in schedule.group_pending(GRID, lead):
+        counts[sid] = counts.get(sid, 0) + 1
+    total = sum(counts.values())
+    return f"{total} bench cell{'' if total == 1 else 's'} to run: " + ", ".join(
+        f"{n} of {sid}" for sid, n in counts.items()
+    )
+
+
 def serve_inputs(wildcards):
     members = schedule.group(GRID, wildcards.server)
     inputs = sorted({GRID.dataset_file(b.spec["dataset"]) for sid in members for b in GRID.benches[sid].values()})

@@ -23,10 +23,10 @@ checkpoint serve_and_bench:
         mem_mb=lambda w: group_mem_mb(w.server),
         slurm_extra=lambda w: slurm_extra(w.server),
     params:
-        pending=lambda w: " ".join(f"{sid}/{bid}" for sid, bid in schedule.group_pending(GRID, w.server)),
+        pending=lambda w: pending_line(w.server),
         grid=lambda w: GRID.subset(*schedule.group(GRID, w.server)),
     message:
-        "group {wildcards.server}: bench cells to run: {params.pending}"
+        "group {wildcards.server}: {params.pending}"
     script:
         "../scripts/serve_and_bench.py"
 
