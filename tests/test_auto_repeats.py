@@ -436,3 +436,20 @@ def test_doctor_forecasts_each_comparison_from_the_spreads_this_host_recorded(tm
     given = spreads.forecast_lines(auto_group(tmp_path, "sweep.max_repeats=20", "sweep.launch_sd=0.2")[0])
     assert all("carrying a launch SD of 20.00% (sweep.launch_sd))" in line for line in given), given
     assert given[0].startswith("K=3 vs baseline") and given[0].endswith("the launch SD alone leaves it +-39.2%")
+
+
+def test_an_answered_cell_says_when_it_was_answered_once():
+    """An auto study's verdict line: `stopped: answered at 16 s, repeat 6`, not its `stopped` column and then its
+    time to answer again."""
+    from specsweep.core import table
+
+    r = {c: None for c in table.names(table.SUMMARY)}
+    r.update(server_cell="k7", method="dflash", pair="tiny", dataset="synthetic", thinking=False, concurrency=4,
+             speedup_e2e_geomean=1.75, speedup_e2e_ci_low=1.66, speedup_e2e_ci_high=1.84, verdict="faster",
+             paired_prompts=16, valid_repeats=10, looks=2, stopped="answered at repeat 6", answered_repeat=6,
+             answered_s=16.2, speedup_output_tok_s=1.8)
+    [line] = summary.verdict_lines([r], [])
+    assert "(16 prompts, 10 repeat(s), 2 look(s), stopped: answered at 16 s, repeat 6); " in line, line
+    assert line.count("answered") == 1, line
+    r.update(answered_s=None)                  # a record without its seconds
+    assert "stopped: answered at repeat 6); " in summary.verdict_lines([r], [])[0]

@@ -409,8 +409,8 @@ def verdict_lines(summary: list[dict], ks: list[dict]) -> list[str]:
                 (f" prompt={r['prompt_length']}" if r.get("prompt_length") is not None else "")
             lines.append(f"{r['server_cell']} {r['dataset']} think={r['thinking']} c={r['concurrency']}{lengths}: "
                          f"e2e speedup {text} {r['verdict'] or 'no CI'} ({r['paired_prompts']} prompts, "
-                         f"{r['valid_repeats']} repeat(s), {r['looks']} look(s), stopped: {r['stopped']}"
-                         + (f", {answer}" if (answer := looks.answered_text(r)) else "") + "); "
+                         f"{r['valid_repeats']} repeat(s), {r['looks']} look(s), stopped: "
+                         f"{looks.answered_text(r) or r['stopped']}); "
                          "output tok/s "
                          + stats.format_ratio(r["speedup_output_tok_s"], r["speedup_output_tok_s_ci_low"],
                                               r["speedup_output_tok_s_ci_high"]) + "; streamed TPOT "
