@@ -173,6 +173,12 @@ def broken_drafter(results, tmp_path, edit):
     return job(f"pair.drafter={d}", f"pair.target={target}", "pair.built_by_workflow=false"), d
 
 
+def nest_text(cfg: dict, **over) -> None:
+    """The drafter's text model moved under text_config, as a multimodal wrapper keeps it, with `over` set there."""
+    text = {k: cfg.pop(k) for k in ("hidden_size", "num_hidden_layers", "vocab_size") if k in cfg}
+    cfg["text_config"] = {**text, **over}
+
+
 @pytest.mark.parametrize("edit, message", [
     ("no-config", "has no config.json: run `specsweep drafter inspect"),
     (lambda c: c["dflash_config"].pop("mask_token_id"), "config.json has no mask_token_id: add "
@@ -182,6 +188,7 @@ def broken_drafter(results, tmp_path, edit):
     (lambda c: c.update(hidden_size=256), "drafter hidden_size 256 != target's 128"),
     (lambda c: c.update(num_target_layers=36), "drafter num_target_layers 36 != the target's 4 layers"),
     (lambda c: c.update(vocab_size=151936), "drafter vocab_size 151936 != target's"),
+    (lambda c: nest_text(c, hidden_size=256), "drafter hidden_size 256 != target's 128"),    # read where it is
 ])
 def test_drafter_problems(random_results, tmp_path, monkeypatch, edit, message):
     cfg, _ = broken_drafter(random_results, tmp_path, edit)

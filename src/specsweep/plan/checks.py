@@ -150,14 +150,15 @@ def check_drafter(cfg, env):
         who = getattr(facts, "LABEL", f"the {backend} backend")
         return fail(name, f"target_layer_ids {bad} out of range for a {n}-layer target: {who} adds {offset} to "
                           f"each, so each must be 0..{n - 1 - offset}; fix dflash_config.target_layer_ids")
-    if cfg_d.get("hidden_size") != target.hidden:
-        return fail(name, f"drafter hidden_size {cfg_d.get('hidden_size')} != target's {target.hidden}: "
+    text = model_shape.text_config(cfg_d)     # a drafter's config is flat today; read it as any model's
+    if text.get("hidden_size") != target.hidden:
+        return fail(name, f"drafter hidden_size {text.get('hidden_size')} != target's {target.hidden}: "
                           "this drafter was trained for another target; pick the matching pair")
     if cfg_d.get("num_target_layers") not in (None, n):
         return fail(name, f"drafter num_target_layers {cfg_d['num_target_layers']} != the target's {n} layers: "
                           "this drafter was trained for another target; pick the matching pair")
-    if cfg_d.get("vocab_size") not in (None, target.vocab):
-        return fail(name, f"drafter vocab_size {cfg_d['vocab_size']} != target's {target.vocab}: the "
+    if text.get("vocab_size") not in (None, target.vocab):
+        return fail(name, f"drafter vocab_size {text['vocab_size']} != target's {target.vocab}: the "
                           "drafter shares the target's embeddings, so both need one tokenizer; pick the matching pair")
     tok = pair["tokenizer"]
     if tok and local_dir(tok) and local_dir(tok) != tdir:
@@ -165,7 +166,8 @@ def check_drafter(cfg, env):
         if tcfg is not None and tcfg > (target.vocab or tcfg):
             return fail(name, f"pair.tokenizer {tok} has {tcfg} tokens but the target's vocab is "
                               f"{target.vocab}: use the target's own tokenizer (pair.tokenizer=null)")
-    return ok(name, f"{ddir.name}: {cfg_d.get('num_hidden_layers')} layers, ids {ids}, mask {mask}"
+    layers = text.get("num_hidden_layers")
+    return ok(name, f"{ddir.name}: {layers} layer{'' if layers == 1 else 's'}, ids {ids}, mask {mask}"
                     f"{f', block {block}' if block is not None else ''} (its own config.json, which the server uses)")
 
 
