@@ -1,5 +1,6 @@
 # Helpers shared by the rules: every path comes from the library's grid, never rebuilt here.
 import json
+from collections import Counter
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -54,10 +55,8 @@ def cell_metrics(wildcards):
 def pending_line(lead):
     """The group job's message: how many bench cells it has to run, and of which members (`specsweep cells` names
     them, and the job's log each as it finishes)."""
-    counts = {}
-    for sid, _ in schedule.group_pending(GRID, lead):
-        counts[sid] = counts.get(sid, 0) + 1
-    total = sum(counts.values())
+    counts = Counter(sid for sid, _ in schedule.group_pending(GRID, lead))
+    total = counts.total()
     return f"{total} bench cell{'' if total == 1 else 's'} to run: " + ", ".join(
         f"{n} of {sid}" for sid, n in counts.items()
     )
