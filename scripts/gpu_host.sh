@@ -29,9 +29,9 @@
 #   17 GiB and 2-4 min, skipped where its index exists; then gpu_8b_on_disk, asleep at level 2: about 13 min in all,
 #   `bg 8b-disk`, then `collect 560` twice); 27b-disk (the 27B hybrid cut to 16 layers, random weights of a real spread
 #   in $RES/models/qwen3.6-27b-disk, about 19 GiB, then gpu_27b_on_disk: its greedy agreement at concurrency 1);
-#   visit (gpu_8b_answers, then 35b-moe, then 27b-disk, one after another: `bg visit`, then `collect 560` until done);
-#   visit-h100 (an H100's: 27b-disk, then 8b-studies co-resident in 80 GB at a 2048 context, one repeat, since
-#   the warm study compares starts);
+#   visit (an H200's: gpu_8b_answers, then 35b-moe, then 8b-turns 8, one after another: `bg visit`, then
+#   `collect 560` until done); visit-h100 (what is owed and fits 80 GB: sglang-27b, after recv-sglang and
+#   install-sglang, no vLLM bundle needed);
 #   sglang-27b (gpu_sglang_27b_hybrid, both drafter layouts, after install-sglang and the 27B shapes: `bg sglang-27b`,
 #   then `collect`).
 # PROMPTS=N sets dataset.num_prompts for the 27B and 35B steps and coresidency.
@@ -172,10 +172,10 @@ sweep.num_speculative_tokens=[15] sweep.concurrency=[8]" 2>&1 | tee "$OUT/8b-tur
               echo "replica written in $((SECONDS - t0)) s: $(du -sh $DISK | cut -f1)"; df -h $RES | tail -1; fi
             study gpu_27b_on_disk ;;
   visit) STUDY_TIMEOUT=540 study gpu_8b_answers   # a visit's studies in the guide's order, one after another:
-        bash "$0" 35b-moe               # issue 54's 8B group first (291 s on an H100), then issue 52's list (about
-        bash "$0" 27b-disk ;;           # 25 min on an H200: `bg visit`, then `collect 560` until it is done)
-  visit-h100) bash "$0" 27b-disk        # what is owed and fits 80 GB: the 27B hybrid from files, then the warm study
-              bash "$0" 8b-studies server.max_model_len=2048 server.gpu_memory_utilization=0.95 sweep.repeats=1 ;;
+        bash "$0" 35b-moe               # issue 54's 8B group first (291 s on an H100), then issue 52's MoE hybrid
+        bash "$0" 8b-turns 8 ;;         # (about 12 min), then issue 54's stretch: `bg visit`, `collect 560` until done
+  visit-h100) bash "$0" sglang-27b ;;   # what is owed and fits 80 GB (the 27B, the warm study and the 8B pair from
+                                        # files ran on H100s on 2026-12-06): SGLang's DFlash members on the hybrid
   sglang-27b) for s in qwen3.5-27b qwen3.6-27b; do [ -d $RES/models/$s-dflash-shaped ] ||
                 python3 -m specsweep.cli shape $s $RES/models/$s-dflash-shaped; done
               study gpu_sglang_27b_hybrid \
