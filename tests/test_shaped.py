@@ -111,3 +111,42 @@ def test_the_27b_preset_finds_its_replicas_and_passes_the_pair_checks(tmp_path, 
                   checks.check_num_speculative_tokens, vllm_checks.check_kv_cache):
         c = check(cfg, {})
         assert c.status == "pass", (check.__name__, c.message)
+
+
+PROCESSOR_FILES = ("preprocessor_config.json", "video_preprocessor_config.json")
+MULTIMODAL = [name for name, fam in shaped.SHAPES.items() if model_shape.shape(fam().target).multimodal]
+
+
+def test_a_multimodal_target_gets_the_checkpoints_processor_files(tmp_path):
+    """SGLang 0.5.17 builds a multimodal checkpoint's image processor even to serve text; on the qwen3.6-27b replica,
+    which had none of its processor files, every member exited before it was ready ("Can't load image processor",
+    an H100 on 2026-12-06). Each shape whose target is a multimodal wrapper (the 27B hybrids, the 35B-A3B MoE) writes
+    the checkpoint's two beside its config.json, their patch sizes its vision tower's, `--layers` or not; a text-only
+    target gets none."""
+    assert MULTIMODAL == ["qwen3.5-27b", "qwen3.6-27b", "qwen3.6-35b-a3b"]
+    for name in shaped.SHAPES:
+        out = shaped.write(name, tmp_path / name, with_tokenizer=False)
+        cut = shaped.write(name, tmp_path / f"{name}-cut", with_tokenizer=False, layers=16)
+        for target in (out / "target", cut / "target"):
+            written = [f for f in PROCESSOR_FILES if (target / f).exists()]
+            assert written == (list(PROCESSOR_FILES) if name in MULTIMODAL else []), (name, target)
+        if name not in MULTIMODAL:
+            continue
+        vision = model_shape.read_config(out / "target")["vision_config"]
+        for f in PROCESSOR_FILES:
+            got = json.loads((out / "target" / f).read_text())
+            assert (got["patch_size"], got["merge_size"], got["temporal_patch_size"]) == \
+                (vision["patch_size"], vision["spatial_merge_size"], vision["temporal_patch_size"])
+
+
+@pytest.mark.parametrize("name", MULTIMODAL)
+def test_transformers_builds_the_image_processor_from_them(tmp_path, name):
+    """What SGLang's start-up does first (AutoProcessor, whose image processor failed): here AutoImageProcessor, where
+    this transformers has the Qwen2-VL image processor the file names."""
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "Qwen2VLImageProcessor"):
+        pytest.skip(f"transformers {transformers.__version__} has no Qwen2VLImageProcessor")
+    out = shaped.write(name, tmp_path / name, with_tokenizer=False)
+    got = transformers.AutoImageProcessor.from_pretrained(out / "target")
+    assert type(got).__name__.startswith("Qwen2VLImageProcessor") and got.patch_size == 16 and got.merge_size == 2
+    assert (got.size["shortest_edge"], got.size["longest_edge"]) == (65536, 16777216)

@@ -2,7 +2,8 @@
 
 vLLM's `--load-format dummy` makes random weights itself, for the target and the drafter, so a model-sized cost
 study needs only each `config.json` and a tokenizer of the model's own vocabulary (every id, text carried word by
-word or in characters, a ChatML template: `tokenizer`). `specsweep shape NAME DEST` writes DEST/target (config, tokenizer, generation config) and
+word or in characters, a ChatML template: `tokenizer`). `specsweep shape NAME DEST` writes DEST/target (config,
+tokenizer, generation config, and a multimodal target's processor files: `QWEN35_PROCESSOR`) and
 DEST/drafter/config.json (vLLM 0.26's DFlash format: `DFlashDraftModel`, `dflash_config` with `mask_token_id` and
 `target_layer_ids`, `block_size`, `num_target_layers`). Random weights accept no drafts: such a pair measures the
 cost side, or set acceptance (`sweep.set_acceptance`).
@@ -19,7 +20,7 @@ z-lab/Qwen3.6-35B-A3B-DFlash: five sliding_attention layers of window 4096, then
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specsweep.core.errors import SpecsweepError
@@ -35,6 +36,7 @@ class Family:
     target: dict                    # the target's config.json
     drafter: dict                   # the drafter's config.json
     specials: dict = field(default_factory=dict)      # token -> id in the replica tokenizer
+    processor: dict = field(default_factory=dict)     # file name -> the checkpoint's processor file (beside config)
 
 
 def _ids(n: int, k: int = DRAFT_LAYERS) -> list[int]:
@@ -88,6 +90,26 @@ def qwen35_27b_target() -> dict:
             "text_config": text, "vision_config": vision, "tie_word_embeddings": False,
             "image_token_id": 248056, "video_token_id": 248057, "vision_start_token_id": 248053,
             "vision_end_token_id": 248054}
+
+
+# The checkpoint's own processor files, written beside a multimodal target's config.json: SGLang (and vLLM without
+# --language-model-only) builds the image processor at start-up even to serve text, and SGLang 0.5.17 exits without
+# preprocessor_config.json ("OSError: Can't load image processor", on an H100 on 2026-12-06). preprocessor_config.json
+# is Qwen/Qwen3.6-27B's as shipped (snapshot 6a9e13bd6fc8, quoted whole in helexa-ai/helexa's
+# doc/vision-qwen3_6-spec.md). No copy of a Qwen3.5/3.6 video_preprocessor_config.json was found: its values are
+# Qwen3-VL's video processor's (Qwen/Qwen3-VL-2B-Instruct's, whose vision tower has the same patch 16, merge 2 and
+# temporal patch 2), as hand-written on that host, where SGLang then served the replica. The 35B-A3B's vision tower
+# has the same sizes, so it gets the same files (not checked against its own).
+QWEN35_PROCESSOR = {
+    "preprocessor_config.json": {
+        "size": {"longest_edge": 16777216, "shortest_edge": 65536}, "patch_size": 16, "temporal_patch_size": 2,
+        "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+        "processor_class": "Qwen3VLProcessor", "image_processor_type": "Qwen2VLImageProcessorFast"},
+    "video_preprocessor_config.json": {
+        "size": {"longest_edge": 25165824, "shortest_edge": 4096}, "patch_size": 16, "temporal_patch_size": 2,
+        "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+        "processor_class": "Qwen3VLProcessor", "video_processor_type": "Qwen3VLVideoProcessor"},
+}
 
 
 def qwen35_27b_drafter(sliding: bool) -> dict:
@@ -165,9 +187,10 @@ def qwen36_35b_a3b_drafter() -> dict:
 
 SHAPES = {
     "qwen3-8b": _qwen3_8b,
-    "qwen3.5-27b": lambda: Family(qwen35_27b_target(), qwen35_27b_drafter(False), QWEN35_SPECIALS),
-    "qwen3.6-27b": lambda: Family(qwen35_27b_target(), qwen35_27b_drafter(True), QWEN35_SPECIALS),
-    "qwen3.6-35b-a3b": lambda: Family(qwen36_35b_a3b_target(), qwen36_35b_a3b_drafter(), QWEN36_MOE_SPECIALS),
+    "qwen3.5-27b": lambda: Family(qwen35_27b_target(), qwen35_27b_drafter(False), QWEN35_SPECIALS, QWEN35_PROCESSOR),
+    "qwen3.6-27b": lambda: Family(qwen35_27b_target(), qwen35_27b_drafter(True), QWEN35_SPECIALS, QWEN35_PROCESSOR),
+    "qwen3.6-35b-a3b": lambda: Family(qwen36_35b_a3b_target(), qwen36_35b_a3b_drafter(), QWEN36_MOE_SPECIALS,
+                                      QWEN35_PROCESSOR),
 }
 
 
@@ -218,7 +241,7 @@ def shallower(fam: Family, layers: int) -> Family:
         text["max_window_layers"] = min(text["max_window_layers"], layers)
     drafter["num_target_layers"] = layers
     drafter["dflash_config"]["target_layer_ids"] = ids
-    return Family(target, drafter, fam.specials)
+    return replace(fam, target=target, drafter=drafter)
 
 
 def write(name: str, dest: str | Path, with_tokenizer: bool = True, layers: int | None = None) -> Path:
@@ -233,6 +256,8 @@ def write(name: str, dest: str | Path, with_tokenizer: bool = True, layers: int 
     for part, cfg in (("target", fam.target), ("drafter", fam.drafter)):
         (out / part).mkdir(parents=True, exist_ok=True)
         (out / part / "config.json").write_text(json.dumps(cfg, indent=2))
+    for file, content in fam.processor.items():
+        (out / "target" / file).write_text(json.dumps(content, indent=2))
     text = text_config(fam.target)
     (out / "target" / "generation_config.json").write_text(json.dumps(
         {"eos_token_id": text["eos_token_id"], "pad_token_id": text["pad_token_id"]}))

@@ -2,8 +2,12 @@
 (environment). The refusals its argv makes too are written once, in launch.py."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from specsweep.backends.sglang.launch import (
     DRAFT_ATTENTION,
+    PROCESSOR_FILE,
+    PROCESSOR_FIX,
     TESTED_VERSION,
     compilation_problem,
     extra_problem,
@@ -172,6 +176,25 @@ def check_sglang_mask_token(cfg, env):
     return ok(name, f"{token} -> {in_config if in_config is not None else vocab[token]}")
 
 
+def check_sglang_processor(cfg, env):
+    """A multimodal target (a vision tower in its config: model_shape's Shape.multimodal) needs the checkpoint's
+    preprocessor_config.json in the folder SGLang builds its processor from (pair.tokenizer's, else the target's:
+    --tokenizer-path): SGLang 0.5.17 loads the image processor at start-up even to serve text, and exits before it
+    is ready without the file (launch.PROCESSOR_FILE). A hub id, a folder not here, or a text-only target passes."""
+    name, pair = "sglang_processor", cfg["pair"]
+    tdir = local_dir(pair["target"])
+    got = model_shape.shape(tdir) if tdir else None
+    if got is None or not got.multimodal:
+        return ok(name, "a text-only target (or none on this machine): no image processor to load")
+    folder = Path(pair["tokenizer"] or pair["target"]).expanduser()
+    if not folder.is_dir():
+        return ok(name, f"{folder} is no folder here (a hub id): SGLang fetches the checkpoint's processor files")
+    if not (folder / PROCESSOR_FILE).is_file():
+        return fail(name, f"{folder} has no {PROCESSOR_FILE}: SGLang 0.5.17 loads a multimodal checkpoint's image "
+                          f"processor even to serve text, and exits before it is ready without it; {PROCESSOR_FIX}")
+    return ok(name, f"a multimodal target with its {PROCESSOR_FILE}")
+
+
 def check_sglang_hybrid(cfg, env):
     """DFLASH on a Gated DeltaNet hybrid target (Qwen3.5/3.6: linear-attention layers) in the probed SGLang: a
     warning naming the limit where that release has not served one here (HYBRID_DFLASH_VERIFIED), keyed on the
@@ -192,5 +215,6 @@ def check_sglang_hybrid(cfg, env):
 
 
 CHECKS = [check_dataset, check_sglang_device, check_parallel, check_sglang_server, check_sglang_dflash,
-          check_sglang_kernel, check_pair_paths, check_drafter, check_sglang_mask_token, check_num_speculative_tokens, check_thinking,
-          check_port, check_memory, check_max_tokens, check_prompt_length, check_sglang_hybrid]   # and the shared refusals of all FEATURES (checks.refusals)
+          check_sglang_kernel, check_pair_paths, check_sglang_processor, check_drafter, check_sglang_mask_token,
+          check_num_speculative_tokens, check_thinking, check_port, check_memory, check_max_tokens,
+          check_prompt_length, check_sglang_hybrid]   # and the shared refusals of all FEATURES (checks.refusals)

@@ -43,6 +43,15 @@ def unknown_release(version: str | None) -> str:
             f"sglang=={TESTED_VERSION} in server.python's environment")
 
 
+# SGLang 0.5.17 builds a multimodal checkpoint's processor at start-up, even to serve text (tokenizer_manager.py,
+# _get_processor_wrapper: transformers' AutoProcessor on --tokenizer-path), and exits with transformers' "OSError: Can't
+# load image processor for '<folder>'" where that folder has no preprocessor_config.json (seen on an H100 on
+# 2026-12-06, with a config-only replica): preflight's sglang_processor check, and the fix a failed start names.
+PROCESSOR_FILE = "preprocessor_config.json"
+PROCESSOR_FIX = (f"copy the checkpoint's {PROCESSOR_FILE} and video_preprocessor_config.json beside its config.json, "
+                 "or rerun `specsweep shape` for a replica, which writes both")
+
+
 # pair.speculative_extra keys this backend passes as `--speculative-<key>` (srt/arg_groups/fields/spec.py);
 # the draft's attention backends SGLang takes for DFLASH (srt/arg_groups/choices.py).
 SPECULATIVE_EXTRA = ("draft_attention_backend", "draft_window_size")

@@ -12,6 +12,7 @@ and the requests' tokens, and per-position figures are not measurable. launch.RE
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specsweep import metrics
 from specsweep.backends.sglang.launch import (
     KNOWN,
+    PROCESSOR_FIX,
     Release,
     build_argv,
     launch_release,
@@ -33,7 +35,7 @@ from specsweep.backends.sglang.launch import (
 from specsweep.core.errors import ServerError
 from specsweep.grid.cells import Grid
 from specsweep.plan.residency import Launch
-from specsweep.run import client
+from specsweep.run import client, tracebacks
 from specsweep.run.bench_cell import Measurement
 from specsweep.run.server import Server, ServerSession
 
@@ -213,6 +215,28 @@ def resolved_settings(url: str, headers: dict) -> dict:
     return {"version": info.get("version"), **{key: info.get(key) for key in RESOLVED}}
 
 
+# A failed start's own error (tracebacks.py): SGLang's log puts "[2026-12-06 22:56:37] " (or "[... TP0] ") before a
+# logged line and nothing before a traceback's; the launcher wraps a dead scheduler's error in its pipe's EOFError and
+# "Initialization failed. Please see the error messages above" (entrypoints/engine.py, _launch_subprocesses).
+PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*")
+WRAPPERS = tracebacks.Wrappers(names=frozenset({"EOFError"}),
+                               messages=re.compile(r"Initialization failed\. Please see the error messages above"))
+FIXES = ((re.compile(r"directory containing a preprocessor_config\.json"), PROCESSOR_FIX),)
+
+
+def root_cause(log: str) -> str | None:
+    """The line of SGLang's log that says why it stopped: the last exception line of its first traceback that states
+    one (a scheduler's logged "Scheduler hit an exception: Traceback ..." comes before the launcher's wrapper), e.g.
+    transformers' OSError for a multimodal target without preprocessor_config.json."""
+    return tracebacks.root_cause([("", PREFIX.sub("", raw.strip()).strip()) for raw in log.splitlines()], WRAPPERS)
+
+
+def start_failure(message: str, log_path: Path | str | None) -> str:
+    """A failed start's line: "SGLang exited with code 1 before it was ready: <SGLang's own error, shortened> (fix:
+    ...) (log ...)", as vLLM's (tracebacks.start_failure)."""
+    return tracebacks.start_failure(message, log_path, root_cause, FIXES)
+
+
 class SglangSession(ServerSession):
     def __init__(self, srv: Server, spec: dict, run: dict, rel: Release):
         super().__init__(srv, run)
@@ -254,7 +278,7 @@ def open_session(grid: Grid, sid: str, progress: bool = True, how: Launch | None
     cell = grid.servers[sid]
     t0 = time.monotonic()
     srv, version, rel = server_for(grid, sid, how=how)
-    with srv:
+    with tracebacks.started(srv, start_failure):         # a failed start names SGLang's own error (start_failure)
         session = SglangSession(srv, cell.spec, cell.run, rel)
         print(f"[specsweep] {sid}: SGLang ready on {srv.url} in {time.monotonic() - t0:.0f} s "
               f"(SGLang {session.resolved['version']}, {srv.info['python']})", flush=True)

@@ -8,7 +8,6 @@ import functools
 import hashlib
 import json
 import re
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +22,7 @@ from specsweep.core.errors import ServerError
 from specsweep.grid.cells import Grid
 from specsweep.metrics import phases
 from specsweep.plan.residency import Launch
-from specsweep.run import client
+from specsweep.run import client, tracebacks
 from specsweep.run.bench_cell import Measurement
 from specsweep.run.server import Server, ServerSession
 
@@ -372,27 +371,11 @@ def kv_shortfall(info: dict, server: dict, concurrency: int) -> str | None:
 
 
 @contextmanager
-def started(srv: Server) -> Iterator[Server]:
-    """The server up (Server.__enter__), stopped on leaving; a start that fails says the engine core's own error and
-    its fix (engine_death.start_failure), not vLLM's wrapper ("Engine core initialization failed. See root cause
-    above")."""
-    try:
-        srv.__enter__()
-    except ServerError as e:
-        raise ServerError(engine_death.start_failure(str(e), srv.log_path)) from None
-    try:
-        yield srv
-    except BaseException:
-        if not srv.__exit__(*sys.exc_info()):      # the server sees why it stops, as a `with` would show it
-            raise
-    else:
-        srv.__exit__(None, None, None)
-
-
-@contextmanager
 def open_session(grid: Grid, sid: str, progress: bool = True, how: Launch | None = None) -> Iterator[VllmSession]:
     t0 = time.monotonic()
-    with started(server_for(grid, sid, how=how)) as srv:
+    # a start that fails says the engine core's own error and its fix (engine_death.start_failure), not vLLM's
+    # wrapper ("Engine core initialization failed. See root cause above")
+    with tracebacks.started(server_for(grid, sid, how=how), engine_death.start_failure) as srv:
         print(f"[specsweep] {sid}: vLLM ready on {srv.url} in {time.monotonic() - t0:.0f} s "
               f"(vLLM {srv.info['vllm_version']}, {srv.info['python']})", flush=True)
         short = kv_shortfall(srv.info, grid.servers[sid].spec["server"], grid.max_concurrency(sid))
