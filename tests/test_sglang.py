@@ -66,20 +66,22 @@ def test_argv_maps_every_setting_to_sglangs_flag():
     base = next(c.spec for c in grid.servers.values() if c.is_baseline)
     assert not [a for a in launch.build_argv(PY, base, "h", 1, "m") if a.startswith("--speculative")]
     # the settings a user needs on SGLang, as keys: absent from the argv (and the id) until set
-    assert not {"--sampling-backend", "--mm-feature-transport", "--cuda-graph-max-bs-decode"} & set(argv)
+    assert not {"--sampling-backend", "--mm-feature-transport", "--cuda-graph-max-bs-decode",
+                "--cuda-graph-max-bs-prefill"} & set(argv)
     set_grid = expand(compose_jobs(["results_dir=results", *SGLANG, "sweep.num_speculative_tokens=7",
                                     "server.sampling_backend=pytorch", "server.mm_feature_transport=cpu",
-                                    "server.cuda_graph_max_bs=32"]))
+                                    "server.cuda_graph_max_bs=32", "server.cuda_graph_max_prefill_tokens=512"]))
     set_spec = next(c.spec for c in set_grid.servers.values() if not c.is_baseline)
     set_argv = launch.build_argv(PY, set_spec, "h", 1, "m")
     for flag, value in (("--sampling-backend", "pytorch"), ("--mm-feature-transport", "cpu"),
-                        ("--cuda-graph-max-bs-decode", "32")):
+                        ("--cuda-graph-max-bs-decode", "32"), ("--cuda-graph-max-bs-prefill", "512")):
         assert set_argv[set_argv.index(flag) + 1] == value
 
     def ids(*overrides):
         return set(expand(compose_jobs(["results_dir=results", *SGLANG, "sweep.num_speculative_tokens=7",
                                         *overrides])).servers)
-    assert ids("server.sampling_backend=null", "server.cuda_graph_max_bs=null") == ids()   # unset: ids as before
+    assert ids("server.sampling_backend=null", "server.cuda_graph_max_bs=null",
+               "server.cuda_graph_max_prefill_tokens=null") == ids()   # unset: ids as before
     assert not ids("server.sampling_backend=pytorch") & ids()                            # set: a new cell
     # every flag the backend passes is one server.extra_args may not set (the sglang package's SPEC_FLAGS)
     passed = {a for a in argv[3:-2] if a.startswith("--")}
@@ -87,7 +89,9 @@ def test_argv_maps_every_setting_to_sglangs_flag():
     assert _spec_flag_fix("sglang", "--max-running-requests") is None
     for flag, key in (("--sampling-backend", "server.sampling_backend"), ("--cuda-graph-max-bs", "server.cuda_graph_max_bs"),
                       ("--cuda-graph-max-bs-decode=8", "server.cuda_graph_max_bs"),
-                      ("--mm-feature-transport", "server.mm_feature_transport")):
+                      ("--mm-feature-transport", "server.mm_feature_transport"),
+                      ("--cuda-graph-max-bs-prefill", "server.cuda_graph_max_prefill_tokens"),
+                      ("--piecewise-cuda-graph-max-tokens=256", "server.cuda_graph_max_prefill_tokens")):
         assert _spec_flag_fix("sglang", flag) == f"use {key}"
 
 

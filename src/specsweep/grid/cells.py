@@ -36,9 +36,10 @@ ADDED_SPEC_KEYS: dict[str, object] = {"ignore_eos": False,     # bench spec: swe
                                       "set_acceptance": None,    # server spec: one sweep.set_acceptance entry
                                       "verification": "standard",  # server spec: one sweep.verification entry
                                       "k_schedule": None,        # server spec: sweep.k_schedule (vLLM's dynamic K)
-                                      # server spec: SGLang's sampling backend, CUDA-graph batch limit, and
-                                      # multimodal feature transport (null: SGLang's own choice)
+                                      # server spec: SGLang's sampling backend, CUDA-graph batch limit, its
+                                      # largest prefill graph, and multimodal feature transport (null: SGLang's)
                                       "server.sampling_backend": None, "server.cuda_graph_max_bs": None,
+                                      "server.cuda_graph_max_prefill_tokens": None,
                                       "server.mm_feature_transport": None,
                                       # bench spec: a counterfactual cell's first prompts only (sweep.diagnose)
                                       "prompts_limit": None,

@@ -29,6 +29,8 @@ SPEC_FLAGS = {
     "--sampling-backend": "use server.sampling_backend",
     "--cuda-graph-max-bs": "use server.cuda_graph_max_bs",
     "--cuda-graph-max-bs-decode": "use server.cuda_graph_max_bs",
+    "--cuda-graph-max-bs-prefill": "use server.cuda_graph_max_prefill_tokens",
+    "--piecewise-cuda-graph-max-tokens": "use server.cuda_graph_max_prefill_tokens",
     "--mm-feature-transport": "use server.mm_feature_transport",
     "--api-key": "drop it: each launch gets a fresh random API key of its own (docs/backends.md#api-keys)",
     "--config": "pass each option in server.extra_args instead: a config file could set what the cell sets, unchecked",

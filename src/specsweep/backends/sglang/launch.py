@@ -17,6 +17,8 @@ class Release:
     """What one SGLang release says about a request's speculation, and how it spells what specsweep sets."""
     details: tuple[str, ...] | None   # where a chat stream chunk carries the request's stats; None: nowhere
     graph_max_bs: str                 # the flag of the decode CUDA-graph batch limit (server.cuda_graph_max_bs)
+    graph_max_prefill: str = "--cuda-graph-max-bs-prefill"   # the largest prefill graph, in tokens (server.
+                                      # cuda_graph_max_prefill_tokens; --piecewise-cuda-graph-max-tokens its alias)
 
 
 # Releases whose flags and response fields specsweep knows. A stream's details (0.5.23): its own chunk with
@@ -152,8 +154,12 @@ def build_argv(python: str, spec: dict, host: str, port: int, name: str, rel: Re
         argv += ["--mm-feature-transport", s["mm_feature_transport"]]
     if not k["cuda_graphs"]:      # 0.5.17 and 0.5.23 spell it so; `--disable-cuda-graph` is deprecated (server_args.py)
         argv += ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]
-    elif s.get("cuda_graph_max_bs"):
-        argv += [rel.graph_max_bs, str(s["cuda_graph_max_bs"])]
+    else:
+        if s.get("cuda_graph_max_bs"):
+            argv += [rel.graph_max_bs, str(s["cuda_graph_max_bs"])]
+        if s.get("cuda_graph_max_prefill_tokens"):   # a longer prefill batch runs eager; DFLASH's verify runs in the
+                                                      # decode graphs (0.5.17 decode_cuda_graph_runner: TARGET_VERIFY)
+            argv += [rel.graph_max_prefill, str(s["cuda_graph_max_prefill_tokens"])]
     if spec["method"] == "dflash":
         argv += ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", spec["drafter"],
                  "--speculative-num-draft-tokens", str(spec["num_speculative_tokens"] + 1)]
