@@ -82,18 +82,18 @@ def test_a_dead_schedulers_error_is_the_cause_not_the_launchers_wrapper():
     """A scheduler that dies at start-up logs its traceback (scheduler.py: "Scheduler hit an exception: ..."), then the
     launcher raises EOFError from its pipe and "Initialization failed. Please see the error messages above"
     (entrypoints/engine.py, _launch_subprocesses): the scheduler's own error is the cause. In SGLang's format, built
-    from its source."""
+    from its source; the cause's text is made up."""
     log = "\n".join([
         "[2026-12-06 22:56:40 TP0] Scheduler hit an exception: Traceback (most recent call last):",
         '  File "/tmp/sgl/sglang/srt/managers/scheduler.py", line 3100, in run_scheduler_process',
-        "ValueError: DFLASH draft model layer_types not supported.",
+        "ValueError: a made-up cause of a scheduler's death.",
         "", "[2026-12-06 22:56:41] Rank 0 scheduler is dead. Please check if there are relevant logs.",
         "[2026-12-06 22:56:41] Exit code: -9", "Traceback (most recent call last):",
         '  File "/tmp/sgl/sglang/srt/entrypoints/engine.py", line 1190, in _launch_subprocesses', "EOFError",
         "", "During handling of the above exception, another exception occurred:", "",
         "Traceback (most recent call last):", '  File "<frozen runpy>", line 198, in _run_module_as_main',
         "RuntimeError: Initialization failed. Please see the error messages above."])
-    assert session.root_cause(log) == "ValueError: DFLASH draft model layer_types not supported."
+    assert session.root_cause(log) == "ValueError: a made-up cause of a scheduler's death."
     assert session.root_cause("[2026-12-06 22:56:41] all fine\n") is None
 
 
