@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import BIN, claim_test_port, popen_group, snakemake, wait_for
+from helpers import claim_test_port, mlflow_server, snakemake, wait_for
 
 from specsweep.read import tracking
 from specsweep.run.server import stop_group
@@ -209,10 +209,9 @@ def mlflow_ui(verdict_store):
     db, *_ = verdict_store
     log_path = db.parent / "mlflow-server.log"
     port, claim = claim_test_port()
-    argv = [str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{db}",
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     log = open(log_path, "wb")
-    proc = popen_group(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    proc = mlflow_server(port, "--backend-store-uri", f"sqlite:///{db}", stdout=log, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
 
     def healthy():

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from helpers import BIN, cell_files, popen_group, run, snakemake_argv, standin_study, wait_for
+from helpers import cell_files, mlflow_server, run, snakemake_argv, standin_study, wait_for
 
 pytestmark = pytest.mark.dag
 
@@ -27,10 +27,9 @@ def test_mlflow_down_keeps_results_and_a_later_run_ingests_once(random_results, 
     cells = sorted(p.parent for p in (results / "t").glob("*/*/config.yaml"))
     assert cells and all((c / "metrics.json").exists() for c in cells)
     before = cell_files(cells)
-    server = popen_group([str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
-                          "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-                          "--default-artifact-root", str(tmp_path / "artifacts"), "--workers", "1"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = mlflow_server(port, "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+                           "--default-artifact-root", str(tmp_path / "artifacts"),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         import httpx
 
