@@ -3,7 +3,6 @@ modules were split (tests/data/golden, written by main 58d1a74's summary from th
 every column, whatever the columns' order; and tiny-gpu-sched's own archived summary.csv, in every column it had.
 Numbers agree to 1e-9 relative, not bit for bit: another release of the numeric libraries can round a last digit
 otherwise (numpy 2.3.5, scipy 1.17.1 and pandas 3.1.1 gave 2.7578271957693503 where the golden has 2.75782719576935)."""
-import math
 import shutil
 from pathlib import Path
 
@@ -18,20 +17,11 @@ ARCHIVE = REPO / "bench" / "archive" / "h200" / "vllm"
 GOLDEN = REPO / "tests" / "data" / "golden"
 
 
-def same_value(old: object, new: object) -> bool:
-    try:
-        a, b = float(old), float(new)
-    except (TypeError, ValueError):
-        return str(old) == str(new)
-    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-
-
 def same_columns(old: pd.DataFrame, new: pd.DataFrame) -> None:
     assert set(old.columns) <= set(new.columns), sorted(set(old.columns) - set(new.columns))
     assert len(old) == len(new)
-    for column in old.columns:
-        pairs = zip(old[column].tolist(), new[column].tolist())
-        assert all(same_value(a, b) for a, b in pairs), (column, old[column].tolist(), new[column].tolist())
+    for column in old.columns:      # numbers to rtol (NaN equal to NaN), text exactly
+        pd.testing.assert_series_equal(old[column], new[column], check_dtype=False, rtol=1e-9, atol=1e-12)
 
 
 def resummarize(tmp_path: Path, name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
