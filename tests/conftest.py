@@ -51,6 +51,11 @@ def pytest_configure(config):
     config.stray_store = Path(tempfile.mkdtemp(prefix="specsweep-stray-mlflow-")) / "mlflow.db"
     config.repo_store_before = (REPO / "mlflow.db").exists()
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{config.stray_store}"
+    # Tests talk only to 127.0.0.1, and there is no hub here: `datasets` is offline from the start. It reads this
+    # once, when first imported, so a test that set it itself after another had imported `datasets` went to the
+    # network and waited 23 s for it to fail (test_datasets' unreachable hub). Not HF_HUB_OFFLINE: vLLM's
+    # EngineArgs resolves a model that is not a folder in the hub's cache when it is set (test_vllm_argv).
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -96,9 +96,8 @@ def test_hub_loader_formats_prompts_and_turns(tmp_path):
     assert json.loads((tmp_path / "al.jsonl").read_text()) == {"turns": ["Translate.\n\nBonjour"]}
 
 
-def test_an_unreachable_hub_dataset_is_one_clear_line(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def test_an_unreachable_hub_dataset_is_one_clear_line(tmp_path):
+    """The hub is out of reach: `datasets` is offline for the whole session (conftest's pytest_configure)."""
     [cfg] = compose_jobs(["dataset=gsm8k", "dataset.hub.path=no-such-org/no-such-set"])
     with pytest.raises(ConfigError, match="could not load no-such-org/no-such-set from the hub"):
         materialise(cfg["dataset"], tmp_path / "x.jsonl")
