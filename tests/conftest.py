@@ -42,9 +42,42 @@ def one_core() -> None:
         os.sched_setaffinity(0, {cores[int(n) % len(cores)]})
 
 
+def loopback_only(config) -> None:
+    """Tests talk only to 127.0.0.1: in this process, a connection to any other address, or a name lookup of any
+    other host than this one, raises OSError at once and is recorded, and pytest_sessionfinish fails the session
+    with it, even where the code under test caught the error (as the hub's clients do). Processes a test starts
+    are not watched."""
+    import ipaddress
+    import socket
+    import sys
+
+    config.off_loopback = off = []
+    here = {None, b"", "", "localhost", b"localhost", socket.gethostname()}
+
+    def loopback(host) -> bool:
+        try:
+            return ipaddress.ip_address(host.decode() if isinstance(host, bytes) else host).is_loopback
+        except ValueError:
+            return False
+
+    def hook(event, args):
+        if event == "socket.connect" and args[0].family in (socket.AF_INET, socket.AF_INET6):
+            host = args[1][0]
+        elif event == "socket.getaddrinfo" and args[0] not in here:
+            host = args[0]
+        else:
+            return
+        if not loopback(host):
+            off.append(f"{event} {host!r}")
+            raise OSError(f"specsweep tests talk only to 127.0.0.1, not {host!r} (tests/conftest.py)")
+
+    sys.addaudithook(hook)
+
+
 def pytest_configure(config):
     raise_on_signals()
     one_core()
+    loopback_only(config)
     # specsweep always names its MLflow store; MLflow's own default (any call without a tracking URI) is
     # sqlite:///mlflow.db in the current directory, the repo's: how a stray store was once committed. Such a
     # call lands in a scratch store here instead, and the session fails (pytest_sessionfinish).
@@ -74,7 +107,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_sessionfinish(session, exitstatus):
     """Whatever a test or fixture started and left running (pytest interrupted mid-fixture, a test that failed
     before its own clean-up) is stopped by process group here. An MLflow store written without a tracking URI
-    fails the session."""
+    fails the session, and so does a connection past 127.0.0.1 (loopback_only)."""
     stop_all()
     config = session.config
     stray = [p for p, new in ((config.stray_store, True), (REPO / "mlflow.db", not config.repo_store_before))
@@ -83,6 +116,12 @@ def pytest_sessionfinish(session, exitstatus):
         import sys
 
         print(f"\nspecsweep tests: MLflow was called without a tracking URI and wrote {stray}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if config.off_loopback:
+        import sys
+
+        print(f"\nspecsweep tests: this process went past 127.0.0.1: {sorted(set(config.off_loopback))}",
+              file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     shutil.rmtree(config.stray_store.parent, ignore_errors=True)
 
