@@ -4,6 +4,7 @@
     python -m bench run NAME [--smoke] [-- ARGS...]     # one benchmark, ARGS after its manifest arguments
     python -m bench run --group G [--smoke]             # every entry of a group: a smoke tier (fast, server, dag,
                                                         # gpu, manual) or a host (cpu, h200, h200x2)
+    python -m bench pack FOLDER --keep NAME...          # a kept campaign's studies into FOLDER/studies.tar.gz
 
 It runs each as `python -m bench.<script>` from the repository's root with the root, src/ and tests/ on
 PYTHONPATH (the path set once, here: the scripts carry no sys.path lines), one after another, and exits non-zero
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from bench import manifest
 
@@ -26,7 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--group", help="a smoke tier (fast, server, dag, gpu, manual) or a host (cpu, h200, h200x2)")
     run.add_argument("--smoke", action="store_true", help="its smoke: tiny sizes, nothing written to the archive")
     run.add_argument("extra", nargs="*", help="after --: more arguments for the one benchmark named")
+    packing = sub.add_parser("pack", help="pack a kept campaign's studies into one file (bench/archive/README.md)")
+    packing.add_argument("folder", type=Path)
+    packing.add_argument("--keep", nargs="+", default=[], metavar="NAME", help="files left beside the pack")
     args = ap.parse_args(argv)
+    if args.command == "pack":
+        from bench import harness
+
+        print("wrote", harness.pack(args.folder, args.keep))
+        return 0
     entries = manifest.load()
     if args.command == "list":
         for e in entries:

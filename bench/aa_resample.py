@@ -32,6 +32,7 @@ numpy and the same pools. Both rules read the same studies. The calibration used
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import shlex
@@ -295,7 +296,9 @@ def main(argv: list[str] | None = None) -> None:
     pools_by_host, skipped = {}, []
     for host, sources, pooling in (("cpu", args.cpu, args.cpu_pools), ("h200", args.h200, args.h200_pools)):
         if sources:
-            pools_by_host[host], left = load_pools(host, sources, pooling, args.min_repeats)
+            with contextlib.ExitStack() as stack:     # a packed campaign (harness.PACK) is read from a temporary copy
+                sources = [stack.enter_context(harness.unpacked(s)) if s.is_dir() else s for s in sources]
+                pools_by_host[host], left = load_pools(host, sources, pooling, args.min_repeats)
             skipped += left
             if not pools_by_host[host]:
                 raise SystemExit(f"aa_resample: no pool of 2 repeats or more in the {host} sources")

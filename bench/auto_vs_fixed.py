@@ -29,6 +29,7 @@ A = `sweep.repeats=auto`, B = the default), each its own results_dir named a1, b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import math
@@ -39,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import harness
 from specsweep.read.replay_looks import study_blocks
 from specsweep.verdicts import launches as launches_mod, spending, stats
 
@@ -101,18 +103,20 @@ def session_arg(text: str) -> tuple[Path, str]:
     return Path(root), arm or "b"
 
 
-def sessions(roots: list[tuple[Path, str]]) -> dict:
+def sessions(roots: list[tuple[Path, str]], where: dict | None = None) -> dict:
     """The fixed studies of each session's campaign (its folder and their letter) as launches (module doc): all
-    together, and per session."""
+    together, and per session, named by their folders as given; each read from `where[folder]` where given (an
+    unpacked copy)."""
     blocks, intervals, per = {}, {c: {} for c in NAMES}, []
     for i, (root, arm) in enumerate(roots, 1):
-        names = [n for n in campaign_walls(root) if n.startswith(arm)]
+        src = (where or {}).get(root, root)
+        names = [n for n in campaign_walls(src) if n.startswith(arm)]
         if len(names) < 2:
             sys.exit(f"auto_vs_fixed: {root}: {len(names)} finished fixed study ({arm}1, {arm}2, ...): a session's "
                      "launch figures need two or more")
         for n in names:
-            table = verdicts(root / n / "default")
-            blocks[f"s{i}-{n}"] = blocks_of(root / n / "default")
+            table = verdicts(src / n / "default")
+            blocks[f"s{i}-{n}"] = blocks_of(src / n / "default")
             for c in NAMES:
                 intervals[c][f"s{i}-{n}"] = [*table[c]["ci"], table[c]["ratio"]]
         per.append((str(root) if arm == "b" else f"{root}:{arm}", [f"s{i}-{n}" for n in names]))
@@ -263,8 +267,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.campaign is None or not (args.campaign / "campaign.log").exists():
         sys.exit(f"auto_vs_fixed: {args.campaign}: no campaign.log there: name the campaign's folder "
                  "(bench/archive/cpu/auto-vs-fixed/campaign.sh DIR), or --smoke")
+    with contextlib.ExitStack() as stack:     # a packed campaign (harness.PACK) is read from a temporary copy
+        where = {d: stack.enter_context(harness.unpacked(d)) for d in [args.campaign, *(d for d, _ in args.session or [])]}
+        report(args, argv, where)
+
+
+def report(args, argv: list[str] | None, where: dict) -> None:
+    """The live, replayed and launch figures of args.campaign (with args.session's launches, where given), each
+    campaign read from where[folder]."""
     if args.session:
-        out = {"sessions": sessions([(args.campaign, args.fixed), *args.session]),
+        out = {"sessions": sessions([(args.campaign, args.fixed), *args.session], where),
                "command": "python -m bench.auto_vs_fixed " + " ".join(argv if argv is not None else sys.argv[1:])}
         for scope, rec in [("all", out["sessions"]["all"]), *out["sessions"]["per_session"].items()]:
             for name, r in rec.items():
@@ -273,8 +285,9 @@ def main(argv: list[str] | None = None) -> None:
             args.out.write_text(json.dumps(out, indent=1) + "\n")
             print("wrote", args.out)
         return
-    walls = {n: w for n, w in campaign_walls(args.campaign).items() if n[0] in (args.auto, args.fixed)}
-    studies = {n: args.campaign / n / "default" for n in sorted(walls, key=lambda s: (int(s[1:]), s[0]))}
+    campaign = where[args.campaign]
+    walls = {n: w for n, w in campaign_walls(campaign).items() if n[0] in (args.auto, args.fixed)}
+    studies = {n: campaign / n / "default" for n in sorted(walls, key=lambda s: (int(s[1:]), s[0]))}
     table = {n: verdicts(d) for n, d in studies.items()}
     blocks = {n: blocks_of(d) for n, d in studies.items()}
     pool = pooled(blocks)

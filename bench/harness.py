@@ -1,5 +1,5 @@
 """What the maintained benchmarks share: the A B B A order, the interval of a paired ratio, one record shape, a
-scratch folder, and the map of a simulation's chunks over worker processes.
+scratch folder, a kept campaign read from its pack, and the map of a simulation's chunks over worker processes.
 
 A script in bench/ imports it as a module of the `bench` package, `from bench import harness`: the runner
 (`python -m bench run NAME`, bench/__main__.py) puts the repository's root, src/ and tests/ on the path once.
@@ -7,8 +7,10 @@ A script in bench/ imports it as a module of the `bench` package, `from bench im
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
 import shutil
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -27,6 +29,69 @@ def scratch(prefix: str, keep: bool) -> Path:
     if not keep:
         atexit.register(shutil.rmtree, path, ignore_errors=True)
     return path
+
+
+PACK = "studies.tar.gz"
+"""A kept campaign's studies packed in one file beside its loose ones (campaign.log, its script, its JSON): each kept
+file costs the checkout tar a header or three (tests/test_code_shape.py), and a campaign keeps thousands."""
+
+
+@contextlib.contextmanager
+def unpacked(folder: Path):
+    """A campaign's folder as its readers expect it: the folder itself, or, where its studies are packed (PACK), a
+    temporary folder of the same name holding the pack's contents and links to the loose files, removed after."""
+    folder = Path(folder)
+    if not (folder / PACK).is_file():
+        yield folder
+        return
+    with tempfile.TemporaryDirectory(prefix="campaign-") as tmp:
+        out = Path(tmp) / folder.name
+        out.mkdir()
+        with tarfile.open(folder / PACK) as tar:
+            tar.extractall(out, filter="data")
+        for f in folder.iterdir():
+            if f.name != PACK and not (out / f.name).exists():
+                (out / f.name).symlink_to(f.resolve())
+        yield out
+
+
+def pack(folder: Path, keep: list[str]) -> Path:
+    """Pack a kept campaign's studies: every file and folder of `folder` but the `keep` names into folder/PACK (in
+    name order, times and owners zeroed, so one campaign always packs alike), checked against the files, which are
+    then removed. Returns the pack."""
+    import gzip
+    import io
+
+    folder = Path(folder)
+    if (folder / PACK).exists():
+        raise SystemExit(f"pack: {folder / PACK} exists already")
+    tops = sorted(p for p in folder.iterdir() if p.name not in keep)
+    if not tops:
+        raise SystemExit(f"pack: nothing in {folder} to pack beside {keep}")
+    paths = [q for t in tops for q in ([t, *sorted(t.rglob("*"))] if t.is_dir() else [t])]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for q in paths:
+            info = tar.gettarinfo(q, arcname=str(q.relative_to(folder)))
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            info.mode = 0o755 if info.isdir() else 0o644
+            with open(q, "rb") if info.isfile() else contextlib.nullcontext() as f:
+                tar.addfile(info, f)
+    tmp = folder / (PACK + ".part")
+    with open(tmp, "wb") as out, gzip.GzipFile(fileobj=out, mode="wb", mtime=0, filename="") as gz:
+        gz.write(buf.getvalue())
+    with tarfile.open(tmp) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    if files != {str(q.relative_to(folder)): q.read_bytes() for q in paths if q.is_file()}:
+        tmp.unlink()
+        raise SystemExit(f"pack: {tmp} does not hold {folder}'s files as they are: nothing removed")
+    tmp.rename(folder / PACK)
+    for t in tops:
+        if t.is_dir():
+            shutil.rmtree(t)
+        else:
+            t.unlink()
+    return folder / PACK
 
 
 def parallel_map(fn, jobs: list, workers: int) -> list:

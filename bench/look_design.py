@@ -25,6 +25,7 @@ wall on cells over the 24 studies (load confounds it; steeper).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -152,8 +153,10 @@ def main(argv: list[str] | None = None) -> None:
     designs = args.design or DESIGNS
     if args.smoke:
         args.replays, seeds, designs, args.out, args.workers = 300, seeds[:1], DESIGNS[:2], None, 1
-    blocks = {f"{root.name}/{n}": study_blocks(root / n, MAX_BLOCKS) for root in roots for n in campaign_walls(root)}
-    model = wall_model(roots)
+    with contextlib.ExitStack() as stack:     # a packed campaign (harness.PACK) is read from a temporary copy
+        roots = [stack.enter_context(harness.unpacked(root)) for root in roots]
+        blocks = {f"{root.name}/{n}": study_blocks(root / n, MAX_BLOCKS) for root in roots for n in campaign_walls(root)}
+        model = wall_model(roots)
     print(json.dumps(model))
     jobs = [(blocks, fn, looks, args.replays, seeds, model) for fn, looks in designs]
     rows = harness.parallel_map(one_design, jobs, args.workers)

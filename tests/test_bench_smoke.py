@@ -94,6 +94,43 @@ def test_harness_orders_abba_and_gives_a_t_interval_of_a_paired_ratio():
     assert harness.verdict({"t95": [0.90, 1.05]}, "low").startswith("unresolved")
 
 
+def test_a_packed_campaign_reads_as_its_folder_and_packs_alike_every_time(tmp_path):
+    """`python -m bench pack`: a campaign's studies in one file, its loose files kept; harness.unpacked gives a
+    folder of the same name with the same bytes (a loose file as a link), removed after; the pack is the same bytes
+    whenever it is made (times zeroed), and a folder without one is read as it is."""
+    import filecmp
+
+    from bench import harness
+    from bench.__main__ import main
+
+    def campaign(root: Path) -> Path:
+        c = root / "avf"
+        for rel, text in {"a1/default/summary.csv": "x\n1\n", "a1/default/base/r0/metrics.json": "{}",
+                          "b1/default/summary.csv": "x\n2\n", "a1-env.json": "{}", "campaign.log": "a1 5.0 s\n"}.items():
+            (c / rel).parent.mkdir(parents=True, exist_ok=True)
+            (c / rel).write_text(text)
+        return c
+
+    plain = campaign(tmp_path / "plain")
+    with harness.unpacked(plain) as same:
+        assert same == plain
+    packed = campaign(tmp_path / "packed")
+    assert main(["pack", str(packed), "--keep", "campaign.log"]) == 0
+    assert sorted(p.name for p in packed.iterdir()) == ["campaign.log", harness.PACK]
+    with harness.unpacked(packed) as read:
+        assert read.name == "avf" and read != packed
+        assert not filecmp.dircmp(read, plain).diff_files and sorted(p.relative_to(read) for p in read.rglob("*")) \
+            == sorted(p.relative_to(plain) for p in plain.rglob("*"))
+        assert all(filecmp.cmp(read / f, plain / f, shallow=False) for f in
+                   ("a1/default/summary.csv", "a1/default/base/r0/metrics.json", "a1-env.json", "campaign.log"))
+    assert not read.exists()
+    again = campaign(tmp_path / "again")
+    main(["pack", str(again), "--keep", "campaign.log"])
+    assert (again / harness.PACK).read_bytes() == (packed / harness.PACK).read_bytes()
+    with pytest.raises(SystemExit, match="exists already"):
+        harness.pack(packed, ["campaign.log"])
+
+
 def test_harness_record_has_one_shape_and_writes_nothing_without_a_path(tmp_path):
     from bench import harness
 
