@@ -264,6 +264,7 @@ def test_a_server_cell_runs_end_to_end_against_the_stand_in(fake, tmp_path, issu
     assert m["sglang_resolved"]["speculative_num_draft_tokens"] == 4
     assert m["sglang_resolved"]["speculative_draft_attention_backend"] == "fa3"
     assert m["valid"] and m["requests_completed"] == 5 and m["baseline_cell"] == base
+    assert (m["server_max_running_requests"], m["server_running_cap"]) == (48, None)   # the scheduler's, from its log
     assert m["greedy_agreement"] == 1.0 and m["speedup_output_tok_s"] > 0
 
     bm = json.loads(grid.metrics_path(base, bid).read_text())
@@ -277,6 +278,39 @@ def test_a_server_cell_runs_end_to_end_against_the_stand_in(fake, tmp_path, issu
     # logs, config.yaml or metrics.json (the stand-in's /server_info reports it; only RESOLVED keys are kept)
     assert server["api_key_via"] == "--config" and len(set(issued_keys)) == 2
     assert [files_holding(tmp_path, key) for key in issued_keys] == [[], []]
+
+
+def test_the_schedulers_running_limit_and_its_cap_are_read_from_sglangs_own_log():
+    """0.5.17 on an H100 capped DFLASH on the 27B hybrid to one running request (its mamba state cache), the baseline
+    to nine, and said so only in its log; /server_info still said 48 (tests/data, the archived launches' lines)."""
+    text = (DATA.parent / "sglang0517_hybrid_running_limit_log.txt").read_text()
+    dflash, baseline = text.split("# The baseline:")
+    fix = ("to raise it: increase --mamba-full-memory-ratio or --max-mamba-cache-size, or halve the state size with "
+           "--mamba-ssm-dtype bfloat16 (server.extra_args)")
+    assert session.running_limit(dflash) == (1, "SGLang capped it by the mamba state cache (max_mamba_cache_size=5, "
+                                                "5 state slots per request); " + fix)
+    assert session.running_limit(baseline)[0] == 9
+    assert session.running_limit("[2026-12-07 07:59:48] max_total_num_tokens=80943, chunked_prefill_size=8192, "
+                                 "max_prefill_tokens=16384, max_running_requests=48, context_len=4096") == (48, None)
+    assert session.running_limit("nothing said") == (None, None)
+
+
+def test_a_cell_whose_concurrency_the_server_capped_is_marked_not_measured_as_speculation(fake, tmp_path):
+    """The stand-in's K=3 server runs one request at a time, as SGLang's mamba state cache capped DFLASH on the hybrid
+    (STANDIN_MAX_RUNNING_K3=1), while the cell asks for two at once: the requests queue, so the cell is invalid, with
+    the cap and its fix named; the baseline, uncapped, is valid."""
+    grid, base, spec = fake("+server.env.STANDIN_MAX_RUNNING_K3=1")
+    for sid in (base, spec):
+        runner.run_server_cell(grid, sid, tmp_path / f"{sid}.done", progress=False)
+    [bid] = grid.benches[spec]
+    m = json.loads(grid.metrics_path(spec, bid).read_text())
+    assert m["requests_completed"] == 5 and m["server_max_running_requests"] == 1
+    assert m["sglang_resolved"]["max_running_requests"] == 48          # what /server_info says: not what ran
+    assert not m["valid"] and m["invalid_reason"].startswith(
+        "the server ran at most 1 request(s) at a time, so concurrency 2 measured its queue (SGLang capped it by the "
+        "mamba state cache (max_mamba_cache_size=5, 5 state slots per request); to raise it: increase ")
+    bm = json.loads(grid.metrics_path(base, bid).read_text())
+    assert bm["valid"] and bm["server_max_running_requests"] == 2048
 
 
 def test_a_baseline_whose_chunks_come_in_one_burst_is_flagged_and_no_contradicting_figure_reaches_the_summary(

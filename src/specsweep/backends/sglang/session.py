@@ -62,6 +62,24 @@ RESOLVED = ("speculative_algorithm", "speculative_num_draft_tokens", "speculativ
             "attention_backend", "max_running_requests")
 
 
+# The running-request limit SGLang's scheduler settled on, which /server_info does not report: it logs it once its
+# memory is laid out, after any cap (0.5.17, DFLASH on the 27B Gated DeltaNet hybrid on an H100: "max_running_requests
+# is capped to 1 by the mamba state cache (max_mamba_cache_size=5, 5 state slots per request). To raise it: ...", then
+# "max_total_num_tokens=80943, ..., max_running_requests=1, context_len=4096, ..."; /server_info still said 48).
+SCHEDULER_LIMIT = re.compile(r"max_total_num_tokens=\d+, .*?\bmax_running_requests=(\d+)")
+CAPPED = re.compile(r"max_running_requests is capped to \d+ by (.+?)\. To raise it: (.+?)\.?\s*$")
+
+
+def running_limit(log: str) -> tuple[int | None, str | None]:
+    """The scheduler's running-request limit (the lowest of its schedulers'), and why SGLang capped it with its fix,
+    from a launch's log; (None, None) where the log does not say (a release that logs neither)."""
+    limits = [int(m.group(1)) for m in SCHEDULER_LIMIT.finditer(log)]
+    caps = [m for line in log.splitlines() if (m := CAPPED.search(line))]
+    why = f"SGLang capped it by {caps[-1].group(1)}; to raise it: {caps[-1].group(2)} (server.extra_args)" \
+        if caps else None
+    return (min(limits) if limits else None), why
+
+
 def server_for(grid: Grid, sid: str, log_dir: Path | None = None,
                how: Launch | None = None) -> tuple[Server, str, Release]:
     """The SGLang server of a server cell, not started yet, with the version and release it will run; `how`: its
@@ -246,6 +264,8 @@ class SglangSession(ServerSession):
         if self.rel is None or self.rel != rel:
             raise ServerError(f"{unknown_release(self.resolved['version'])} (the server said so at /server_info, "
                               f"the probe of server.python found a different one); see {self.log_path}")
+        log = self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+        self.max_running, self.running_cap = running_limit(log)
         block = self.resolved["speculative_num_draft_tokens"]
         if self.k and block != self.k + 1:
             raise ServerError(f"SGLang resolved speculative_num_draft_tokens={block}, not K + 1 = {self.k + 1}: "
@@ -269,7 +289,8 @@ class SglangSession(ServerSession):
                        f"{VERIFY_CALLS} did not count (scrape: {figures.get('scrape_error') or 'no verify steps'}), "
                        "so the cell has no acceptance")
         figures.update(backend="sglang", sglang_version=self.resolved["version"], server_python=self.srv.info["python"],
-                       sglang_resolved=self.resolved)
+                       sglang_resolved=self.resolved, server_max_running_requests=self.max_running,
+                       server_running_cap=self.running_cap)
         return Measurement(rows, figures, failure, counted=False)     # its spec_decode is the rows' sums
 
 
