@@ -27,13 +27,16 @@ def job(tmp_path, name, pair, *extra):
     return cfg
 
 
-def test_dflash_on_a_hybrid_target_warns_naming_the_probed_version(tmp_path):
+def test_dflash_on_a_hybrid_target_warns_naming_the_probed_version_unless_it_has_served_one(tmp_path):
     cfg = job(tmp_path, "qwen3.6-27b", "qwen3.6-27b-dflash")
-    got = sglang_checks.check_sglang_hybrid(cfg, {"server_env": {"sglang": "0.5.17"}})
+    got = sglang_checks.check_sglang_hybrid(cfg, {"server_env": {"sglang": "0.5.23"}})
     assert got.status == "warn" and "\n" not in got.message
-    assert got.message.startswith("SGLang 0.5.17: DFLASH on a Gated DeltaNet hybrid target (48 linear-attention "
+    assert got.message.startswith("SGLang 0.5.23: DFLASH on a Gated DeltaNet hybrid target (48 linear-attention "
                                   "layers) has not run here")
     assert "(not probed)" in sglang_checks.check_sglang_hybrid(cfg, {}).message
+    served = sglang_checks.check_sglang_hybrid(cfg, {"server_env": {"sglang": "0.5.17"}})     # 2026-12-07, an H100
+    assert served.status == "pass" and served.message.startswith("SGLang 0.5.17 has served DFLASH on a Gated DeltaNet "
+                                                                 "hybrid target (48 linear-attention layers)")
 
 
 def test_a_release_seen_serving_it_a_dense_target_or_a_baseline_pass(tmp_path, monkeypatch):

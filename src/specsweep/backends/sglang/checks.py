@@ -43,12 +43,13 @@ SGLANG_ATTENTION = ("fa3", "fa4", "flashinfer", "triton", "torch_native", "flex_
 
 SGLANG_DFLASH_MAX_RUNNING = 48     # DFLASH's default --max-running-requests (speculative_hook.py, _handle_dflash)
 
-# SGLang releases whose DFLASH has served a Gated DeltaNet hybrid target here (issue 52, item 4): none yet. SGLang's
-# own source has the pieces (dflash_worker_v2.py commits the target's Mamba/GDN state after each verify,
-# `_need_mamba_verify_commit`, `update_mamba_state_after_mtp_verify`; 0.5.17's /server_info lists
-# linear_attn_verify_backend and the mamba_* options), but which release first serves Qwen3_5ForConditionalGeneration
-# with DFLASH, and a sliding-window drafter, is not said: gpu_sglang_27b_hybrid is the run that answers it.
-HYBRID_DFLASH_VERIFIED: tuple[str, ...] = ()
+# SGLang releases whose DFLASH has served a Gated DeltaNet hybrid target here (issue 52, item 4). 0.5.17 on an H100,
+# 2026-12-07: the 27B-shaped replica with both z-lab drafter layouts (all full attention; four sliding-window layers
+# and one full), random weights, every request finished (bench/archive/h100/sglang/qwen3.6-27b-hybrid-sglang-first);
+# at its default memory split the scheduler ran one request at a time (its mamba state cache: bench_cell marks a
+# cell of higher concurrency), and with random weights nothing was accepted, so whether its accepted tokens are right
+# is not shown.
+HYBRID_DFLASH_VERIFIED: tuple[str, ...] = ("0.5.17",)
 
 
 def environment(server_run: dict) -> dict:
@@ -207,7 +208,8 @@ def check_sglang_hybrid(cfg, env):
     version = (env.get("server_env") or {}).get("sglang")
     what = f"a Gated DeltaNet hybrid target ({got.linear_attention_layers} linear-attention layers)"
     if version in HYBRID_DFLASH_VERIFIED:
-        return ok(name, f"SGLang {version} has served DFLASH on {what}")
+        return ok(name, f"SGLang {version} has served DFLASH on {what} (with random weights; its scheduler may cap the "
+                        "running requests by its mamba state cache, which a cell of higher concurrency is marked for)")
     return warn(name, f"SGLang {version or '(not probed)'}: DFLASH on {what} has not run here; the 0.5.17 wheel's "
                       "DFLASH worker commits the Gated DeltaNet state after each verify for Qwen3.5/3.6 configs, "
                       "and its draft model reads layer_types (sliding windows), but no server has served it: expect "
