@@ -322,3 +322,27 @@ def test_the_probe_finds_flashinfer_in_the_servers_own_environment(tmp_path):
 
     without = launch.probe_python(sys.executable, {})["flashinfer"]
     assert (without is None) == (importlib.util.find_spec("flashinfer") is None)     # this Python's own answer
+
+
+def test_a_vllm_cell_records_its_max_num_seqs_as_the_servers_running_limit(tmp_path, monkeypatch):
+    """vLLM runs at most --max-num-seqs requests at once and queues the rest: a cell records the flag's value as the
+    server's running limit (server_max_running_requests), which bench_cell holds a cell's concurrency against, as for
+    SGLang's capped scheduler (tested end to end there, tests/test_sglang.py). No request is sent here."""
+    from types import SimpleNamespace
+
+    from specsweep.run.bench_cell import Measurement
+
+    async def sent(url, prompts, settings, concurrency, warmup, progress=True, desc=""):
+        return [], {"requests_completed": 0}
+
+    monkeypatch.setattr(vllm_session, "measure", sent)
+    grid = expand(compose_jobs([f"results_dir={tmp_path}", "sweep.concurrency=[4]"]))
+    sid = next(iter(grid.servers))
+    bench = next(iter(grid.benches[sid].values())).spec
+    for argv, limit in (([sys.executable, "-m", "vllm", "serve", "m", "--max-num-seqs", "2"], 2),
+                        ([sys.executable, "-m", "vllm", "serve", "m", "--max_num_seqs=8"], 8), (["vllm", "serve"], None)):
+        srv = SimpleNamespace(info={"argv": argv}, log_path=None, alive=lambda: True, url="http://127.0.0.1:1",
+                              served_name="m", api_key=None)
+        m = vllm_session.VllmSession(srv, {"request_timeout_s": 5}).measure([["hi"]], bench, False, "d")
+        assert isinstance(m, Measurement) and m.figures["server_max_running_requests"] == limit
+        assert m.figures["server_running_cap"] == (f"its --max-num-seqs {limit} (server.extra_args)" if limit else None)

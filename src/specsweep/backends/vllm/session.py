@@ -16,7 +16,7 @@ from typing import Iterator
 import httpx
 
 from specsweep import metrics
-from specsweep.backends.vllm import engine_death, guard, launch, pinning, promstats, startlog
+from specsweep.backends.vllm import engine_death, guard, known_issues, launch, pinning, promstats, startlog
 from specsweep.core import layout
 from specsweep.core.errors import ServerError
 from specsweep.grid.cells import Grid
@@ -335,10 +335,13 @@ class VllmSession(ServerSession):
             f"/metrics failed: {figures['scrape_error']}" if "scrape_error" in figures else None
         mark_think_end(rows, getattr(self, "tokenizer", None), keep=bool(bench.get("divergence")))
         level = self.srv.info.get("per_request_spec_metrics")
+        seqs = known_issues.extra_arg(self.srv.info.get("argv") or [], "--max-num-seqs")    # vLLM queues the requests above it
         figures.update(backend="vllm", vllm_version=self.srv.info.get("vllm_version"),
                        server_python=self.srv.info.get("python"), per_request_spec_metrics=level,
                        per_request_timing=self.srv.info.get("per_request_timing"),
-                       cuda_graph_max_tokens=self.srv.info.get("cuda_graph_max_tokens"))
+                       cuda_graph_max_tokens=self.srv.info.get("cuda_graph_max_tokens"),
+                       server_max_running_requests=seqs,
+                       server_running_cap=f"its --max-num-seqs {seqs} (server.extra_args)" if seqs else None)
         return Measurement(rows, figures, failure, per_request_asked=level)
 
     def next_token_logprobs(self, prefix: list[int], top: int) -> dict[int, float]:
