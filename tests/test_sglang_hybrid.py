@@ -134,3 +134,20 @@ def test_a_text_only_target_needs_no_processor_files(tmp_path):
     dense = job(tmp_path, "qwen3-8b", "qwen3-8b-dflash-b16")
     assert not list(Path(dense["pair"]["target"]).glob("*preprocessor_config.json"))
     assert sglang_checks.check_sglang_processor(dense, {}).status == "pass"
+
+
+# The last lines of a real failed start: SGLang 0.5.17 on an H100 (2026-12-07) serving the qwen3.6-27b replica's
+# DFLASH K=15 member with --max-mamba-cache-size 48 at --mem-fraction-static 0.85, from the target's "Load weight
+# begin" on (transformers' tokenizer warnings left out); bench/archive/h100/sglang/qwen3.6-27b-hybrid-sglang-c8-mamba.
+NO_KV = DATA / "sglang0517_hybrid_no_kv_log.txt"
+
+
+def test_a_start_the_state_cache_left_no_kv_names_the_studys_key_and_the_fraction_that_failed(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text(NO_KV.read_text())
+    assert session.root_cause(log.read_text()).startswith("ValueError: Loaded weights leave no GPU memory for the KV")
+    first = session.start_failure(f"SGLang exited with code -9 before it was ready; log {log}", log).splitlines()[0]
+    assert first.startswith("SGLang exited with code -9 before it was ready: ValueError: Loaded weights leave no GPU")
+    assert ("(fix: raise server.gpu_memory_utilization (SGLang's --mem-fraction-static) above 0.85, or shrink the "
+            "state cache (--max-mamba-cache-size, --mamba-ssm-dtype bfloat16 in server.extra_args)") in first
+    assert first.endswith(f"(log {log})")

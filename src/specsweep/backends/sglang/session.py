@@ -239,7 +239,15 @@ def resolved_settings(url: str, headers: dict) -> dict:
 PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*")
 WRAPPERS = tracebacks.Wrappers(names=frozenset({"EOFError"}),
                                messages=re.compile(r"Initialization failed\. Please see the error messages above"))
-FIXES = ((re.compile(r"directory containing a preprocessor_config\.json"), PROCESSOR_FIX),)
+# 0.5.17's memory pool when weights and a hybrid's state cache fill --mem-fraction-static (kv_cache_configurator.py):
+# its "Raise ... above X" counts the weights only, so X can be below the fraction that failed (0.699 against 0.85 on an
+# H100, 2026-12-07, with --max-mamba-cache-size 48). The study's key for the flag is server.gpu_memory_utilization.
+NO_KV_FIX = ("raise server.gpu_memory_utilization (SGLang's --mem-fraction-static) above {0}, or shrink the state "
+             "cache (--max-mamba-cache-size, --mamba-ssm-dtype bfloat16 in server.extra_args): the weights and the "
+             "state cache filled it")
+FIXES = ((re.compile(r"directory containing a preprocessor_config\.json"), PROCESSOR_FIX),
+         (re.compile(r"no GPU memory for the KV cache under --mem-fraction-static=([\d.]+)\. "
+                     r"Raise --mem-fraction-static above ([\d.]+)"), NO_KV_FIX))
 
 
 def root_cause(log: str) -> str | None:
