@@ -57,6 +57,15 @@ def test_the_preset_runs_the_hybrid_pair_on_the_bundle_with_real_acceptance():
     assert cfg["sweep"]["set_acceptance"] == [None] and cfg["server"]["extra_args"] == ["--load-format", "dummy"]
 
 
+def test_the_c8_preset_gives_eight_running_requests_the_memory_they_took_on_an_h100():
+    """What ran on 2026-12-07 (both members capped to 8 running requests): a bf16 state cache of 40 slots, at 0.92."""
+    [cfg] = compose_jobs(["experiment=gpu_sglang_27b_hybrid_c8", "results_dir=/root/res"])
+    assert cfg["sweep"]["concurrency"] == [8] and cfg["server"]["gpu_memory_utilization"] == 0.92
+    assert cfg["server"]["extra_args"] == ["--load-format", "dummy", "--mamba-ssm-dtype", "bfloat16",
+                                           "--max-mamba-cache-size", "40"]
+    assert cfg["pair"]["name"] == "qwen3.6-27b-dflash" and cfg["study"] == "qwen3.6-27b-hybrid-sglang-c8"
+
+
 # ---- the image processor SGLang builds at start-up ----------------------------------------------------------------
 # The last lines of a real failed start: SGLang 0.5.17 on an H100 (2026-12-06) serving the qwen3.6-27b replica that
 # `specsweep shape` wrote before it wrote processor files (server-20261206T225616-4979-a32949.log), from its first
