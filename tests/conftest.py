@@ -99,8 +99,8 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(mark)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # Every worker collects the same items and sorts them alike: the trained pair's tests first, so that
-        # one worker starts the pair's training (one core, about a minute) at once while the other runs the rest
-        # and, with `--dist worksteal`, takes over the tests queued behind the training.
+        # one worker starts the pair's training (one core, about a minute) at once while the others run the rest
+        # and, with `--dist worksteal`, take over the tests queued behind the training.
         items.sort(key=lambda item: not {"tiny_results", "pair_training"} & set(item.fixturenames))
 
 
