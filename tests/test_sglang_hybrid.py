@@ -28,7 +28,7 @@ def job(tmp_path, name, pair, *extra):
 
 
 def test_dflash_on_a_hybrid_target_warns_naming_the_probed_version_unless_it_has_served_one(tmp_path):
-    cfg = job(tmp_path, "qwen3.6-27b", "qwen3.6-27b-dflash")
+    cfg = job(tmp_path, "qwen3.6-27b", "qwen3.6-27b-dflash", "sweep.concurrency=[1]")
     got = sglang_checks.check_sglang_hybrid(cfg, {"server_env": {"sglang": "0.5.23"}})
     assert got.status == "warn" and "\n" not in got.message
     assert got.message.startswith("SGLang 0.5.23: DFLASH on a Gated DeltaNet hybrid target (48 linear-attention "
@@ -39,8 +39,23 @@ def test_dflash_on_a_hybrid_target_warns_naming_the_probed_version_unless_it_has
                                                                  "hybrid target (48 linear-attention layers)")
 
 
+def test_a_sweep_above_one_request_at_the_default_state_cache_warns_with_the_split_that_ran_eight(tmp_path):
+    """SGLang 0.5.17 ran one DFLASH request at a time on the 27B hybrid at its default memory split (2026-12-07)."""
+    served = {"server_env": {"sglang": "0.5.17"}}
+    one = job(tmp_path, "qwen3.6-27b", "qwen3.6-27b-dflash", "sweep.concurrency=[1]")
+    assert sglang_checks.check_sglang_hybrid(one, served).status == "pass"
+    eight = job(tmp_path / "8", "qwen3.6-27b", "qwen3.6-27b-dflash", "sweep.concurrency=[1,8]")
+    got = sglang_checks.check_sglang_hybrid(eight, served)
+    assert got.status == "warn" and "\n" not in got.message
+    assert "ran one request at a time on an 80 GB H100" in got.message and "(concurrency 8 here)" in got.message
+    assert got.message.endswith("as experiment=gpu_sglang_27b_hybrid_c8 does (8 at once at 0.92)")
+    sized = job(tmp_path / "s", "qwen3.6-27b", "qwen3.6-27b-dflash", "sweep.concurrency=[1,8]",
+                "server.extra_args=[--mamba-ssm-dtype,bfloat16,--max-mamba-cache-size,40]")
+    assert sglang_checks.check_sglang_hybrid(sized, served).status == "pass"
+
+
 def test_a_release_seen_serving_it_a_dense_target_or_a_baseline_pass(tmp_path, monkeypatch):
-    hybrid = job(tmp_path, "qwen3.5-27b", "qwen3.5-27b-dflash")
+    hybrid = job(tmp_path, "qwen3.5-27b", "qwen3.5-27b-dflash", "sweep.concurrency=[1]")
     monkeypatch.setattr(sglang_checks, "HYBRID_DFLASH_VERIFIED", ("0.5.17",))
     assert sglang_checks.check_sglang_hybrid(hybrid, {"server_env": {"sglang": "0.5.17"}}).status == "pass"
     monkeypatch.setattr(sglang_checks, "HYBRID_DFLASH_VERIFIED", ())

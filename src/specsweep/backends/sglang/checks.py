@@ -196,10 +196,14 @@ def check_sglang_processor(cfg, env):
     return ok(name, f"a multimodal target with its {PROCESSOR_FILE}")
 
 
+STATE_CACHE_FLAG = "--max-mamba-cache-size"    # SGLang's state slots; 0.5.17 took 5 a request (its log says so)
+
+
 def check_sglang_hybrid(cfg, env):
     """DFLASH on a Gated DeltaNet hybrid target (Qwen3.5/3.6: linear-attention layers) in the probed SGLang: a
     warning naming the limit where that release has not served one here (HYBRID_DFLASH_VERIFIED), keyed on the
-    version preflight records; a dense target or a baseline passes."""
+    version preflight records; where it has, a warning for a sweep above one request at SGLang's default state cache
+    (no STATE_CACHE_FLAG), which ran one DFLASH request at a time; a dense target or a baseline passes."""
     name, pair = "sglang_hybrid", cfg["pair"]
     tdir = local_dir(pair["target"])
     got = model_shape.shape(tdir) if tdir else None
@@ -208,6 +212,14 @@ def check_sglang_hybrid(cfg, env):
     version = (env.get("server_env") or {}).get("sglang")
     what = f"a Gated DeltaNet hybrid target ({got.linear_attention_layers} linear-attention layers)"
     if version in HYBRID_DFLASH_VERIFIED:
+        top = max(cfg["sweep"]["concurrency"])
+        if top > 1 and STATE_CACHE_FLAG not in map(str, cfg["server"]["extra_args"]):
+            return warn(name, f"SGLang {version} serves DFLASH on {what}, but at its default memory split it ran one "
+                              "request at a time on an 80 GB H100 (the verify's states filled its mamba state cache; "
+                              f"2026-12-07), so a cell above its limit (concurrency {top} here) would be invalid: give "
+                              f"it {STATE_CACHE_FLAG} (5 slots a request) and --mamba-ssm-dtype bfloat16 in "
+                              "server.extra_args and raise server.gpu_memory_utilization, as "
+                              "experiment=gpu_sglang_27b_hybrid_c8 does (8 at once at 0.92)")
         return ok(name, f"SGLang {version} has served DFLASH on {what} (with random weights; its scheduler may cap the "
                         "running requests by its mamba state cache, which a cell of higher concurrency is marked for)")
     return warn(name, f"SGLang {version or '(not probed)'}: DFLASH on {what} has not run here; the 0.5.17 wheel's "
