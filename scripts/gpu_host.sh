@@ -33,9 +33,9 @@
 #   `collect 560` until done); visit-h100 (what fits 80 GB: sglang-27b-c8, after recv-sglang and install-sglang,
 #   no vLLM bundle needed);
 #   sglang-27b (gpu_sglang_27b_hybrid, both drafter layouts, after install-sglang and the 27B shapes: `bg sglang-27b`,
-#   then `collect`); sglang-27b-c1 (the same at concurrency 1 only; ran 2026-12-07); sglang-27b-c8 (both layouts at
-#   c=8 with the memory split that runs 8 DFLASH requests at once, gpu_sglang_27b_hybrid_c8); sglang-27b-first (its
-#   DFlash members only, one repeat of 8 prompts at c=1: does DFLASH serve; it did, 2026-12-07).
+#   then `collect`: c=1, as `sglang-27b-c1` ran it on 2026-12-07); sglang-27b-c8 (both layouts at c=8 with the
+#   memory split that runs 8 DFLASH requests at once, gpu_sglang_27b_hybrid_c8); sglang-27b-first (its DFlash
+#   members only, one repeat of 8 prompts at c=1: does DFLASH serve; it did, 2026-12-07).
 # PROMPTS=N sets dataset.num_prompts for the 27B and 35B steps and coresidency.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -178,14 +178,12 @@ sweep.num_speculative_tokens=[15] sweep.concurrency=[8]" 2>&1 | tee "$OUT/8b-tur
         bash "$0" 8b-turns 8 ;;         # (about 12 min), then issue 54's stretch: `bg visit`, `collect 560` until done
   visit-h100) bash "$0" sglang-27b-c8 ;;  # what fits 80 GB: SGLang's hybrid study at c=8, both layouts in one DAG
                                           # run (2026-12-07 ran c=1 with verdicts, and c=8 for one layout over three)
-  sglang-27b|sglang-27b-first|sglang-27b-c1|sglang-27b-c8) for s in qwen3.5-27b qwen3.6-27b; do   # a replica with its processor files
+  sglang-27b|sglang-27b-first|sglang-27b-c8) for s in qwen3.5-27b qwen3.6-27b; do   # a replica with its processor files
                 [ -f $RES/models/$s-dflash-shaped/target/preprocessor_config.json ] ||
                 python3 -m specsweep.cli shape $s $RES/models/$s-dflash-shaped; done
               if [ "$1" = sglang-27b-first ]; then     # does DFLASH serve the hybrid: its members only, 8 prompts, c=1
                 study gpu_sglang_27b_hybrid study=qwen3.6-27b-hybrid-sglang-first sweep.baseline=false sweep.repeats=1 \
                   "sweep.concurrency=[1]" dataset.num_prompts=8 --also "pair=qwen3.5-27b-dflash pair.target=$SHAPED27"
-              elif [ "$1" = sglang-27b-c1 ]; then
-                study gpu_sglang_27b_hybrid "sweep.concurrency=[1]" --also "pair=qwen3.5-27b-dflash pair.target=$SHAPED27"
               elif [ "$1" = sglang-27b-c8 ]; then
                 study gpu_sglang_27b_hybrid_c8 --also "pair=qwen3.5-27b-dflash pair.target=$SHAPED27"
               else study gpu_sglang_27b_hybrid --also "pair=qwen3.5-27b-dflash pair.target=$SHAPED27"; fi ;;
@@ -193,6 +191,6 @@ sweep.num_speculative_tokens=[15] sweep.concurrency=[8]" 2>&1 | tee "$OUT/8b-tur
           "bg STEP ... | collect SECS | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched | tiny-diag |" \
           "8b-group | 8b-sleep | tiny-relaunch | modes | 27b-one | 27b-group | 27b-greedy | 8b-studies |" \
           "coresidency [ROUNDS] | 8b-starts | vllm-metrics | sglang-capture | sglang-tiny | sglang-tiny-local | sglang-8b |" \
-          "8b-disk | 27b-disk | visit | visit-h100 | sglang-27b | sglang-27b-c1 | sglang-27b-c8 | sglang-27b-first" >&2
+          "8b-disk | 27b-disk | visit | visit-h100 | sglang-27b | sglang-27b-c8 | sglang-27b-first" >&2
      exit 2 ;;
 esac

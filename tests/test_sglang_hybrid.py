@@ -70,6 +70,7 @@ def test_the_preset_runs_the_hybrid_pair_on_the_bundle_with_real_acceptance():
     assert cfg["server"]["backend"] == "sglang" and cfg["kernel"]["name"] == "sglang_triton"
     assert cfg["pair"]["target"] == "/root/res/models/qwen3.6-27b-dflash-shaped/target"
     assert cfg["sweep"]["set_acceptance"] == [None] and cfg["server"]["extra_args"] == ["--load-format", "dummy"]
+    assert cfg["sweep"]["concurrency"] == [1]     # at SGLang's default split, DFLASH ran one request at a time
 
 
 def test_the_c8_preset_gives_eight_running_requests_the_memory_they_took_on_an_h100():
