@@ -48,8 +48,9 @@ SHAPED27=$RES/models/qwen3.6-27b-dflash-shaped/target
 study_name() {   # the study a preset and its overrides compose to (the overrides before any --also)
   local args=()
   for a in "$@"; do [ "$a" = --also ] && break; args+=("$a"); done
-  python3 -c 'import sys; from specsweep.grid.config import compose_jobs; print(compose_jobs(sys.argv[1:])[0]["study"])' \
-    "${args[@]}"
+  python3 -c 'import sys; from specsweep.grid.config import compose_jobs; from specsweep.core.errors import SpecsweepError
+try: print(compose_jobs(sys.argv[1:])[0]["study"])
+except SpecsweepError as e: sys.exit(f"gpu_host.sh study: {e}")' "${args[@]}"   # bad overrides: one line, no traceback
 }
 
 study() {   # study PRESET [OVERRIDES...] [--also ...]: the DAG as a user runs it, then its files packed for the trip back
