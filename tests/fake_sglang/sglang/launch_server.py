@@ -33,7 +33,7 @@ SglExt has no spec_tokens_details); 0.5.23 sends them (below). It copies the par
   commit 002897c, not checked against 0.5.23 itself).
 
 For the SLURM and GPU scheduling tests it also records how it was started: with STANDIN_RECORD_DIR set, it writes
-<dir>/<pid>.json (its environment, argv, pid, start time) at start-up and adds its stop time on SIGTERM;
+<dir>/<pid>.json (its environment, argv, pid, start time) once its port is bound and adds its stop time on SIGTERM;
 STANDIN_STARTUP_S sets how long /health answers 503. STANDIN_SLOW_S_K<K>=seconds (e.g. STANDIN_SLOW_S_K3=5) makes a
 server with K drafts (--speculative-num-draft-tokens - 1; K0 without speculation) wait that long before it answers
 each chat request, so that a test can have one server cell finish while another is mid-way; only the timing
@@ -360,6 +360,14 @@ def main(argv) -> None:
     except ValueError as e:
         print(f"ValueError: {e}", file=sys.stderr, flush=True)
         sys.exit(1)
+    # 0.5.17 logs its resolved arguments at start-up, the API key among them (seen on an H200)
+    print("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in sorted(vars(args).items())) + ")", flush=True)
+    Handler.state = State(resolved, scheduler_limit(resolved, args.context_length))
+    # bound before it records itself: a start whose port another process took between specsweep's claim and this
+    # bind (in tests, another xdist worker's server: claims are private to a test) exits here, as SGLang does, and
+    # specsweep launches it again on another port; the records count the servers that served (CI, 2026-12-07)
+    httpd = ThreadingHTTPServer((args.host, args.port), Handler)
+    httpd.daemon_threads = True
     record_dir = os.environ.get("STANDIN_RECORD_DIR")
     if record_dir:
         record = {"pid": os.getpid(), "started_at": time.time(), "env": dict(os.environ), "argv": argv}
@@ -377,11 +385,6 @@ def main(argv) -> None:
 
         write()
         signal.signal(signal.SIGTERM, on_term)
-    # 0.5.17 logs its resolved arguments at start-up, the API key among them (seen on an H200)
-    print("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in sorted(vars(args).items())) + ")", flush=True)
-    Handler.state = State(resolved, scheduler_limit(resolved, args.context_length))
-    httpd = ThreadingHTTPServer((args.host, args.port), Handler)
-    httpd.daemon_threads = True
     print(f"[stand-in sglang {VERSION}] serving {resolved['served_model_name']} on {args.host}:{args.port} "
           f"(speculative_algorithm={resolved['speculative_algorithm']}, "
           f"num_draft_tokens={resolved.get('speculative_num_draft_tokens')})", flush=True)
