@@ -247,7 +247,7 @@ NO_KV_FIX = ("raise server.gpu_memory_utilization (SGLang's --mem-fraction-stati
              "state cache filled it")
 FIXES = ((re.compile(r"directory containing a preprocessor_config\.json"), PROCESSOR_FIX),
          (re.compile(r"no GPU memory for the KV cache under --mem-fraction-static=([\d.]+)\. "
-                     r"Raise --mem-fraction-static above ([\d.]+)"), NO_KV_FIX))
+                     r"Raise --mem-fraction-static above "), NO_KV_FIX))
 
 
 def root_cause(log: str) -> str | None:
