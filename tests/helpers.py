@@ -275,6 +275,15 @@ class ServerlessSession:
         return ""
 
 
+def served_launches(log_dir: Path) -> list[dict]:
+    """A server cell's launch records that became ready. Under xdist a launch whose port another worker's test took
+    between its claim and the bind (claims are private to a test) exits and is launched again on another port, as
+    designed: its record stays, with no ready_s (a CI run, 2026-12-07)."""
+    from specsweep.core.results import launches
+
+    return [entry for entry in launches(log_dir) if "ready_s" in entry]
+
+
 def last_launch(log_dir: Path) -> dict:
     """The newest launch record of a server cell's logs/server.json (a list: one entry per launch)."""
     from specsweep.core.results import launches

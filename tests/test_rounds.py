@@ -10,10 +10,9 @@ import time
 
 import numpy as np
 import pytest
-from helpers import run_bounded, snakemake_argv, standin_k, standin_study
+from helpers import run_bounded, served_launches, snakemake_argv, standin_k, standin_study
 from test_stats import baseline, rows
 
-from specsweep.core.results import launches as launch_records
 from specsweep.grid import schedule
 from specsweep.grid.cells import Grid, expand
 from specsweep.grid.config import compose_jobs
@@ -214,7 +213,7 @@ def test_a_group_starts_each_server_once_takes_turns_resumes_one_cell_and_a_reru
     assert [k_of(g, m["server_cell"]) for m in ran] == [0, 2, 3, 2, 3, 0, 3, 0, 2, 0, 2, 3]
     assert [g.benches[m["server_cell"]][m["bench_cell"]].spec["repeat"] for m in ran] == [r for r in range(4) for _ in "abc"]
     # each launch of the group stayed up through all the turns: one launch record each, overlapping the others
-    records = {s: launch_records(g.log_dir(s)) for s in g.servers}
+    records = {s: served_launches(g.log_dir(s)) for s in g.servers}
     assert all(len(r) == 1 for r in records.values())
     spans = [(r[0]["started_at"], r[0]["stopped_at"]) for r in records.values()]
     assert max(a for a, _ in spans) < min(b for _, b in spans)
@@ -242,7 +241,7 @@ def test_a_group_starts_each_server_once_takes_turns_resumes_one_cell_and_a_reru
     assert launches() == [0, 2, 3, 2]
     assert g.metrics_path(k2, lost).exists()
     assert {c: g.metrics_path(*c).stat().st_mtime for c in kept} == kept
-    assert len(launch_records(g.log_dir(k2))) == 2                  # every launch keeps its record
+    assert len(served_launches(g.log_dir(k2))) == 2           # each launch that served keeps its record
 
     # a rerun after a finished study does nothing
     dry = run_bounded([*argv, "-n"], tmp_path / "dry.log", 300, env)
@@ -259,7 +258,7 @@ def test_relaunch_rounds_launch_each_member_once_a_round_in_a_rotating_order(ran
     assert rc == 0, (tmp_path / "first.log").read_text()[-4000:]
     assert launches() == [0, 2, 3, 2, 3, 0]                      # baseline, K=2, K=3, then round 1 rotated
     for sid in g.servers:
-        records = launch_records(g.log_dir(sid))
+        records = served_launches(g.log_dir(sid))
         assert len(records) == 2 and all(r["residency"] == "relaunch" for r in records)
         assert len(list(g.server_dir(sid).glob("*/metrics.json"))) == 4
 
