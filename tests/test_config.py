@@ -197,7 +197,7 @@ def test_a_composition_is_kept_and_read_back_only_while_its_inputs_are_the_same(
     assert again[0]["sweep"]["k_by_concurrency"] == {1: [5]}        # types kept: an int key stays an int
     assert json.loads(kept.read_text())[0]["sweep"]["repeats"] == first[0]["sweep"]["repeats"]
 
-    sweep = conf / "sweep" / "default.yaml"
+    sweep = conf / "sweep" / "answers.yaml"                         # the default design's own file
     sweep.write_text(sweep.read_text().replace("repeats:", "repeats: 7 #", 1))
     assert config.composed_path(overrides) != kept
     assert compose_jobs(overrides)[0]["sweep"]["repeats"] == 7 != first[0]["sweep"]["repeats"]
@@ -227,14 +227,18 @@ def test_a_kept_composition_reads_back_with_its_key_types_and_one_json_lacks_is_
     assert not (tmp_path / "tuple.json").exists() and not (tmp_path / "set.json").exists()
 
 
-def test_the_answers_preset_asks_the_default_study_in_waves_until_answered():
-    """experiment=answers: the default study's servers and questions, `auto` with its planned looks, every prompt in
-    waves of the concurrency, the warm-up once (docs/campaigns/2026-12-06-cpu-waves-auto.md)."""
+def test_the_default_study_asks_its_questions_in_waves_until_answered():
+    """The default design (conf/sweep/answers.yaml, issue 54): `auto` with its planned looks, every prompt in waves
+    of the concurrency, the warm-up once, on the same servers as the fixed design before it (sweep=default: 10
+    repeats, a closed loop, the warm-up every turn), whose bench cells keep their ids."""
     from specsweep.grid.cells import expand
 
-    default, answers = (expand(compose_jobs(["results_dir=results", *extra])) for extra in ([], ["experiment=answers"]))
-    assert [c.spec for c in answers.servers.values()] == [c.spec for c in default.servers.values()]
+    answers, fixed = (expand(compose_jobs(["results_dir=results", *extra])) for extra in ([], ["sweep=default"]))
+    assert [c.spec for c in answers.servers.values()] == [c.spec for c in fixed.servers.values()]
     spec = next(iter(next(iter(answers.benches.values())).values())).spec
     assert (spec["waves"], spec["warmup_turns"], spec["concurrency"]) == ("all", "first", 4)
     assert len(next(iter(answers.benches.values()))) == 20          # auto's budget: 20 repeats planned
-    assert {c.study for c in answers.servers.values()} == {"answers"}
+    assert {c.study for c in answers.servers.values()} == {"default"}
+    spec = next(iter(next(iter(fixed.benches.values())).values())).spec
+    assert (spec["waves"], spec["warmup_turns"]) == (None, "every")
+    assert len(next(iter(fixed.benches.values()))) == 10

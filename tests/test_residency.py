@@ -18,7 +18,8 @@ GIB = 1024 ** 3
 
 
 def grid(*overrides):
-    return expand(compose_jobs(list(overrides)))
+    """A study in the fixed design (sweep=default: 10 repeats), which relaunch rounds can divide."""
+    return expand(compose_jobs(["sweep=default", *overrides]))
 
 
 def shaped(root, name, layers=36, hidden=4096, kv_heads=8, heads=32, inter=12288, vocab=151936):

@@ -25,9 +25,10 @@ EMPTY_RESULTS = _EMPTY.name
 
 
 def grid(*overrides) -> Grid:
+    """A study in the fixed design (sweep=default: 10 repeats), whose repeats rounds and residency divide."""
     if not any(o.startswith("results_dir=") for o in overrides):
         overrides = (f"results_dir={EMPTY_RESULTS}", *overrides)
-    return expand(compose_jobs(list(overrides)))
+    return expand(compose_jobs(["sweep=default", *overrides]))
 
 
 def ids(g: Grid):

@@ -72,10 +72,11 @@ def check(sweep: dict) -> None:
     if is_auto(sweep) and int(sweep.get("rounds", 1)) > 1:
         raise ConfigError(f"config: sweep.repeats=auto looks after every repeat of one launch of the group, so "
                           f"sweep.rounds must be 1 (got {sweep['rounds']}): drop sweep.rounds, or give a number of "
-                          "repeats")
+                          "repeats (sweep=default: 10, the design before auto)")
     if is_auto(sweep) and sweep.get("residency") == "relaunch":
         raise ConfigError("config: sweep.repeats=auto looks after every repeat, but sweep.residency=relaunch runs a "
-                          "round's repeats in one launch per member: use coresident or sleep, or a number of repeats")
+                          "round's repeats in one launch per member: use coresident or sleep, or a number of repeats "
+                          "(sweep=default: 10, the design before auto)")
     if sweep.get("aa") and not sweep.get("baseline", True):
         raise ConfigError("config: sweep.aa=true compares a second baseline server with the baseline, but "
                           "sweep.baseline=false has none: set sweep.baseline=true, or drop sweep.aa")
