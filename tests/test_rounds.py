@@ -182,7 +182,7 @@ def test_a_fixed_interval_reads_in_the_four_words(lo, hi, expected):
 def dag_study(pair_results, tmp_path, *extra):
     records, site, standin = standin_study(pair_results, tmp_path, 0.2)
     results = tmp_path / "results"
-    study = [*standin, "server.stop_grace_s=5", "sweep.num_speculative_tokens=[2,3]",
+    study = [*standin, "sweep=default", "server.stop_grace_s=5", "sweep.num_speculative_tokens=[2,3]",
              "dataset.num_prompts=4", "sweep.concurrency=[4]", "sweep.max_tokens=8", "sweep.warmup=0",
              "sweep.repeats=4", "tracking=off", *extra]     # after snakemake_argv's sweep.repeats=1
     argv = snakemake_argv(tmp_path / "work", results, *study, extra=["--resources", "gpu=1"])
@@ -193,7 +193,7 @@ def dag_study(pair_results, tmp_path, *extra):
     def launches():
         started = sorted((json.loads(p.read_text()) for p in records.glob("*.json")), key=lambda r: r["started_at"])
         return [standin_k(r) for r in started]
-    g = grid("study=t", f"results_dir={results}", "sweep.repeats=1", *study)
+    g = expand(compose_jobs(["study=t", f"results_dir={results}", "sweep.repeats=1", *study]))   # as the DAG composes it
     return g, argv, env, launches
 
 
