@@ -27,10 +27,10 @@ fi
 # -qq: errors only. A pip configured with a local index that lacks most projects (this machine's
 # file:///opt/pypi-more) says "WARNING: Location ... is ignored" once per project it looks up there: 301 lines of
 # the first command's output, none of them about this install.
-# --no-compile, then compileall on every core (the end of this script): pip byte-compiles on one core, 83 of the
-# 140 s that the main command took here; compileall -j 0 writes the same .pyc files in 44 s on two cores. They
-# must be written: this machine's Python sets PYTHONDONTWRITEBYTECODE, so a module without its .pyc is compiled
-# again by every process that imports it (vLLM's server imports: 13 s against 6 s).
+# --no-compile, then compileall on every core (the end of this script): pip byte-compiles on one core, most of
+# the main command's time; compileall -j 0 writes the same .pyc files (docs/campaigns/2026-12-01-test-times.md).
+# They must be written: this machine's Python sets PYTHONDONTWRITEBYTECODE, so a module without its .pyc is
+# compiled again by every process that imports it.
 pip() { "$VENV/bin/python" -m pip "$@"; }
 pip install -qq --upgrade pip
 
