@@ -367,6 +367,8 @@ def test_every_launch_of_a_cell_hands_vllm_the_same_compile_key_and_each_k_its_o
         roots[sid] = dict(x.split("=", 1) for x in seen[0])["VLLM_CACHE_ROOT"]
     assert sorted(Path(r).name for r in roots.values()) == ["dflash-k3", "dflash-k7", "no-spec"]
     assert {Path(r).parent for r in roots.values()} == {root}
+    # vLLM's answer about the model's class, kept under its cache root: one folder for the host, whatever the K
+    assert {(Path(r) / "modelinfos").resolve() for r in roots.values()} == {root / "modelinfos"}
 
 
 @pytest.mark.server

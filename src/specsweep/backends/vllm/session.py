@@ -58,7 +58,8 @@ def server_for(grid: Grid, sid: str, log_dir: Path | None = None, how: Launch | 
     env = {**launch.guarded_env(cell.spec["server"]["env"]), **launch.executor_env(cell.spec["server"])}
     # the host's compile cache, one folder per speculative shape, set here and not in server.env, which the cell
     # id hashes
-    env.setdefault("VLLM_CACHE_ROOT", str(cache_root(spec)))
+    if "VLLM_CACHE_ROOT" not in env:
+        env["VLLM_CACHE_ROOT"] = str(shared_inspections(cache_root(spec)))
     env.update({k: v for k, v in triton_cache().items() if k not in env})
     if sleep:       # vLLM serves /sleep, /wake_up and /collective_rpc only in its dev mode
         env["VLLM_SERVER_DEV_MODE"] = "1"
@@ -96,6 +97,26 @@ def _pinned(server: dict):
 # loads what an earlier one compiled
 def cache_root(spec: dict) -> Path:
     return layout.vllm_cache().resolve() / compile_folder(spec)
+
+
+MODELINFOS = "modelinfos"       # vLLM's answers about a model class, under its cache root (models/registry.py)
+
+
+def shared_inspections(root: Path) -> Path:
+    """A compile folder whose modelinfos/ is the host cache's one. Unless its cache root holds the answer, vLLM
+    inspects the model's class in a subprocess of its own, one more import of vLLM (11 s of a launch on the 2-core
+    CPU); it keys that answer by the class and the hash of its module's source, nothing a compile folder tells
+    apart, so without the link each method and K would pay it again on its first launch on a host."""
+    shared = root.parent / MODELINFOS
+    shared.mkdir(parents=True, exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
+    link = root / MODELINFOS
+    if not link.exists() and not link.is_symlink():      # a folder made before the link is kept as it is
+        try:
+            link.symlink_to(Path("..") / MODELINFOS, target_is_directory=True)
+        except FileExistsError:                          # another member's launch made it just now
+            pass
+    return root
 
 
 def triton_cache() -> dict:
