@@ -61,6 +61,10 @@ esac
 # The DFlash authors' reference code, for the test that compares the engine with its dflash_generate.
 # Its dependencies are exact pins that would downgrade transformers, hence --no-deps (shared notes).
 pip install -qq --no-compile --no-deps "dflash==0.1.0"
+# Every file pip wrote, on every core, while Chromium installs below (apt: downloads and unpacking, little CPU); -qq:
+# files that are not Python 3.11 (templates, other versions' code) fail to compile as they do under pip, silently.
+"$VENV/bin/python" -m compileall -qq -j 0 "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" &
+compiling=$!
 # The browser tests drive Debian's Chromium through Playwright (Playwright's own browser download is not
 # reachable from CI); SPECSWEEP_NO_BROWSER=1 skips installing it.
 if [ -z "${SPECSWEEP_NO_BROWSER:-}" ] && ! command -v chromium >/dev/null; then
@@ -70,7 +74,5 @@ if [ -z "${SPECSWEEP_NO_BROWSER:-}" ] && ! command -v chromium >/dev/null; then
     echo "no chromium: the browser tests need it (apt-get install chromium, as root)" >&2
   fi
 fi
-# Every file pip wrote, on every core; -qq: files that are not Python 3.11 (templates, other versions' code) fail to
-# compile as they do under pip, silently.
-"$VENV/bin/python" -m compileall -qq -j 0 "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || true
+wait "$compiling" || true
 echo "specsweep installed in $VENV"
