@@ -30,7 +30,8 @@
 #   `bg 8b-disk`, then `collect 560` twice); 27b-disk (the 27B hybrid cut to 16 layers, random weights of a real spread
 #   in $RES/models/qwen3.6-27b-disk, about 19 GiB, then gpu_27b_on_disk: its greedy agreement at concurrency 1);
 #   visit (an H200's: gpu_8b_answers, then 35b-moe, then 8b-turns 8, one after another: `bg visit`, then
-#   `collect 560` until done); visit-h100 (what fits 80 GB: sglang-27b-c8, after recv-sglang and install-sglang,
+#   `collect 560` until done); 8b-launches [N] (gpu_8b_answers N times, default 4, a study each in one results_dir:
+#   the launches issue 54 item 5 asks of the H200, each study's launches.json; a fifth would pin their SD); visit-h100 (what fits 80 GB: sglang-27b-c8, after recv-sglang and install-sglang,
 #   no vLLM bundle needed);
 #   sglang-27b (gpu_sglang_27b_hybrid, both drafter layouts, after install-sglang and the 27B shapes: `bg sglang-27b`,
 #   then `collect`: c=1, as `sglang-27b-c1` ran it on 2026-12-07); sglang-27b-c8 (both layouts at c=8 with the
@@ -177,6 +178,9 @@ sweep.num_speculative_tokens=[15] sweep.concurrency=[8]" 2>&1 | tee "$OUT/8b-tur
   visit) STUDY_TIMEOUT=540 study gpu_8b_answers   # a visit's studies in the guide's order, one after another:
         bash "$0" 35b-moe               # issue 54's 8B group first (291 s on an H100), then issue 52's MoE hybrid
         bash "$0" 8b-turns 8 ;;         # (about 12 min), then issue 54's stretch: `bg visit`, `collect 560` until done
+  8b-launches) for i in $(seq 1 "${2:-4}"); do   # issue 54 item 5 on a GPU: N launches of the 8B group (default 4),
+                 STUDY_TIMEOUT=540 study gpu_8b_answers study=qwen3-8b-answers-waves-l$i   # a study each, one
+               done ;;                                  # results_dir: `bg 8b-launches`, then `collect 560` until done
   visit-h100) bash "$0" sglang-27b-c8 ;;  # what fits 80 GB: SGLang's hybrid study at c=8, both layouts in one DAG
                                           # run (2026-12-07 ran c=1 with verdicts, and c=8 for one layout over three)
   sglang-27b|sglang-27b-first|sglang-27b-c8) for s in qwen3.5-27b qwen3.6-27b; do   # a replica with its processor files
@@ -192,6 +196,6 @@ sweep.num_speculative_tokens=[15] sweep.concurrency=[8]" 2>&1 | tee "$OUT/8b-tur
           "bg STEP ... | collect SECS | tiny | 8b-set | 8b-cost | 8b-curve N | tiny-block | tiny-sched | tiny-diag |" \
           "8b-group | 8b-sleep | tiny-relaunch | modes | 27b-one | 27b-group | 27b-greedy | 8b-studies |" \
           "coresidency [ROUNDS] | 8b-starts | vllm-metrics | sglang-capture | sglang-tiny | sglang-tiny-local | sglang-8b |" \
-          "8b-disk | 27b-disk | visit | visit-h100 | sglang-27b | sglang-27b-c8 | sglang-27b-first" >&2
+          "8b-disk | 27b-disk | visit | 8b-launches [N] | visit-h100 | sglang-27b | sglang-27b-c8 | sglang-27b-first" >&2
      exit 2 ;;
 esac
