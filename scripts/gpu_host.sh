@@ -179,8 +179,8 @@ sweep.num_speculative_tokens=[15] sweep.concurrency=[8]" 2>&1 | tee "$OUT/8b-tur
         bash "$0" 35b-moe               # issue 54's 8B group first (291 s on an H100), then issue 52's MoE hybrid
         bash "$0" 8b-turns 8 ;;         # (about 12 min), then issue 54's stretch: `bg visit`, `collect 560` until done
   8b-launches) for i in $(seq 1 "${2:-4}"); do   # issue 54 item 5 on a GPU: N launches of the 8B group (default 4),
-                 STUDY_TIMEOUT=540 study gpu_8b_answers study=qwen3-8b-answers-waves-l$i   # a study each, one
-               done ;;                                  # results_dir: `bg 8b-launches`, then `collect 560` until done
+                 STUDY_TIMEOUT=900 study gpu_8b_answers study=qwen3-8b-answers-waves-l$i   # a study each, one
+               done ;;     # results_dir (a cold one on an H100 ran past 540 s): `bg 8b-launches`, `collect 560` until done
   visit-h100) bash "$0" sglang-27b-c8 ;;  # what fits 80 GB: SGLang's hybrid study at c=8, both layouts in one DAG
                                           # run (2026-12-07 ran c=1 with verdicts, and c=8 for one layout over three)
   sglang-27b|sglang-27b-first|sglang-27b-c8) for s in qwen3.5-27b qwen3.6-27b; do   # a replica with its processor files
