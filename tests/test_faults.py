@@ -47,7 +47,7 @@ def test_server_killed_mid_cell_keeps_everything_and_rerun_redoes_only_that_cell
     results = tmp_path / "results"
     # the baseline and K=2: one cell to kill, one other to finish under --keep-going (a third adds a launch only)
     study = [*prebuilt_pair(tiny_results), "sweep.num_speculative_tokens=[2]", "sweep.concurrency=1",
-             "dataset.num_prompts=24", "sweep.max_tokens=64", "tracking=off"]
+             "dataset.num_prompts=12", "sweep.max_tokens=64", "tracking=off"]
     proc = popen_group(snakemake_argv(tmp_path, results, *study, extra=["--keep-going"]),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
