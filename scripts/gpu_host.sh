@@ -31,8 +31,8 @@
 #   in $RES/models/qwen3.6-27b-disk, about 19 GiB, then gpu_27b_on_disk: its greedy agreement at concurrency 1);
 #   visit (an H200's: gpu_8b_answers, then 35b-moe, then 8b-turns 8, one after another: `bg visit`, then
 #   `collect 560` until done); 8b-launches [N] (gpu_8b_answers N times, default 4, a study each in one results_dir:
-#   the launches issue 54 item 5 asks of the H200, each study's launches.json; a fifth would pin their SD); visit-h100 (what fits 80 GB: sglang-27b-c8, after recv-sglang and install-sglang,
-#   no vLLM bundle needed);
+#   the launches issue 54 item 5 asks of a GPU, each study's launches.json; a fifth would pin their SD);
+#   visit-h100 (what fits 80 GB: sglang-27b-c8, after recv-sglang and install-sglang, no vLLM bundle needed);
 #   sglang-27b (gpu_sglang_27b_hybrid, both drafter layouts, after install-sglang and the 27B shapes: `bg sglang-27b`,
 #   then `collect`: c=1, as `sglang-27b-c1` ran it on 2026-12-07); sglang-27b-c8 (both layouts at c=8 with the
 #   memory split that runs 8 DFLASH requests at once, gpu_sglang_27b_hybrid_c8); sglang-27b-first (its DFlash
@@ -180,7 +180,7 @@ sweep.num_speculative_tokens=[15] sweep.concurrency=[8]" 2>&1 | tee "$OUT/8b-tur
         bash "$0" 8b-turns 8 ;;         # (about 12 min), then issue 54's stretch: `bg visit`, `collect 560` until done
   8b-launches) for i in $(seq 1 "${2:-4}"); do   # issue 54 item 5 on a GPU: N launches of the 8B group (default 4),
                  STUDY_TIMEOUT=900 study gpu_8b_answers study=qwen3-8b-answers-waves-l$i   # a study each, one
-               done ;;     # results_dir (a cold one on an H100 ran past 540 s): `bg 8b-launches`, `collect 560` until done
+               done ;;     # results_dir (a cold one on an H100 ran past 540 s): `bg 8b-launches`, `collect 560`s
   visit-h100) bash "$0" sglang-27b-c8 ;;  # what fits 80 GB: SGLang's hybrid study at c=8, both layouts in one DAG
                                           # run (2026-12-07 ran c=1 with verdicts, and c=8 for one layout over three)
   sglang-27b|sglang-27b-first|sglang-27b-c8) for s in qwen3.5-27b qwen3.6-27b; do   # a replica with its processor files
