@@ -62,9 +62,9 @@ esac
 # Its dependencies are exact pins that would downgrade transformers, hence --no-deps (shared notes).
 pip install -qq --no-compile --no-deps "dflash==0.1.0"
 # Every file pip wrote, on every core, while Chromium installs below (apt: downloads and unpacking, little CPU), but
-# the packages' own test suites (4,128 of 29,682 files: pandas', sympy's, numba's, ...), which nothing here imports:
-# 45-49 s against 57-62 s (2026-12-07). -qq: files that are not Python 3.11 (templates, other versions' code) fail to
-# compile as they do under pip, silently.
+# the packages' own test suites (pandas', sympy's, numba's, ...), which nothing here imports
+# (docs/campaigns/2026-12-01-test-times.md). -qq: files that are not Python 3.11 (templates, other versions' code)
+# fail to compile as they do under pip, silently.
 "$VENV/bin/python" -m compileall -qq -j 0 -x '/tests?/' \
   "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" &
 compiling=$!

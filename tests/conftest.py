@@ -109,7 +109,7 @@ DESELECTED_FILES: set[str] = set()
 
 def pytest_deselected(items):
     """.ci/run's first run names, in $SPECSWEEP_DESELECTED_FILES, the files of the tests its `-m` left out, so that
-    its second run collects only those files (importing every test module took 9-12 s a session). Each xdist worker
+    its second run collects only those files, not importing every test module. Each xdist worker
     deselects the same tests and writes the same list, atomically."""
     path = os.environ.get("SPECSWEEP_DESELECTED_FILES")
     if not path:

